@@ -1,0 +1,5 @@
+"""`python -m inferd` is `inferd`."""
+
+from inferd.cli.main import main
+
+raise SystemExit(main())

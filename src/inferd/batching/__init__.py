@@ -1,0 +1,10 @@
+"""The dynamic batcher: queue, deadlines, batch formation, padding and slicing back.
+
+Pure asyncio and numpy. May import the runtime's interface (`runtime.protocol`) and `errors`,
+never a web framework and never onnxruntime.
+"""
+
+from inferd.batching.batcher import BatcherSettings, BatchObserver, DynamicBatcher
+from inferd.batching.layout import BatchLayout, build_layout
+
+__all__ = ["BatchLayout", "BatchObserver", "BatcherSettings", "DynamicBatcher", "build_layout"]

@@ -1,0 +1,401 @@
+"""`DynamicBatcher`: a bounded queue of requests in front of a runtime, dispatched in batches.
+
+Dispatch policy, re-evaluated whenever a request arrives or a batch finishes:
+- nothing runs and a slot is free: dispatch at once (a lone request never waits);
+- the queued rows reach max_batch_size or a preferred size: dispatch at once;
+- a batch is running and another slot is free: wait for more requests only while the measured
+  arrival rate says the batch would fill within the oldest request's remaining
+  `max_queue_delay`; otherwise dispatch now, as waiting would add latency and no rows;
+- every slot is busy: requests accumulate, and the next batch forms when a slot frees.
+
+Every admitted request owns futures that every path resolves: result, batch error, deadline,
+cancellation by its caller, drain and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from inferd.batching.formation import Signature, padding_efficiency, select_batch, signature
+from inferd.batching.layout import BatchLayout
+from inferd.batching.padding import concat_chunks, merge_feeds, split_outputs
+from inferd.errors import (
+    DeadlineExceededError,
+    InferdError,
+    InternalError,
+    QueueFullError,
+    UnavailableError,
+)
+from inferd.runtime.protocol import Array, Feeds
+
+log = logging.getLogger(__name__)
+
+RunBatch = Callable[[dict[str, Array]], Awaitable[dict[str, Array]]]
+
+
+@dataclass(frozen=True)
+class BatcherSettings:
+    max_batch_size: int
+    """Rows per batch; 0 for a model without a batch axis (one request per run)."""
+    max_queue_delay_s: float = 0.002
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_size: int = 1024
+    max_padding_waste: float = 0.25
+    concurrency: int = 1
+    """Batches that may run at once (the runtime's instance count)."""
+    scan_window: int = 8
+    """Batch formation looks at up to scan_window x max_batch_size queued items."""
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What one finished batch reports to an observer."""
+
+    items: int
+    rows: int
+    padding_efficiency: float
+    queue_s: tuple[float, ...]
+    run_s: float
+    error: InferdError | None
+
+
+class BatchObserver(Protocol):
+    def on_batch(self, record: BatchRecord) -> None: ...
+
+
+class _NoObserver:
+    def on_batch(self, record: BatchRecord) -> None:
+        return None
+
+
+@dataclass(eq=False)
+class _Entry:
+    feeds: Feeds
+    rows: int
+    sig: Signature
+    enqueued_at: float
+    future: asyncio.Future[dict[str, Array]]
+    timer: asyncio.TimerHandle | None = field(default=None)
+
+
+class _ArrivalRate:
+    """Rows per second, an exponentially weighted moving average over inter-arrival gaps."""
+
+    def __init__(self, alpha: float = 0.2) -> None:
+        self._alpha = alpha
+        self._last: float | None = None
+        self._gap_per_row: float | None = None
+
+    def observe(self, now: float, rows: int) -> None:
+        if self._last is not None:
+            gap = max(now - self._last, 1e-6) / max(rows, 1)
+            prev = self._gap_per_row
+            self._gap_per_row = gap if prev is None else prev + self._alpha * (gap - prev)
+        self._last = now
+
+    def rows_per_s(self) -> float:
+        return 0.0 if not self._gap_per_row else 1.0 / self._gap_per_row
+
+
+class DynamicBatcher:
+    """Queue -> batch -> `run_batch` on a worker -> results back to each request, in order."""
+
+    def __init__(
+        self,
+        layout: BatchLayout,
+        settings: BatcherSettings,
+        run_batch: RunBatch,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self._layout = layout
+        self._settings = settings
+        self._run_batch = run_batch
+        self._observer: BatchObserver = observer or _NoObserver()
+        self._queue: deque[_Entry] = deque()
+        self._queued_rows = 0
+        self._running = 0
+        self._accepting = False
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._batch_tasks: set[asyncio.Task[None]] = set()
+        self._arrivals = _ArrivalRate()
+        self._batch_s_ewma: float | None = None
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop_task is not None:
+            return
+        self._accepting = True
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self._dispatch_loop(), name="inferd-batcher"
+        )
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuses new requests, lets queued and running ones finish. True when all finished."""
+        self._accepting = False
+        self._wakeup.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Stops the loop; whatever is still queued or running is answered 5030."""
+        self._accepting = False
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        while self._queue:
+            self._fail(self._pop_left(), UnavailableError("the model is shutting down"))
+        for task in list(self._batch_tasks):
+            task.cancel()
+        await asyncio.gather(*self._batch_tasks, return_exceptions=True)
+
+    # -- state for probes and metrics ------------------------------------------------------
+
+    @property
+    def queued_items(self) -> int:
+        return len(self._queue)
+
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    @property
+    def running_batches(self) -> int:
+        return self._running
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # -- submission ------------------------------------------------------------------------
+
+    async def submit(
+        self, feeds: Feeds, rows: int, deadline: float | None = None
+    ) -> dict[str, Array]:
+        """Queues one request of `rows` rows and waits for its outputs.
+
+        `deadline` is on the event loop's clock (`loop.time()`). A request larger than
+        max_batch_size is split into chunks that are queued together and reassembled in order.
+        Cancelling the caller removes its queued chunks before they cost compute.
+        """
+        if not self._accepting:
+            raise UnavailableError("the model is not accepting requests (draining or stopped)")
+        if len(self._queue) >= self._settings.max_queue_size:
+            self._purge_done()
+            if len(self._queue) >= self._settings.max_queue_size:
+                raise QueueFullError(
+                    f"the queue of this model is full ({self._settings.max_queue_size} requests)",
+                    retry_after_s=self._retry_after_s(),
+                )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceededError("the request's deadline passed before it was queued")
+        chunks = self._split(feeds, rows)
+        entries = []
+        for chunk_feeds, chunk_rows in chunks:
+            entry = _Entry(
+                feeds=chunk_feeds,
+                rows=chunk_rows,
+                sig=signature(chunk_feeds, self._layout),
+                enqueued_at=now,
+                future=loop.create_future(),
+            )
+            if deadline is not None:
+                entry.timer = loop.call_at(deadline, self._expire, entry)
+            entries.append(entry)
+            self._queue.append(entry)
+            self._queued_rows += chunk_rows
+        self._arrivals.observe(now, rows)
+        self._idle.clear()
+        self._wakeup.set()
+        if len(entries) == 1:
+            return await entries[0].future
+        try:
+            results = await asyncio.gather(*(e.future for e in entries))
+        except BaseException:
+            for e in entries:
+                e.future.cancel()
+            raise
+        return concat_chunks(results)
+
+    def _split(self, feeds: Feeds, rows: int) -> list[tuple[Feeds, int]]:
+        limit = self._settings.max_batch_size
+        if not self._layout.batched or limit <= 0 or rows <= limit:
+            return [(feeds, rows)]
+        return [
+            (
+                {name: a[start : start + limit] for name, a in feeds.items()},
+                min(limit, rows - start),
+            )
+            for start in range(0, rows, limit)
+        ]
+
+    def _expire(self, entry: _Entry) -> None:
+        if not entry.future.done():
+            entry.future.set_exception(
+                DeadlineExceededError("the request's deadline passed before its result was ready")
+            )
+            self._wakeup.set()
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._purge_head()
+            if not self._queue or self._running >= self._settings.concurrency:
+                if not self._queue and self._running == 0:
+                    self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            wait_s = self._dispatch_wait(loop.time())
+            if wait_s > 0:
+                self._wakeup.clear()
+                timer = loop.call_later(wait_s, self._wakeup.set)
+                await self._wakeup.wait()
+                timer.cancel()
+                continue
+            batch = self._form_batch()
+            if batch:
+                self._launch(batch)
+
+    def _dispatch_wait(self, now: float) -> float:
+        """Seconds to wait before dispatching; 0 to dispatch now."""
+        settings = self._settings
+        if self._running == 0 or not self._layout.batched or settings.max_batch_size <= 0:
+            return 0.0
+        queued = self._queued_rows
+        if queued >= settings.max_batch_size or queued in settings.preferred_batch_sizes:
+            return 0.0
+        remaining = settings.max_queue_delay_s - (now - self._queue[0].enqueued_at)
+        if remaining <= 0:
+            return 0.0
+        rate = self._arrivals.rows_per_s()
+        if rate <= 0:
+            return 0.0
+        fill_s = (settings.max_batch_size - queued) / rate
+        return fill_s if fill_s <= remaining else 0.0
+
+    def _pop_left(self) -> _Entry:
+        entry = self._queue.popleft()
+        self._queued_rows -= entry.rows
+        return entry
+
+    def _purge_head(self) -> None:
+        while self._queue and self._queue[0].future.done():
+            self._pop_left()
+
+    def _purge_done(self) -> None:
+        kept = deque(e for e in self._queue if not e.future.done())
+        self._queued_rows = sum(e.rows for e in kept)
+        self._queue = kept
+
+    def _form_batch(self) -> list[_Entry]:
+        settings = self._settings
+        window = max(settings.max_batch_size, 1) * settings.scan_window
+        candidates: list[_Entry] = []
+        for entry in self._queue:
+            if len(candidates) >= window:
+                break
+            if not entry.future.done():
+                candidates.append(entry)
+        if not candidates:
+            self._purge_done()
+            return []
+        max_rows = settings.max_batch_size if self._layout.batched else 0
+        chosen = select_batch(candidates, max_rows, settings.max_padding_waste)
+        batch = [candidates[i] for i in chosen]
+        taken = set(map(id, batch))
+        self._queue = deque(e for e in self._queue if id(e) not in taken and not e.future.done())
+        self._queued_rows = sum(e.rows for e in self._queue)
+        return batch
+
+    def _launch(self, batch: list[_Entry]) -> None:
+        self._running += 1
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._batch_tasks.add(task)
+        task.add_done_callback(self._batch_tasks.discard)
+
+    async def _run(self, batch: Sequence[_Entry]) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        error: InferdError | None = None
+        rows = [e.rows for e in batch]
+        try:
+            feeds = merge_feeds([e.feeds for e in batch], self._layout)
+            outputs = await self._run_batch(feeds)
+            parts = split_outputs(outputs, [e.feeds for e in batch], rows, self._layout)
+            for entry, part in zip(batch, parts, strict=True):
+                if entry.timer is not None:
+                    entry.timer.cancel()
+                if not entry.future.done():
+                    entry.future.set_result(part)
+        except InferdError as exc:
+            error = exc
+            for entry in batch:
+                self._fail(entry, exc)
+        except asyncio.CancelledError:
+            error = UnavailableError("the model is shutting down")
+            for entry in batch:
+                self._fail(entry, error)
+            raise
+        except Exception as exc:
+            log.exception("batch failed", extra={"items": len(batch), "rows": sum(rows)})
+            error = InternalError("the batch failed while running")
+            error.__cause__ = exc
+            for entry in batch:
+                self._fail(entry, error)
+        finally:
+            run_s = loop.time() - started
+            self._running -= 1
+            prev = self._batch_s_ewma
+            self._batch_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
+            self._wakeup.set()
+            self._observe(batch, rows, started, run_s, error)
+
+    def _observe(
+        self,
+        batch: Sequence[_Entry],
+        rows: list[int],
+        started: float,
+        run_s: float,
+        error: InferdError | None,
+    ) -> None:
+        try:
+            record = BatchRecord(
+                items=len(batch),
+                rows=sum(rows),
+                padding_efficiency=padding_efficiency(rows, [e.sig.extent for e in batch]),
+                queue_s=tuple(started - e.enqueued_at for e in batch),
+                run_s=run_s,
+                error=error,
+            )
+            self._observer.on_batch(record)
+        except Exception:
+            log.exception("batch observer failed; the batch itself is unaffected")
+
+    def _fail(self, entry: _Entry, error: InferdError) -> None:
+        if entry.timer is not None:
+            entry.timer.cancel()
+        if not entry.future.done():
+            entry.future.set_exception(error)
+
+    def _retry_after_s(self) -> float:
+        per_batch = self._batch_s_ewma or 0.1
+        size = max(self._settings.max_batch_size, 1)
+        batches_ahead = math.ceil(self._queued_rows / size) / self._settings.concurrency
+        return max(1.0, per_batch * batches_ahead)

@@ -1,0 +1,1 @@
+"""Command line: `inferd serve`, `inferd repo check`. May import every part."""

@@ -1,0 +1,74 @@
+"""`inferd` entry point: subcommands and the flags derived from `ServerSettings`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferd import __version__
+from inferd.config.server import ENV_PREFIX, ServerSettings, load_server_settings
+from inferd.errors import ConfigError
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per server setting, so a setting can never lack its flag."""
+    for name, field in ServerSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} [env {ENV_PREFIX}{name.upper()}; default {field.default}]"
+        annotation = field.annotation
+        if annotation is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+            continue
+        choices = None
+        if typing.get_origin(annotation) is typing.Literal:
+            choices = list(typing.get_args(annotation))
+        parser.add_argument(flag, dest=name, default=None, choices=choices, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferd", description="A production inference server for ONNX models."
+    )
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve a model repository over HTTP")
+    serve.add_argument("--config", type=Path, default=None, help="server settings file (YAML)")
+    serve.add_argument("--repo", dest="repository", default=None, help="alias of --repository")
+    _add_settings_flags(serve)
+
+    repo = commands.add_parser("repo", help="model repository tools")
+    repo_commands = repo.add_subparsers(dest="repo_command", metavar="REPO_COMMAND")
+    check = repo_commands.add_parser("check", help="validate a repository: what would load")
+    check.add_argument("path", type=Path, help="the repository folder")
+    check.add_argument(
+        "--no-load", action="store_true", help="check layout and configs only; skip ONNX Runtime"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            from inferd.cli.serve import serve
+
+            flags = {name: getattr(args, name) for name in ServerSettings.model_fields}
+            settings = load_server_settings(args.config, os.environ, flags)
+            return serve(settings)
+        if args.command == "repo" and args.repo_command == "check":
+            from inferd.cli.repo_check import check_repository
+
+            return check_repository(args.path, load=not args.no_load)
+    except ConfigError as exc:
+        print(f"inferd: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    parser.print_help()
+    return 2

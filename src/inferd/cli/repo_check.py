@@ -1,0 +1,68 @@
+"""`inferd repo check DIR`: per model and version, what would load, or why it would not."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from inferd.config.model import RuntimeOptions
+from inferd.engine.manager import onnx_runtime_loader
+from inferd.engine.version import load_instances
+from inferd.repository.scan import scan_repository
+from inferd.runtime.protocol import Runtime, TensorSpec
+
+
+def _tensors(label: str, specs: tuple[TensorSpec, ...]) -> list[str]:
+    lines = []
+    for spec in specs:
+        lines.append(f"      {label} {spec.name}: {spec.datatype} {list(spec.shape)}")
+    return lines
+
+
+def check_repository(root: Path, load: bool = True) -> int:
+    """Prints a report; returns 0 when everything would load, 1 otherwise."""
+    entries = scan_repository(root)
+    problems = 0
+    out: list[str] = [f"repository {root}"]
+    if not entries:
+        out.append("  (no model folders)")
+        problems += 1
+    for entry in entries:
+        if entry.error or entry.config is None:
+            out.append(f"  {entry.name}: NOT LOADABLE: {entry.error}")
+            problems += 1
+            continue
+        config = entry.config
+        out.append(
+            f"  {entry.name}: max_batch_size={config.max_batch_size} "
+            f"instances={config.instance_count}"
+        )
+        for skipped in entry.skipped:
+            out.append(f"    version {skipped.version}: SKIPPED: {skipped.error}")
+            problems += 1
+        for version in entry.versions:
+            if not load:
+                out.append(f"    version {version.version}: found {version.path.name}")
+                continue
+
+            def factory(
+                path: Path = version.path, options: RuntimeOptions = config.runtime
+            ) -> Runtime:
+                return onnx_runtime_loader(path, options)
+
+            try:
+                loaded = load_instances(config.model_copy(update={"instance_count": 1}), factory)
+            except Exception as exc:
+                out.append(f"    version {version.version}: FAILS: {exc}")
+                problems += 1
+                continue
+            out.append(
+                f"    version {version.version}: OK (loaded and warmed up in "
+                f"{loaded.load_s * 1000:.0f} ms on {', '.join(loaded.pool.first.providers)})"
+            )
+            out.extend(_tensors("input ", loaded.inputs))
+            out.extend(_tensors("output", loaded.outputs))
+            loaded.pool.close()
+    out.append("all models would load" if problems == 0 else f"{problems} problem(s) found")
+    print("\n".join(out), file=sys.stdout)
+    return 0 if problems == 0 else 1

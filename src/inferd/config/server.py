@@ -1,0 +1,104 @@
+"""Server settings: one typed object built at start-up with flag > env > file > default.
+
+Nothing here reads the environment at import time; `load_server_settings` is given the
+environment and the flags by its caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferd.config.yamlfile import read_yaml_mapping, validate_mapping
+
+ENV_PREFIX = "INFERD_"
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+
+class ServerSettings(BaseModel):
+    """Every server-wide path and tunable. Each field is also a CLI flag and an env variable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    repository: Path | None = Field(None, description="Model repository folder.")
+    log_level: LogLevel = Field("info", description="Log level.")
+    log_format: Literal["json", "plain"] = Field(
+        "json", description="json: one object per line; plain: for a terminal."
+    )
+    access_log: bool = Field(False, description="Log every HTTP request (costs throughput).")
+    drain_grace_s: float = Field(
+        0.0,
+        ge=0,
+        description="After SIGTERM: seconds readiness is false while requests are still "
+        "accepted, so load balancers stop routing first.",
+    )
+    drain_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="After the grace delay: seconds to let queued and running work finish.",
+    )
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="Default deadline of an inference request, queue wait included."
+    )
+    max_request_timeout_s: float = Field(
+        600.0, gt=0, description="Upper bound for a deadline asked by a client."
+    )
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
+    )
+    max_request_rows: int = Field(
+        4096, ge=1, description="Most rows (batch-axis entries) one request may carry."
+    )
+    strict_readiness: bool = Field(
+        True,
+        description="Ready only when every model and version loaded; when false, ready once "
+        "loading finished and at least one model serves.",
+    )
+    load_concurrency: int = Field(
+        1, ge=1, description="Model versions loaded at the same time in the background."
+    )
+    keep_alive_s: float = Field(5.0, gt=0, description="HTTP keep-alive timeout.")
+
+
+def _field_env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings given by `INFERD_<FIELD>` variables (values as strings; pydantic converts)."""
+    found: dict[str, Any] = {}
+    for field in ServerSettings.model_fields:
+        name = _field_env_name(field)
+        if name in environ:
+            found[field] = environ[name]
+    return found
+
+
+def load_server_settings(
+    config_file: Path | None,
+    environ: Mapping[str, str],
+    flags: Mapping[str, Any],
+) -> ServerSettings:
+    """Merge default < file < environment < flags; each layer is checked on its own so that an
+    error names where the bad value came from (the file and key, the variable, or the flag).
+
+    `flags` holds only the flags the user gave (None means not given).
+    """
+    layers: dict[str, Any] = {}
+    if config_file is not None:
+        file_values = read_yaml_mapping(config_file)
+        validate_mapping(ServerSettings, file_values, str(config_file))
+        layers.update(file_values)
+    env_values = env_overrides(environ)
+    for field, value in env_values.items():
+        validate_mapping(ServerSettings, {**layers, field: value}, f"${_field_env_name(field)}")
+    layers.update(env_values)
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = {**layers, **given}
+    return validate_mapping(ServerSettings, merged, "command line")

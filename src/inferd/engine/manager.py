@@ -1,0 +1,239 @@
+"""`ModelManager`: every version of every model, loaded in the background, drained on shutdown.
+
+Owns the admission of inference requests (the in-flight count that a drain waits on) and the
+readiness answer. A model or version that fails to load is recorded with its reason and never
+keeps the others from serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.config.model import ModelConfig, RuntimeOptions
+from inferd.config.server import ServerSettings
+from inferd.engine.version import LoadedModel, ServedVersion, VersionState, load_instances
+from inferd.errors import InferdError, NotFoundError, UnavailableError
+from inferd.repository.scan import ModelEntry, valid_name
+from inferd.runtime.protocol import Array, Feeds, Runtime
+
+log = logging.getLogger(__name__)
+
+RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
+
+
+def onnx_runtime_loader(path: Path, options: RuntimeOptions) -> Runtime:
+    from inferd.runtime.onnx_session import OnnxSession  # the only road to onnxruntime
+
+    return OnnxSession(path, options)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str
+    models: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+class ModelManager:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        entries: Sequence[ModelEntry],
+        runtime_loader: RuntimeLoader = onnx_runtime_loader,
+    ) -> None:
+        self._settings = settings
+        self._entries = {e.name: e for e in entries}
+        self._loader = runtime_loader
+        self.versions: dict[str, dict[int, ServedVersion]] = {}
+        self.model_errors: dict[str, str] = {}
+        for entry in entries:
+            if entry.error is not None or entry.config is None:
+                self.model_errors[entry.name] = entry.error or "no configuration"
+                continue
+            self.versions[entry.name] = {
+                v.version: ServedVersion(entry.name, v.version, entry.config)
+                for v in entry.versions
+            }
+        self.loading_done = False
+        self.draining = False
+        self.accepting = True
+        self._in_flight = 0
+        self._no_in_flight = asyncio.Event()
+        self._no_in_flight.set()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    async def load_all(self) -> None:
+        """Loads every selected version, `load_concurrency` at a time. Never raises."""
+        for name, error in self.model_errors.items():
+            log.error("model not loaded", extra={"model": name, "reason": error})
+        limit = asyncio.Semaphore(self._settings.load_concurrency)
+
+        async def load(entry: ModelEntry, served: ServedVersion) -> None:
+            async with limit:
+                await self._load_version(entry, served)
+
+        jobs = [
+            load(self._entries[name], served)
+            for name, versions in self.versions.items()
+            for served in versions.values()
+        ]
+        try:
+            await asyncio.gather(*jobs)
+        finally:
+            self.loading_done = True
+        ready = sum(v.ready for vs in self.versions.values() for v in vs.values())
+        log.info("model loading finished", extra={"ready_versions": ready})
+
+    async def _load_version(self, entry: ModelEntry, served: ServedVersion) -> None:
+        config: ModelConfig = served.config
+        path = next(v.path for v in entry.versions if v.version == served.version)
+        loop = asyncio.get_running_loop()
+        try:
+            loaded: LoadedModel = await loop.run_in_executor(
+                None, load_instances, config, lambda: self._loader(path, config.runtime)
+            )
+        except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
+            reason = _reason(exc)
+            served.fail(reason)
+            log.error(
+                "model version failed to load",
+                extra={"model": served.model, "version": served.version, "reason": reason},
+            )
+            return
+        if self.draining:
+            await loop.run_in_executor(None, loaded.pool.close)
+            served.fail("the server began draining while this version loaded")
+            return
+        served.attach(loaded)
+        log.info(
+            "model version ready",
+            extra={
+                "model": served.model,
+                "version": served.version,
+                "load_ms": round(loaded.load_s * 1000, 1),
+                "providers": list(served.providers),
+                "instances": config.instance_count,
+            },
+        )
+
+    # -- lookup and readiness --------------------------------------------------------------
+
+    def resolve(self, model: str, version: str | None = None) -> ServedVersion:
+        """The version that answers: the one named, else the highest ready one."""
+        if not valid_name(model) or (model not in self.versions and model not in self.model_errors):
+            raise NotFoundError(f"unknown model '{model}'")
+        if model in self.model_errors:
+            raise UnavailableError(f"model '{model}' failed to load: {self.model_errors[model]}")
+        versions = self.versions[model]
+        if version is not None:
+            if not version.isdigit() or int(version) not in versions:
+                raise NotFoundError(
+                    f"model '{model}' has no served version '{version}'; served: {sorted(versions)}"
+                )
+            return versions[int(version)]
+        ready = [v for v in versions.values() if v.ready]
+        if ready:
+            return max(ready, key=lambda v: v.version)
+        newest = versions[max(versions)]
+        return newest  # not ready: its infer() answers 5030 with the state
+
+    def readiness(self, strict: bool) -> Readiness:
+        models: dict[str, dict[str, object]] = {}
+        problems: list[str] = []
+        for name, error in self.model_errors.items():
+            models[name] = {"ready": False, "reason": error}
+            problems.append(f"model '{name}' failed: {error}")
+        for name, versions in self.versions.items():
+            states = {
+                str(n): {"state": v.state.value, **({"reason": v.reason} if v.reason else {})}
+                for n, v in versions.items()
+            }
+            model_ready = any(v.ready for v in versions.values())
+            models[name] = {"ready": model_ready, "versions": states}
+            for n, v in versions.items():
+                if v.state is VersionState.FAILED:
+                    problems.append(f"model '{name}' version {n} failed: {v.reason}")
+            if not model_ready and self.loading_done:
+                problems.append(f"model '{name}' has no ready version")
+        if self.draining:
+            return Readiness(False, "draining", models)
+        if not self.loading_done:
+            return Readiness(False, "loading models", models)
+        any_ready = any(m.get("ready") for m in models.values())
+        if not any_ready:
+            return Readiness(False, "; ".join(problems) or "no model in the repository", models)
+        if strict and problems:
+            return Readiness(False, "; ".join(problems), models)
+        return Readiness(True, "ready", models)
+
+    # -- inference ------------------------------------------------------------------------
+
+    def deadline_for(self, served: ServedVersion, timeout_s: float | None) -> float:
+        if timeout_s is not None:
+            chosen = min(timeout_s, self._settings.max_request_timeout_s)
+        else:
+            chosen = served.config.request_timeout_s or self._settings.request_timeout_s
+        return asyncio.get_running_loop().time() + chosen
+
+    async def infer(
+        self,
+        model: str,
+        version: str | None,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ServedVersion, dict[str, Array]]:
+        if not self.accepting:
+            raise UnavailableError("the server is shutting down", retry_after_s=1.0)
+        served = self.resolve(model, version)
+        deadline = self.deadline_for(served, timeout_s)
+        self._in_flight += 1
+        self._no_in_flight.clear()
+        try:
+            outputs = await served.infer(
+                feeds, output_names, deadline, self._settings.max_request_rows
+            )
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._no_in_flight.set()
+        return served, outputs
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def begin_drain(self) -> None:
+        """Readiness turns false; requests are still accepted (the grace period)."""
+        self.draining = True
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuses new requests and waits for admitted ones. True when all finished in time."""
+        self.draining = True
+        self.accepting = False
+        try:
+            await asyncio.wait_for(self._no_in_flight.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("drain timed out", extra={"in_flight": self._in_flight})
+            return False
+        return True
+
+    async def close(self) -> None:
+        self.accepting = False
+        for versions in self.versions.values():
+            for served in versions.values():
+                await served.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, InferdError):
+        return exc.message
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

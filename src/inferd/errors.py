@@ -1,0 +1,84 @@
+"""The one error tree of inferd, with the stable codes of DESIGN.md.
+
+Knows nothing of HTTP or gRPC: `server/` maps a code to a status. Imports nothing of inferd.
+Errors from other libraries are translated into these at one boundary and raised `from` them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    EMPTY_INPUT = 4001
+    INPUT_TOO_LONG = 4002
+    ENCODING = 4003
+    INVALID_INPUT = 4004
+    TOO_MANY_ITEMS = 4005
+    NOT_FOUND = 4040
+    QUEUE_FULL = 4290
+    UNAVAILABLE = 5030
+    DEADLINE_EXCEEDED = 5040
+    OUT_OF_MEMORY = 5070
+    INTERNAL = 5000
+
+
+class InferdError(Exception):
+    """Base of every error a client can see. `message` is safe to show to a client."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class EmptyInputError(InferdError):
+    code = ErrorCode.EMPTY_INPUT
+
+
+class InputTooLongError(InferdError):
+    code = ErrorCode.INPUT_TOO_LONG
+
+
+class EncodingError(InferdError):
+    code = ErrorCode.ENCODING
+
+
+class InvalidInputError(InferdError):
+    code = ErrorCode.INVALID_INPUT
+
+
+class TooManyItemsError(InferdError):
+    code = ErrorCode.TOO_MANY_ITEMS
+
+
+class NotFoundError(InferdError):
+    code = ErrorCode.NOT_FOUND
+
+
+class QueueFullError(InferdError):
+    code = ErrorCode.QUEUE_FULL
+
+
+class UnavailableError(InferdError):
+    """Not ready, draining, or shut down."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class DeadlineExceededError(InferdError):
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class OutOfMemoryError(InferdError):
+    code = ErrorCode.OUT_OF_MEMORY
+
+
+class InternalError(InferdError):
+    code = ErrorCode.INTERNAL
+
+
+class ConfigError(Exception):
+    """A configuration file, variable or flag is wrong. Raised at start-up, never to a client."""

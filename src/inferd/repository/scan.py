@@ -1,0 +1,111 @@
+"""Scanning `<repo>/<model>/config.yaml` and `<repo>/<model>/<N>/model.onnx`.
+
+A problem with one model or one version is recorded on its entry and never stops the scan: the
+caller reports it and serves the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.config.model import ModelConfig
+from inferd.config.yamlfile import read_yaml_mapping, validate_mapping
+from inferd.errors import ConfigError
+
+MODEL_FILE = "model.onnx"
+CONFIG_FILE = "config.yaml"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def valid_name(name: str) -> bool:
+    """Model names are plain folder names: no separators, no '..', no hidden files."""
+    return bool(_NAME.match(name)) and ".." not in name
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    version: int
+    path: Path
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    folder: Path
+    config: ModelConfig | None
+    versions: tuple[VersionEntry, ...]
+    """The versions the policy selects, ascending; each may carry an error."""
+    error: str | None = None
+    """Why the model as a whole cannot load (bad config, no versions)."""
+    skipped: tuple[VersionEntry, ...] = ()
+    """Version folders that cannot be a version (no model file); the policy never sees them."""
+
+
+def _version_entries(folder: Path) -> list[VersionEntry]:
+    found = []
+    for child in folder.iterdir():
+        if not child.is_dir() or not child.name.isdigit():
+            continue
+        version = int(child.name)
+        model_file = child / MODEL_FILE
+        if version < 1:
+            found.append(VersionEntry(version, model_file, "version numbers start at 1"))
+        elif not model_file.is_file():
+            found.append(VersionEntry(version, model_file, f"no {MODEL_FILE} in {child.name}/"))
+        else:
+            found.append(VersionEntry(version, model_file))
+    return found
+
+
+def _scan_model(folder: Path) -> ModelEntry:
+    name = folder.name
+    config_path = folder / CONFIG_FILE
+    try:
+        raw = read_yaml_mapping(config_path) if config_path.exists() else {}
+        config = validate_mapping(ModelConfig, raw, str(config_path))
+    except ConfigError as exc:
+        return ModelEntry(name, folder, None, (), error=str(exc))
+    if config.name is not None and config.name != name:
+        return ModelEntry(
+            name, folder, config, (),
+            error=f"{config_path}: name '{config.name}' differs from the folder name '{name}'",
+        )  # fmt: skip
+    entries = _version_entries(folder)
+    if not entries:
+        return ModelEntry(
+            name, folder, config, (), error=f"no numeric version folder with {MODEL_FILE}"
+        )
+    skipped = tuple(sorted((e for e in entries if e.error), key=lambda e: e.version))
+    by_version = {e.version: e for e in entries if e.error is None}
+    if not by_version:
+        return ModelEntry(
+            name, folder, config, (), error=f"no version folder holds a {MODEL_FILE}",
+            skipped=skipped,
+        )  # fmt: skip
+    selected = config.version_policy.select(list(by_version))
+    if not selected:
+        return ModelEntry(
+            name, folder, config, (),
+            error=f"the version policy selects none of the versions {sorted(by_version)}",
+            skipped=skipped,
+        )  # fmt: skip
+    return ModelEntry(name, folder, config, tuple(by_version[v] for v in selected), skipped=skipped)
+
+
+def scan_repository(root: Path) -> list[ModelEntry]:
+    """Every model folder under `root`, sorted by name. Raises ConfigError if `root` is unusable."""
+    if not root.is_dir():
+        raise ConfigError(f"model repository {root} is not a folder")
+    models = []
+    for folder in sorted(root.iterdir()):
+        if not folder.is_dir() or folder.name.startswith((".", "_")):
+            continue
+        if not valid_name(folder.name):
+            models.append(ModelEntry(folder.name, folder, None, (), error="not a valid model name"))
+            continue
+        models.append(_scan_model(folder))
+    return models

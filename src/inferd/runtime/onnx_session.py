@@ -1,0 +1,141 @@
+"""One ONNX Runtime session: the only module of inferd that imports onnxruntime.
+
+Builds session options from `RuntimeOptions`, picks providers in order of preference with CPU as
+the fallback, reads input and output specs from the file, and translates ONNX Runtime's errors
+into inferd's error tree at this one boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+from inferd.config.model import RuntimeOptions
+from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
+from inferd.runtime.datatypes import v2_from_onnx_type
+from inferd.runtime.protocol import Array, Feeds, TensorSpec
+
+log = logging.getLogger(__name__)
+
+CPU_PROVIDER = "CPUExecutionProvider"
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+_OOM_MARKERS = (
+    "failed to allocate memory",
+    "bad_alloc",
+    "out of memory",
+    "cudaerrormemoryallocation",
+)
+
+
+class ModelLoadError(Exception):
+    """A model file could not be turned into a session. The message is safe to report."""
+
+
+def resolve_providers(wanted: Sequence[str], available: Sequence[str]) -> list[str]:
+    """The wanted providers this build has, in order, always ending with the CPU provider."""
+    chosen = [p for p in wanted if p in available and p != CPU_PROVIDER]
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        log.warning(
+            "execution providers not available in this onnxruntime build, skipped",
+            extra={"providers": missing, "available": list(available)},
+        )
+    chosen.append(CPU_PROVIDER)
+    return chosen
+
+
+def _spec(arg: ort.NodeArg) -> TensorSpec:
+    dims: list[int] = []
+    names: list[str | None] = []
+    for dim in arg.shape or ():
+        if isinstance(dim, int) and dim >= 0:
+            dims.append(dim)
+            names.append(None)
+        else:
+            dims.append(-1)
+            names.append(dim if isinstance(dim, str) and dim else None)
+    return TensorSpec(
+        name=arg.name,
+        datatype=v2_from_onnx_type(arg.type),
+        shape=tuple(dims),
+        dim_names=tuple(names),
+    )
+
+
+def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = options.intra_op_threads
+    so.inter_op_num_threads = options.inter_op_threads
+    so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization_level]
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL
+        if options.execution_mode == "parallel"
+        else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    so.log_severity_level = 3  # errors only: ORT's own warnings are not ours to print per run
+    return so
+
+
+class OnnxSession:
+    """A `Runtime` backed by one `onnxruntime.InferenceSession`."""
+
+    def __init__(self, path: Path, options: RuntimeOptions) -> None:
+        providers = resolve_providers(options.providers, ort.get_available_providers())
+        try:
+            self._session = ort.InferenceSession(
+                str(path), sess_options=_session_options(options), providers=providers
+            )
+        except Exception as exc:  # ORT raises its own pybind types and plain RuntimeError
+            detail = _first_line(exc).replace(str(path), path.name)  # no internal paths
+            raise ModelLoadError(f"onnxruntime cannot load {path.name}: {detail}") from exc
+        try:
+            self._inputs = tuple(_spec(a) for a in self._session.get_inputs())
+            self._outputs = tuple(_spec(a) for a in self._session.get_outputs())
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from exc
+        self._providers = tuple(self._session.get_providers())
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return self._providers
+
+    def run(self, feeds: Feeds, output_names: Sequence[str] | None = None) -> dict[str, Array]:
+        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        try:
+            results = self._session.run(names, dict(feeds))
+        except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
+            raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
+        except Exception as exc:
+            message = _first_line(exc)
+            if any(marker in message.lower() for marker in _OOM_MARKERS):
+                raise OutOfMemoryError("out of memory while running the model") from exc
+            raise InternalError("the model failed while running") from exc
+        return dict(zip(names, results, strict=True))
+
+    def close(self) -> None:
+        # InferenceSession frees its memory when dropped; drop our reference now.
+        self.__dict__.pop("_session", None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

@@ -1,0 +1,108 @@
+"""The one place where inferd's error codes become HTTP statuses and bodies."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from inferd.errors import ErrorCode, InferdError, InvalidInputError
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.EMPTY_INPUT: 400,
+    ErrorCode.INPUT_TOO_LONG: 400,
+    ErrorCode.ENCODING: 400,
+    ErrorCode.INVALID_INPUT: 400,
+    ErrorCode.TOO_MANY_ITEMS: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.OUT_OF_MEMORY: 507,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+class PayloadTooLargeError(InferdError):
+    """A body over the size limit: code 4002 with HTTP 413."""
+
+    code = ErrorCode.INPUT_TOO_LONG
+    http_status = 413
+
+
+def request_id_of(request: Request) -> str:
+    return str(request.scope.get("state", {}).get("request_id", ""))
+
+
+def error_response(
+    status: int, code: int, message: str, request_id: str, retry_after_s: float | None = None
+) -> Response:
+    body = {"error": message, "code": code, "request_id": request_id}
+    headers = {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def response_for(exc: InferdError, request_id: str) -> Response:
+    status = getattr(exc, "http_status", None) or HTTP_STATUS[exc.code]
+    retry = exc.retry_after_s
+    if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
+        retry = 1.0
+    return error_response(status, int(exc.code), exc.message, request_id, retry)
+
+
+async def _inferd_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, InferdError):  # registered for InferdError only
+        raise exc
+    if exc.code is ErrorCode.INTERNAL:
+        log.error(
+            "internal error",
+            exc_info=exc.__cause__ or exc,
+            extra={"request_id": request_id_of(request)},
+        )
+    return response_for(exc, request_id_of(request))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    problems = exc.errors() if isinstance(exc, RequestValidationError) else []
+    parts = []
+    for err in problems[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+    message = "invalid request: " + ("; ".join(parts) or "malformed")
+    return response_for(InvalidInputError(message), request_id_of(request))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+    code = {404: ErrorCode.NOT_FOUND, 413: ErrorCode.INPUT_TOO_LONG}.get(
+        status, ErrorCode.INVALID_INPUT if status < 500 else ErrorCode.INTERNAL
+    )
+    detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
+    return error_response(status, int(code), str(detail), request_id_of(request))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    request_id = request_id_of(request)
+    log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
+    return error_response(
+        500,
+        int(ErrorCode.INTERNAL),
+        f"internal error; the server log has the details under request id {request_id}",
+        request_id,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(InferdError, _inferd_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,74 @@
+"""Pure ASGI middleware: request ids and the body size limit (cheaper than BaseHTTPMiddleware)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.server.errors import PayloadTooLargeError, error_response
+
+_GOOD_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class RequestIdMiddleware:
+    """Takes `X-Request-ID` when it is sane, else makes one; stores it and echoes it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = b""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                raw = value
+                break
+        request_id = raw if _GOOD_ID.match(raw) else os.urandom(12).hex().encode()
+        scope.setdefault("state", {})["request_id"] = request_id.decode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+class BodyLimitMiddleware:
+    """413 (code 4002) for a body over `max_bytes`, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if value.isdigit() and int(value) > self.max_bytes:
+                    request_id = str(scope.get("state", {}).get("request_id", ""))
+                    response = error_response(413, 4002, self._message(), request_id)
+                    await response(scope, receive, send)
+                    return
+                break
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise PayloadTooLargeError(self._message())
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _message(self) -> str:
+        return f"request body over the limit of {self.max_bytes} bytes"

@@ -1,0 +1,43 @@
+"""Probes: `/health` and `/v2/health/live` (liveness), `/ready` and `/v2/health/ready`."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from inferd.server.state import manager_of, settings_of
+
+router = APIRouter(tags=["health"])
+
+
+def _live() -> Response:
+    return Response(b'{"live":true}', 200, media_type="application/json")
+
+
+def _ready(request: Request) -> Response:
+    readiness = manager_of(request).readiness(settings_of(request).strict_readiness)
+    body = {"ready": readiness.ready, "reason": readiness.reason, "models": readiness.models}
+    return Response(
+        orjson.dumps(body), 200 if readiness.ready else 503, media_type="application/json"
+    )
+
+
+@router.get("/health", summary="Liveness: 200 while the process serves HTTP")
+async def health() -> Response:
+    return _live()
+
+
+@router.get("/v2/health/live", summary="V2 liveness")
+async def v2_live() -> Response:
+    return _live()
+
+
+@router.get("/ready", summary="Readiness: 200 when every model is loaded; 503 with the reason")
+async def ready(request: Request) -> Response:
+    return _ready(request)
+
+
+@router.get("/v2/health/ready", summary="V2 readiness")
+async def v2_ready(request: Request) -> Response:
+    return _ready(request)

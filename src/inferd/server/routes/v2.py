@@ -1,0 +1,181 @@
+"""KServe V2 REST: server and model metadata, model readiness, config, and inference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from inferd import __version__
+from inferd.engine.specs import served_shape
+from inferd.engine.version import ServedVersion
+from inferd.errors import InvalidInputError, UnavailableError
+from inferd.runtime.protocol import TensorSpec
+from inferd.server.disconnect import ClientDisconnected, cancel_on_disconnect
+from inferd.server.state import manager_of
+from inferd.server.v2_codec import InferRequest, decode_inputs, encode_response, parse_infer_request
+
+router = APIRouter(tags=["v2"])
+
+EXTENSIONS = ["model_configuration"]
+PLATFORM = "onnxruntime_onnx"
+TIMEOUT_HEADER = "x-request-timeout-ms"
+CLIENT_CLOSED = 499  # nginx's convention; never reaches the gone client, but shows in logs
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def _tensor(spec: TensorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+def _ready_version(request: Request, model: str, version: str | None) -> ServedVersion:
+    served = manager_of(request).resolve(model, version)
+    if not served.ready:
+        raise UnavailableError(
+            f"model '{model}' version {served.version} is not ready ({served.state.value.lower()})"
+            + (f": {served.reason}" if served.reason else "")
+        )
+    return served
+
+
+@router.get("/v2", summary="Server metadata")
+async def server_metadata() -> Response:
+    return _json({"name": "inferd", "version": __version__, "extensions": EXTENSIONS})
+
+
+async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
+    served = _ready_version(request, model, version)
+    versions = sorted(manager_of(request).versions[model])
+    return _json(
+        {
+            "name": model,
+            "versions": [str(v) for v in versions],
+            "platform": PLATFORM,
+            "inputs": [_tensor(s) for s in served.inputs],
+            "outputs": [_tensor(s) for s in served.outputs],
+        }
+    )
+
+
+@router.get("/v2/models/{model}", summary="Model metadata")
+async def model_metadata(request: Request, model: str) -> Response:
+    return await _model_metadata(request, model, None)
+
+
+@router.get("/v2/models/{model}/versions/{version}", summary="Model version metadata")
+async def version_metadata(request: Request, model: str, version: str) -> Response:
+    return await _model_metadata(request, model, version)
+
+
+def _model_ready(request: Request, model: str, version: str | None) -> Response:
+    served = manager_of(request).resolve(model, version)
+    body = {"name": model, "version": str(served.version), "ready": served.ready}
+    if served.reason:
+        body["reason"] = served.reason
+    return _json(body, 200 if served.ready else 503)
+
+
+@router.get("/v2/models/{model}/ready", summary="Model readiness (200 or 503)")
+async def model_ready(request: Request, model: str) -> Response:
+    return _model_ready(request, model, None)
+
+
+@router.get("/v2/models/{model}/versions/{version}/ready", summary="Model version readiness")
+async def version_ready(request: Request, model: str, version: str) -> Response:
+    return _model_ready(request, model, version)
+
+
+def _config_body(served: ServedVersion) -> dict[str, Any]:
+    config = served.config
+    batching = config.dynamic_batching
+
+    def tensor(spec: TensorSpec) -> dict[str, Any]:
+        return {
+            "name": spec.name,
+            "data_type": "TYPE_" + ("STRING" if spec.datatype == "BYTES" else spec.datatype),
+            "dims": served_shape(spec, served.batched),
+        }
+
+    return {
+        "name": served.model,
+        "platform": PLATFORM,
+        "backend": "onnxruntime",
+        "max_batch_size": config.max_batch_size,
+        "input": [tensor(s) for s in served.inputs],
+        "output": [tensor(s) for s in served.outputs],
+        "dynamic_batching": {
+            "preferred_batch_size": list(batching.preferred_batch_sizes),
+            "max_queue_delay_microseconds": int(batching.max_queue_delay_ms * 1000),
+            "default_queue_policy": {"max_queue_size": batching.max_queue_size},
+        },
+        "instance_group": [{"count": config.instance_count, "kind": "KIND_CPU"}],
+        "version_policy": config.version_policy.model_dump(exclude_defaults=True),
+        "optimization": {"execution_accelerators": {"providers": list(served.providers)}},
+    }
+
+
+@router.get("/v2/models/{model}/config", summary="Model configuration (Triton extension)")
+async def model_config(request: Request, model: str) -> Response:
+    return _json(_config_body(_ready_version(request, model, None)))
+
+
+@router.get("/v2/models/{model}/versions/{version}/config", summary="Model version configuration")
+async def version_config(request: Request, model: str, version: str) -> Response:
+    return _json(_config_body(_ready_version(request, model, version)))
+
+
+def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
+    """From `X-Request-Timeout-Ms`, else the V2 `timeout` parameter (microseconds)."""
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is not None:
+        if not header.isdigit() or int(header) == 0:
+            raise InvalidInputError(f"{TIMEOUT_HEADER} must be a positive integer of milliseconds")
+        return int(header) / 1000.0
+    param = (parsed.parameters or {}).get("timeout")
+    if param is None:
+        return None
+    if isinstance(param, bool) or not isinstance(param, int) or param <= 0:
+        raise InvalidInputError("parameter 'timeout' must be a positive integer of microseconds")
+    return param / 1_000_000.0
+
+
+INFER_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": InferRequest.model_json_schema()}},
+    }
+}
+
+
+async def _infer(request: Request, model: str, version: str | None) -> Response:
+    parsed = parse_infer_request(await request.body())
+    feeds = decode_inputs(parsed)
+    output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
+    timeout_s = _timeout_s(request, parsed)
+    manager = manager_of(request)
+    try:
+        async with cancel_on_disconnect(request.receive):
+            served, outputs = await manager.infer(model, version, feeds, output_names, timeout_s)
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED)
+    body = encode_response(served.model, served.version, parsed.id, outputs)
+    return Response(body, media_type="application/json")
+
+
+@router.post("/v2/models/{model}/infer", summary="Inference", openapi_extra=INFER_BODY)
+async def infer(request: Request, model: str) -> Response:
+    return await _infer(request, model, None)
+
+
+@router.post(
+    "/v2/models/{model}/versions/{version}/infer",
+    summary="Inference on a version",
+    openapi_extra=INFER_BODY,
+)
+async def version_infer(request: Request, model: str, version: str) -> Response:
+    return await _infer(request, model, version)

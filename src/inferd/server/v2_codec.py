@@ -1,0 +1,174 @@
+"""KServe V2 JSON tensors <-> numpy arrays, strict about types, shapes and ranges.
+
+Data may be flat row-major or nested; it must hold exactly prod(shape) elements of the declared
+datatype. Integers are never silently truncated or wrapped: a float for an INT input or a value
+out of the type's range is a 4004 that names the input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inferd.errors import EncodingError, InvalidInputError
+from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
+from inferd.runtime.protocol import Array
+
+
+class RequestInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: Any = Field(description="Row-major, flat or nested.")
+
+
+class RequestOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class InferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[RequestInput] = Field(min_length=1)
+    outputs: list[RequestOutput] | None = None
+
+
+def parse_infer_request(body: bytes) -> InferRequest:
+    if not body:
+        raise InvalidInputError("empty request body; expected a V2 inference request (JSON)")
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "utf-8" in str(exc).lower() or "surrogate" in str(exc).lower():
+            raise EncodingError(f"the body is not valid UTF-8 JSON: {exc}") from None
+        raise InvalidInputError(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidInputError("the body must be a JSON object with an 'inputs' list")
+    try:
+        return InferRequest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidInputError(
+            f"invalid inference request at '{where}': {first['msg']}"
+            + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
+        ) from None
+
+
+def _check_shape(name: str, shape: list[int]) -> int:
+    if any(d < 0 for d in shape):
+        raise InvalidInputError(f"input '{name}': shape {shape} has a negative dimension")
+    count = math.prod(shape)
+    if count > 2**31:
+        raise InvalidInputError(f"input '{name}': shape {shape} is too large")
+    return count
+
+
+def decode_tensor(tensor: RequestInput) -> Array:
+    """One V2 input as a numpy array of its declared datatype and shape."""
+    name = tensor.name
+    count = _check_shape(name, tensor.shape)
+    dtype = numpy_dtype(tensor.datatype)
+    data = tensor.data
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        if dtype.kind == "O":
+            array = _decode_bytes(name, data)
+        else:
+            array = _decode_numbers(name, data, dtype)
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise InvalidInputError(
+            f"input '{name}': data is not a rectangular array of {tensor.datatype} ({exc})"
+        ) from None
+    if array.size != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {tensor.shape} needs {count} elements, data has {array.size}"
+        )
+    return array.reshape(tensor.shape)
+
+
+def _decode_numbers(name: str, data: list[Any], dtype: np.dtype[np.generic]) -> Array:
+    parsed = np.asarray(data)
+    kind = parsed.dtype.kind
+    if parsed.size == 0:
+        return parsed.astype(dtype)
+    if dtype.kind == "b":
+        if kind != "b":
+            raise InvalidInputError(f"input '{name}': BOOL data must be true/false")
+        return parsed
+    if kind not in "biuf":
+        raise InvalidInputError(f"input '{name}': data must be numbers")
+    if dtype.kind in "iu":
+        if kind == "f":
+            raise InvalidInputError(
+                f"input '{name}': {v2_from_numpy(dtype)} data must be integers, got decimals"
+            )
+        info = np.iinfo(dtype)  # type: ignore[type-var]  # dtype is an integer type here
+        low, high = int(parsed.min()), int(parsed.max())
+        if low < info.min or high > info.max:
+            raise InvalidInputError(
+                f"input '{name}': value out of range for {v2_from_numpy(dtype)} "
+                f"[{info.min}, {info.max}]"
+            )
+    elif dtype.kind == "f" and kind == "f":
+        finite_max = float(np.finfo(dtype).max)  # type: ignore[type-var]  # a float type here
+        with np.errstate(invalid="ignore"):
+            too_big = np.abs(parsed[np.isfinite(parsed)]).max(initial=0.0) > finite_max
+        if too_big:
+            raise InvalidInputError(
+                f"input '{name}': value out of range for {v2_from_numpy(dtype)}"
+            )
+    return parsed.astype(dtype, copy=False)
+
+
+def _decode_bytes(name: str, data: list[Any]) -> Array:
+    array = np.array(data, dtype=object)
+    for item in array.flat:
+        if not isinstance(item, str):
+            raise InvalidInputError(f"input '{name}': BYTES data must be strings")
+    return array
+
+
+def decode_inputs(request: InferRequest) -> dict[str, Array]:
+    feeds: dict[str, Array] = {}
+    for tensor in request.inputs:
+        if tensor.name in feeds:
+            raise InvalidInputError(f"input '{tensor.name}' is given twice")
+        feeds[tensor.name] = decode_tensor(tensor)
+    return feeds
+
+
+def encode_response(
+    model: str,
+    version: int,
+    request_id: str | None,
+    outputs: Mapping[str, Array],
+) -> bytes:
+    tensors = []
+    for name, array in outputs.items():
+        datatype = v2_from_numpy(array.dtype)
+        flat = np.ascontiguousarray(array).reshape(-1)
+        data: Any = flat.tolist() if datatype == "BYTES" else flat
+        if datatype == "BYTES":
+            data = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in data]
+        tensors.append(
+            {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+        )
+    body: dict[str, Any] = {"model_name": model, "model_version": str(version), "outputs": tensors}
+    if request_id is not None:
+        body["id"] = request_id
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
