@@ -111,7 +111,10 @@ def _decode_numbers(name: str, data: list[Any], dtype: np.dtype[np.generic]) -> 
             raise InvalidInputError(f"input '{name}': BOOL data must be true/false")
         return parsed
     if kind not in "biuf":
-        raise InvalidInputError(f"input '{name}': data must be numbers")
+        raise InvalidInputError(
+            f"input '{name}': data must be {v2_from_numpy(dtype)} numbers "
+            "(found non-numbers or values out of any numeric range)"
+        )
     if dtype.kind in "iu":
         if kind == "f":
             raise InvalidInputError(

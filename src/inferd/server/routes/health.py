@@ -16,8 +16,14 @@ def _live() -> Response:
 
 
 def _ready(request: Request) -> Response:
-    readiness = manager_of(request).readiness(settings_of(request).strict_readiness)
-    body = {"ready": readiness.ready, "reason": readiness.reason, "models": readiness.models}
+    manager = manager_of(request)
+    readiness = manager.readiness(settings_of(request).strict_readiness)
+    body = {
+        "ready": readiness.ready,
+        "reason": readiness.reason,
+        "in_flight": manager.in_flight,
+        "models": readiness.models,
+    }
     return Response(
         orjson.dumps(body), 200 if readiness.ready else 503, media_type="application/json"
     )

@@ -1,0 +1,83 @@
+"""The `inferd` command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from inferd import __version__
+from tests.integration.server import RunningServer, start_server
+
+
+def inferd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inferd", *args], capture_output=True, text=True, timeout=120,
+        env=env,
+    )  # fmt: skip
+
+
+def test_version() -> None:
+    result = inferd("--version")
+    assert result.returncode == 0 and __version__ in result.stdout
+
+
+def test_repo_check_reports_each_version_and_the_broken_one(repository: Path) -> None:
+    result = inferd("repo", "check", str(repository))
+    assert result.returncode == 1  # the broken model
+    out = result.stdout
+    assert "affine" in out and "version 1: OK" in out and "version 2: OK" in out
+    assert "input  x: FP32 [-1, 4]" in out
+    assert "broken" in out and "FAILS" in out
+    assert "sequence" in out and "output hidden: FP32 [-1, -1, 2]" in out
+
+
+def test_repo_check_passes_on_a_clean_repository(tmp_path: Path, repository: Path) -> None:
+    clean = tmp_path / "clean"
+    (clean / "affine").mkdir(parents=True)
+    for item in (repository / "affine").rglob("*"):
+        target = clean / "affine" / item.relative_to(repository / "affine")
+        if item.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(item.read_bytes())
+    result = inferd("repo", "check", str(clean))
+    assert result.returncode == 0, result.stdout
+    assert "all models would load" in result.stdout
+
+
+def test_config_file_error_names_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "server.yaml"
+    config.write_text("port: 8080\nmax_queue: 3\n")
+    result = inferd("serve", "--config", str(config))
+    assert result.returncode == 2
+    assert str(config) in result.stderr and "unknown key 'max_queue'" in result.stderr
+
+
+def test_serve_without_a_repository_says_how_to_give_one(tmp_path: Path) -> None:
+    result = inferd("serve", "--port", "0")
+    assert result.returncode == 2
+    assert "--repo" in result.stderr
+
+
+def test_file_env_and_flag_reach_the_running_server(tmp_path: Path, repository: Path) -> None:
+    config = tmp_path / "server.yaml"
+    config.write_text(f"repository: {repository}\nmax_body_bytes: 10\nstrict_readiness: true\n")
+    import os
+
+    env = {**os.environ, "INFERD_STRICT_READINESS": "false", "INFERD_MAX_BODY_BYTES": "20"}
+    server: RunningServer = start_server(
+        None, tmp_path / "log", "--config", str(config), "--max-body-bytes", "100000", env=env
+    )
+    try:
+        # env turned strict readiness off: the broken model no longer blocks readiness
+        ready = httpx.get(server.url + "/ready", timeout=5)
+        assert ready.status_code == 200 and "broken" in ready.text
+        # the flag's body limit (100000) beats the env's (20) and the file's (10)
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}]}
+        assert httpx.post(server.url + "/v2/models/affine/infer", json=body).status_code == 200
+    finally:
+        assert server.stop() == 0

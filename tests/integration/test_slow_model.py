@@ -1,0 +1,153 @@
+"""Deadlines, shedding, disconnects and drain against a model slow enough to queue behind."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.integration.server import RunningServer, start_server
+from tests.models import slow_model, write_config
+
+WIDTH = 512
+LAYERS = 2048  # about 30 ms a request on one thread
+
+
+def body(value: float = 0.5) -> dict[str, Any]:
+    x = np.full((1, WIDTH), value, dtype=np.float32)
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, WIDTH], "data": x.tolist()}]}
+
+
+@pytest.fixture(scope="module")
+def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("slow-repo")
+    slow_model(root / "slow" / "1" / "model.onnx", layers=LAYERS, width=WIDTH)
+    write_config(
+        root / "slow",
+        {
+            "max_batch_size": 1,
+            "runtime": {"intra_op_threads": 1},
+            "dynamic_batching": {"max_queue_size": 64},
+        },
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def slow_server(
+    slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("slow-logs") / "server.log"
+    running = start_server(slow_repo, log)
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def post_many(url: str, count: int, headers: dict[str, str] | None = None) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=count)
+    with (
+        httpx.Client(base_url=url, timeout=60, limits=limits) as client,
+        ThreadPoolExecutor(count) as pool,
+    ):
+        futures = [
+            pool.submit(client.post, "/v2/models/slow/infer", json=body(), headers=headers)
+            for _ in range(count)
+        ]
+        return [f.result() for f in futures]
+
+
+def test_requests_expiring_in_the_queue_get_504_code_5040(slow_server: RunningServer) -> None:
+    responses = post_many(slow_server.url, 12, headers={"X-Request-Timeout-Ms": "60"})
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {200, 504}, statuses
+    expired = [r for r in responses if r.status_code == 504]
+    assert len(expired) >= 6  # 12 x 30 ms cannot fit in 60 ms
+    assert all(r.json()["code"] == 5040 for r in expired)
+
+
+def test_full_queue_sheds_with_429_and_retry_after(
+    slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    write_config(
+        slow_repo / "slow",
+        {"max_batch_size": 1, "runtime": {"intra_op_threads": 1},
+         "dynamic_batching": {"max_queue_size": 4}},
+    )  # fmt: skip
+    log = tmp_path_factory.mktemp("shed-logs") / "server.log"
+    server = start_server(slow_repo, log)
+    try:
+        responses = post_many(server.url, 24)
+    finally:
+        assert server.stop() == 0, server.log()
+    statuses = sorted(r.status_code for r in responses)
+    assert set(statuses) == {200, 429}, statuses  # every request answered, none lost
+    shed = [r for r in responses if r.status_code == 429]
+    assert all(r.json()["code"] == 4290 and int(r.headers["retry-after"]) >= 1 for r in shed)
+    assert statuses.count(200) >= 5
+
+
+def test_disconnected_clients_take_their_queued_work_with_them(slow_server: RunningServer) -> None:
+    def impatient() -> None:
+        # the client gives up after 50 ms and closes its connection
+        with contextlib.suppress(httpx.TimeoutException):
+            httpx.post(slow_server.url + "/v2/models/slow/infer", json=body(), timeout=0.05)
+
+    with ThreadPoolExecutor(40) as pool:
+        list(pool.map(lambda _: impatient(), range(40)))
+    # 40 queued requests x 30 ms would be 1.2 s of compute if they stayed in the queue
+    time.sleep(0.1)
+    started = time.monotonic()
+    response = httpx.post(slow_server.url + "/v2/models/slow/infer", json=body(), timeout=30)
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert elapsed < 0.6, f"a fresh request waited {elapsed:.2f} s behind abandoned work"
+
+
+def test_sigterm_drains_in_flight_requests_then_exits_0(
+    slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    write_config(
+        slow_repo / "slow",
+        {"max_batch_size": 1, "runtime": {"intra_op_threads": 1},
+         "dynamic_batching": {"max_queue_size": 128}},
+    )  # fmt: skip
+    log = tmp_path_factory.mktemp("drain-logs") / "server.log"
+    server = start_server(slow_repo, log, "--drain-grace-s", "0.3", "--drain-timeout-s", "20")
+    limits = httpx.Limits(max_connections=50)
+    client = httpx.Client(base_url=server.url, timeout=60, limits=limits)
+    pool = ThreadPoolExecutor(50)
+    futures = [pool.submit(client.post, "/v2/models/slow/infer", json=body()) for _ in range(50)]
+    deadline = time.monotonic() + 10
+    while True:  # every request admitted: in flight on the server or already answered
+        in_flight = httpx.get(server.url + "/ready", timeout=2).json()["in_flight"]
+        if in_flight + sum(f.done() for f in futures) >= 50:
+            break
+        assert time.monotonic() < deadline, "the 50 requests never got in flight"
+        time.sleep(0.005)
+    assert in_flight >= 30  # most of them are still queued or running at the signal
+
+    server.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    time.sleep(0.05)
+    assert httpx.get(server.url + "/ready", timeout=2).status_code == 503  # at once
+    assert httpx.get(server.url + "/health", timeout=2).status_code == 200  # still live
+    time.sleep(0.4)  # past the grace delay: new inference is refused
+    late = httpx.post(server.url + "/v2/models/slow/infer", json=body(), timeout=10)
+    assert late.status_code == 503 and late.json()["code"] == 5030
+    assert "retry-after" in late.headers
+
+    results = [f.result(timeout=30) for f in futures]
+    pool.shutdown()
+    client.close()
+    assert [r.status_code for r in results] == [200] * 50
+    code = server.process.wait(25)
+    assert code == 0, server.log()
+    assert time.monotonic() - signalled < 20

@@ -1,0 +1,324 @@
+"""Every exit path of DynamicBatcher, driven by a fake runner gated with events."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
+from inferd.batching.batcher import BatchRecord
+from inferd.errors import (
+    DeadlineExceededError,
+    InternalError,
+    InvalidInputError,
+    QueueFullError,
+    UnavailableError,
+)
+from inferd.runtime.protocol import TensorSpec
+from tests.fakes import FakeRunner
+
+X = TensorSpec("x", "FP32", (-1, 2), ("batch", None))
+Y = TensorSpec("y", "FP32", (-1, 2), ("batch", None))
+IDS = TensorSpec("ids", "INT64", (-1, -1), ("batch", "seq"))
+HIDDEN = TensorSpec("hidden", "FP32", (-1, -1, 1), ("batch", "seq", None))
+POOLED = TensorSpec("pooled", "INT64", (-1,), ("batch",))
+
+
+def make(runner: FakeRunner, max_batch_size: int = 4, **kwargs: object) -> DynamicBatcher:
+    layout = build_layout([X], [Y], {}, batched=max_batch_size > 0)
+    settings = BatcherSettings(max_batch_size=max_batch_size, **kwargs)  # type: ignore[arg-type]
+    batcher = DynamicBatcher(layout, settings, runner)
+    batcher.start()
+    return batcher
+
+
+def x(rows: int, value: float = 1.0) -> dict[str, np.ndarray]:
+    return {"x": np.full((rows, 2), value, dtype=np.float32)}
+
+
+async def until(predicate, timeout_s: float = 2.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.001)
+
+
+async def test_lone_request_on_idle_batcher_is_dispatched_at_once() -> None:
+    runner = FakeRunner()
+    batcher = make(runner, max_queue_delay_s=10.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    out = await batcher.submit(x(1, 3.0), 1)
+    assert loop.time() - started < 0.5  # far under the 10 s delay
+    np.testing.assert_array_equal(out["y"], np.full((1, 2), 6.0))
+    await batcher.close()
+
+
+async def test_requests_queued_while_busy_form_one_batch_up_to_max_size() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=4)
+    first = asyncio.create_task(batcher.submit(x(1, 0), 1))
+    await runner.started.wait()
+    rest = [asyncio.create_task(batcher.submit(x(1, i), 1)) for i in range(1, 7)]
+    await until(lambda: batcher.queued_items == 6)
+    gate.set()
+    results = await asyncio.gather(first, *rest)
+    assert runner.batch_sizes == [1, 4, 2]
+    for i, out in enumerate(results):
+        np.testing.assert_array_equal(out["y"], np.full((1, 2), 2.0 * i))
+    await batcher.close()
+
+
+async def test_free_slot_waits_for_a_filling_batch_and_delay_bounds_the_wait() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    # two slots: one is held by a gated batch, the other waits for its batch to fill
+    batcher = make(runner, max_batch_size=4, concurrency=2, max_queue_delay_s=0.05)
+    held = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    # a steady trickle makes the arrival rate fast enough to fill within the delay
+    tasks = []
+    for _ in range(4):
+        tasks.append(asyncio.create_task(batcher.submit(x(1), 1)))
+        await asyncio.sleep(0.002)
+    await until(lambda: len(runner.batches) == 2)
+    assert runner.batch_sizes == [1, 4]  # filled, not dispatched one by one
+    gate.set()
+    await asyncio.gather(held, *tasks)
+    await batcher.close()
+
+
+async def test_max_queue_delay_dispatches_a_partial_batch() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=8, concurrency=2, max_queue_delay_s=0.03)
+    held = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(2)]
+    t0 = loop.time()
+    await until(lambda: len(runner.batches) == 2)
+    waited = loop.time() - t0
+    assert runner.batch_sizes == [1, 2]
+    assert waited < 0.5
+    gate.set()
+    await asyncio.gather(held, *tasks)
+    await batcher.close()
+
+
+async def test_preferred_batch_size_dispatches_without_waiting_for_max() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(
+        runner, max_batch_size=8, concurrency=2, max_queue_delay_s=5.0, preferred_batch_sizes=(2,)
+    )
+    held = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    tasks = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(2)]
+    await until(lambda: len(runner.batches) == 2, timeout_s=1.0)
+    assert runner.batch_sizes == [1, 2]
+    gate.set()
+    await asyncio.gather(held, *tasks)
+    await batcher.close()
+
+
+async def test_oversized_request_is_split_and_reassembled_in_order() -> None:
+    runner = FakeRunner()
+    batcher = make(runner, max_batch_size=4)
+    feeds = {"x": np.arange(22, dtype=np.float32).reshape(11, 2)}
+    out = await batcher.submit(feeds, 11)
+    np.testing.assert_array_equal(out["y"], feeds["x"] * 2)
+    assert max(runner.batch_sizes) <= 4
+    assert sum(runner.batch_sizes) == 11
+    await batcher.close()
+
+
+async def test_many_concurrent_producers_each_get_their_own_rows() -> None:
+    runner = FakeRunner(delay_s=0.001)
+    batcher = make(runner, max_batch_size=8, max_queue_size=10_000)
+    rng = random.Random(7)
+
+    async def producer(pid: int) -> None:
+        for j in range(20):
+            rows = rng.randint(1, 5)
+            value = pid * 1000 + j
+            feeds = {"x": np.full((rows, 2), value, dtype=np.float32)}
+            out = await batcher.submit(feeds, rows)
+            np.testing.assert_array_equal(out["y"], np.full((rows, 2), 2.0 * value))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(producer(p) for p in range(30)))
+    assert max(runner.batch_sizes) <= 8
+    assert max(runner.batch_sizes) > 1  # batching happened
+    await batcher.close()
+
+
+async def test_padded_items_of_different_lengths_share_a_batch_and_come_back_exact() -> None:
+    runner = FakeRunner(gate=asyncio.Event())
+    layout = build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
+    batcher = DynamicBatcher(
+        layout, BatcherSettings(max_batch_size=8, max_padding_waste=0.5), runner
+    )
+    batcher.start()
+    first = asyncio.create_task(batcher.submit({"ids": np.ones((1, 3), dtype=np.int64)}, 1))
+    await runner.started.wait()
+    lengths = [4, 3, 2, 4]
+    feeds = [{"ids": np.arange(1, n + 1, dtype=np.int64)[None, :]} for n in lengths]
+    tasks = [asyncio.create_task(batcher.submit(f, 1)) for f in feeds]
+    await until(lambda: batcher.queued_items == 4)
+    assert runner.gate is not None
+    runner.gate.set()
+    await first
+    outs = await asyncio.gather(*tasks)
+    assert runner.batch_sizes == [1, 4]
+    assert runner.batches[1]["ids"].shape == (4, 4)
+    for f, out in zip(feeds, outs, strict=True):
+        n = f["ids"].shape[1]
+        assert out["hidden"].shape == (1, n, 1)
+        np.testing.assert_array_equal(out["hidden"][0, :, 0], f["ids"][0] + 0.5)
+        assert int(out["pooled"][0]) == n * (n + 1) // 2
+    await batcher.close()
+
+
+async def test_queue_full_rejects_at_once_with_retry_after() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=1, max_queue_size=2)
+    running = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    queued = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(2)]
+    await until(lambda: batcher.queued_items == 2)
+    with pytest.raises(QueueFullError) as info:
+        await batcher.submit(x(1), 1)
+    assert info.value.retry_after_s is not None and info.value.retry_after_s >= 1
+    gate.set()
+    await asyncio.gather(running, *queued)
+    await batcher.close()
+
+
+async def test_request_expiring_in_the_queue_is_answered_and_never_run() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=1)
+    running = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    loop = asyncio.get_running_loop()
+    doomed = {"x": np.full((1, 2), 99.0, dtype=np.float32)}
+    with pytest.raises(DeadlineExceededError):
+        await batcher.submit(doomed, 1, deadline=loop.time() + 0.02)
+    gate.set()
+    await running
+    await until(lambda: batcher.queued_items == 0 and batcher.running_batches == 0)
+    assert all(99.0 not in b["x"] for b in runner.batches)
+    await batcher.close()
+
+
+async def test_deadline_already_passed_is_refused_before_queueing() -> None:
+    batcher = make(FakeRunner())
+    loop = asyncio.get_running_loop()
+    with pytest.raises(DeadlineExceededError):
+        await batcher.submit(x(1), 1, deadline=loop.time() - 1)
+    assert batcher.queued_items == 0
+    await batcher.close()
+
+
+async def test_cancelled_caller_takes_its_queued_item_away_before_compute() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=4)
+    running = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    gone = asyncio.create_task(batcher.submit({"x": np.full((1, 2), 7.0, np.float32)}, 1))
+    stays = asyncio.create_task(batcher.submit(x(1, 5.0), 1))
+    await until(lambda: batcher.queued_items == 2)
+    gone.cancel()
+    gate.set()
+    await running
+    out = await stays
+    np.testing.assert_array_equal(out["y"], np.full((1, 2), 10.0))
+    assert gone.cancelled()
+    assert all(7.0 not in b["x"] for b in runner.batches)
+    await batcher.close()
+
+
+async def test_a_failing_batch_fails_each_of_its_requests_with_the_error() -> None:
+    runner = FakeRunner(fail_with=InvalidInputError("bad"))
+    batcher = make(runner)
+    with pytest.raises(InvalidInputError):
+        await batcher.submit(x(1), 1)
+    await batcher.close()
+
+
+async def test_an_unexpected_exception_becomes_an_internal_error_and_the_loop_survives() -> None:
+    runner = FakeRunner(fail_with=RuntimeError("boom"))
+    batcher = make(runner)
+    with pytest.raises(InternalError):
+        await batcher.submit(x(1), 1)
+    runner.fail_with = None
+    out = await batcher.submit(x(1, 2.0), 1)
+    np.testing.assert_array_equal(out["y"], np.full((1, 2), 4.0))
+    await batcher.close()
+
+
+async def test_drain_finishes_queued_work_and_refuses_new() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=2)
+    tasks = [asyncio.create_task(batcher.submit(x(1, i), 1)) for i in range(5)]
+    await runner.started.wait()
+    drained = asyncio.create_task(batcher.drain(timeout_s=5))
+    await asyncio.sleep(0)
+    with pytest.raises(UnavailableError):
+        await batcher.submit(x(1), 1)
+    gate.set()
+    assert await drained
+    results = await asyncio.gather(*tasks)
+    assert len(results) == 5
+    await batcher.close()
+
+
+async def test_close_answers_queued_and_running_requests() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=1)
+    tasks = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(3)]
+    await runner.started.wait()
+    await batcher.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, UnavailableError) for r in results)
+
+
+async def test_observer_sees_each_batch_and_a_failing_observer_breaks_nothing() -> None:
+    records: list[BatchRecord] = []
+
+    class Observer:
+        def on_batch(self, record: BatchRecord) -> None:
+            records.append(record)
+            raise RuntimeError("observer bug")
+
+    layout = build_layout([X], [Y], {}, batched=True)
+    batcher = DynamicBatcher(layout, BatcherSettings(max_batch_size=4), FakeRunner(), Observer())
+    batcher.start()
+    out = await batcher.submit(x(2, 1.0), 2)
+    np.testing.assert_array_equal(out["y"], np.full((2, 2), 2.0))
+    assert records[0].rows == 2 and records[0].items == 1 and records[0].error is None
+    await batcher.close()
+
+
+async def test_unbatched_model_runs_each_request_alone() -> None:
+    runner = FakeRunner(delay_s=0.001)
+    layout = build_layout([TensorSpec("x", "FP32", (2,), (None,))], [], {}, batched=False)
+    batcher = DynamicBatcher(layout, BatcherSettings(max_batch_size=0), runner)
+    batcher.start()
+    feeds = [{"x": np.full((2,), i, dtype=np.float32)} for i in range(4)]
+    outs = await asyncio.gather(*(batcher.submit(f, 1) for f in feeds))
+    assert len(runner.batches) == 4
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out["y"], np.full((2,), 2.0 * i))
+    await batcher.close()

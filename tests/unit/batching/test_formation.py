@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from inferd.batching.formation import (
+    Signature,
+    padding_efficiency,
+    select_batch,
+    signature,
+)
+from inferd.batching.layout import build_layout
+from inferd.runtime.protocol import TensorSpec
+
+IDS = TensorSpec("ids", "INT64", (-1, -1), ("batch", "seq"))
+HIDDEN = TensorSpec("hidden", "FP32", (-1, -1, 1), ("batch", "seq", None))
+POOLED = TensorSpec("pooled", "INT64", (-1,), ("batch",))
+
+
+@dataclass
+class Item:
+    rows: int
+    sig: Signature
+
+
+def item(length: int, rows: int = 1, layout=None) -> Item:
+    layout = layout or build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
+    feeds = {"ids": np.ones((rows, length), dtype=np.int64)}
+    return Item(rows, signature(feeds, layout))
+
+
+def test_layout_links_output_axes_to_padded_inputs_by_dim_name() -> None:
+    layout = build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
+    assert layout.padded_axes == {"ids": (1,)}
+    assert layout.mix_lengths
+    (rule,) = layout.unpad["hidden"]
+    assert (rule.output_axis, rule.input_name, rule.input_axis) == (1, "ids", 1)
+    assert "pooled" not in layout.unpad
+
+
+def test_layout_refuses_mixing_when_an_output_axis_cannot_be_cut_back() -> None:
+    unknown = TensorSpec("hidden", "FP32", (-1, -1), ("batch", "unk__1"))
+    layout = build_layout([IDS], [unknown], {"ids": 0}, batched=True)
+    assert not layout.mix_lengths
+    a, b = item(3, layout=layout), item(5, layout=layout)
+    assert a.sig.key != b.sig.key
+
+
+def test_layout_without_pad_values_pads_nothing() -> None:
+    layout = build_layout([IDS], [HIDDEN], {}, batched=True)
+    assert not layout.pads and not layout.mix_lengths
+
+
+def test_same_length_items_share_a_batch_up_to_max_rows() -> None:
+    items = [item(4, rows=3) for _ in range(5)]
+    assert select_batch(items, max_rows=8, max_padding_waste=0.0) == [0, 1]
+
+
+def test_rows_that_do_not_fit_are_skipped_but_smaller_later_items_join() -> None:
+    items = [item(4, rows=5), item(4, rows=4), item(4, rows=3)]
+    assert select_batch(items, max_rows=8, max_padding_waste=0.0) == [0, 2]
+
+
+def test_padding_waste_bound_keeps_far_lengths_apart() -> None:
+    items = [item(10), item(9), item(2), item(10)]
+    # 10 + 9 padded to 10: waste 5%; adding 2 would make it 1 - 21/30 = 30% > 25%.
+    assert select_batch(items, max_rows=8, max_padding_waste=0.25) == [0, 1, 3]
+    assert select_batch(items, max_rows=8, max_padding_waste=0.0) == [0, 3]
+    assert select_batch(items, max_rows=8, max_padding_waste=1.0) == [0, 1, 2, 3]
+
+
+def test_different_keys_never_merge() -> None:
+    layout = build_layout([IDS], [HIDDEN], {"ids": 0}, batched=True)
+    a = Item(1, signature({"ids": np.ones((1, 3), dtype=np.int64)}, layout))
+    b = Item(1, signature({"ids": np.ones((1, 3), dtype=np.int32)}, layout))
+    assert select_batch([a, b], max_rows=8, max_padding_waste=1.0) == [0]
+
+
+def test_unbatched_model_runs_one_item() -> None:
+    items = [item(4), item(4)]
+    assert select_batch(items, max_rows=0, max_padding_waste=1.0) == [0]
+
+
+def test_empty_queue_selects_nothing() -> None:
+    assert select_batch([], max_rows=8, max_padding_waste=0.0) == []
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [([4, 4], 1.0), ([2, 4], 0.75), ([1, 3], 4 / 6)],
+)
+def test_padding_efficiency(lengths: list[int], expected: float) -> None:
+    extents = [((n,),) for n in lengths]
+    assert padding_efficiency([1] * len(lengths), extents) == pytest.approx(expected)

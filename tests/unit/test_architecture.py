@@ -1,0 +1,74 @@
+"""The import rules of DESIGN.md, checked by walking every module's imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "inferd"
+
+# part -> modules it must never import (prefix match)
+FORBIDDEN = {
+    "config": ["inferd.repository", "inferd.runtime", "inferd.batching", "inferd.engine",
+               "inferd.server", "inferd.cli", "onnxruntime", "fastapi", "starlette"],
+    "repository": ["inferd.runtime", "inferd.batching", "inferd.engine", "inferd.server",
+                   "inferd.cli", "onnxruntime", "fastapi", "starlette"],
+    "runtime": ["inferd.batching", "inferd.engine", "inferd.server", "inferd.cli", "fastapi",
+                "starlette"],
+    "batching": ["inferd.engine", "inferd.server", "inferd.cli", "inferd.config",
+                 "inferd.runtime.onnx_session", "inferd.runtime.pool", "onnxruntime", "fastapi",
+                 "starlette", "uvicorn"],
+    "engine": ["inferd.server", "inferd.cli", "fastapi", "starlette", "uvicorn"],
+    "server": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli"],
+    "observability": ["inferd.engine", "inferd.server", "inferd.batching", "inferd.runtime",
+                      "inferd.cli"],
+    "errors": ["inferd.", "fastapi", "starlette", "onnxruntime"],
+}  # fmt: skip
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def part_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_respects_the_import_rules(path: Path) -> None:
+    rules = FORBIDDEN.get(part_of(path), [])
+    bad = sorted(
+        i for i in imports_of(path) for r in rules if i == r.rstrip(".") or i.startswith(r)
+    )
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
+
+
+def test_only_the_session_module_imports_onnxruntime() -> None:
+    users = {
+        str(p.relative_to(PACKAGE))
+        for p in MODULES
+        if any(i == "onnxruntime" or i.startswith("onnxruntime.") for i in imports_of(p))
+    }
+    assert users == {"runtime/onnx_session.py"}
+
+
+def test_every_module_has_a_docstring() -> None:
+    missing = [
+        str(p.relative_to(PACKAGE))
+        for p in MODULES
+        if ast.get_docstring(ast.parse(p.read_text())) is None
+    ]
+    assert not missing, missing
