@@ -44,3 +44,24 @@ def test_triton_client_sees_errors_as_exceptions(triton) -> None:  # type: ignor
     inp.set_data_from_numpy(x, binary_data=False)
     with pytest.raises(InferenceServerException, match="dimension 1 must be 4"):
         triton.infer("affine", [inp])
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "deflate"])
+def test_triton_client_default_binary_tensors(triton, compression) -> None:  # type: ignore[no-untyped-def]
+    a = np.array([[0.5, 1.5, 2.5], [1.0, 2.0, 3.0]], dtype=np.float32)
+    b = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32)
+    tag = np.array([["héllo".encode()], [b"w"]], dtype=np.object_)
+    inputs = []
+    for name, value, datatype in (("a", a, "FP32"), ("b", b, "INT32"), ("tag", tag, "BYTES")):
+        inp = httpclient.InferInput(name, list(value.shape), datatype)
+        inp.set_data_from_numpy(value)  # binary by default
+        inputs.append(inp)
+    result = triton.infer(
+        "multi",
+        inputs,
+        outputs=[httpclient.InferRequestedOutput(n) for n in ("total", "doubled", "tag_out")],
+        request_compression_algorithm=compression,
+    )
+    np.testing.assert_allclose(result.as_numpy("total"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("doubled"), 2 * b)
+    assert result.as_numpy("tag_out").tolist() == [["héllo".encode()], [b"w"]]

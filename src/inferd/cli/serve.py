@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
 from inferd.errors import ConfigError
@@ -12,6 +14,7 @@ from inferd.server.runner import run_server
 
 def serve(settings: ServerSettings) -> int:
     configure_logging(settings.log_level, json_format=settings.log_format == "json")
+    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
     if settings.repository is None:
         raise ConfigError(
             "no model repository given: pass --repo DIR, set INFERD_REPOSITORY, "

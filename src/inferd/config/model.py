@@ -55,16 +55,25 @@ class RuntimeOptions(_Strict):
     )
     intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     inter_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
-    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
-    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
+        "all", description="ONNX Runtime's graph optimizations applied when the session loads."
+    )
+    execution_mode: Literal["sequential", "parallel"] = Field(
+        "sequential", description="parallel runs independent branches of the graph at once."
+    )
+    allow_spinning: bool = Field(
+        False,
+        description="Let ONNX Runtime's idle threads spin for work. Off by default: in a server "
+        "the event loop and the load share the cores, and spinning burns the CPU they need.",
+    )
 
 
 class VersionPolicy(_Strict):
     """Exactly one of `latest`, `all`, `specific` (Triton's version_policy)."""
 
-    latest: int | None = Field(None, ge=1)
-    all: bool = False
-    specific: tuple[int, ...] | None = None
+    latest: int | None = Field(None, ge=1, description="Serve the N highest versions (default 1).")
+    all: bool = Field(False, description="Serve every version.")
+    specific: tuple[int, ...] | None = Field(None, description="Serve these versions.")
 
     @model_validator(mode="after")
     def _one_policy(self) -> VersionPolicy:
@@ -88,8 +97,8 @@ class VersionPolicy(_Strict):
 class TensorOverride(_Strict):
     """Overrides what the ONNX file says of an input or output, or adds what it cannot say."""
 
-    name: str
-    datatype: V2Datatype | None = None
+    name: str = Field(description="The input or output, as the ONNX file names it.")
+    datatype: V2Datatype | None = Field(None, description="The KServe V2 datatype to serve.")
     shape: tuple[int, ...] | None = Field(
         None, description="Without the batch axis when max_batch_size > 0; -1 is variable."
     )
@@ -102,7 +111,9 @@ class TensorOverride(_Strict):
 
 class ModelConfig(_Strict):
     name: str | None = Field(None, description="Defaults to the folder name.")
-    platform: Literal["onnxruntime_onnx"] = "onnxruntime_onnx"
+    platform: Literal["onnxruntime_onnx"] = Field(
+        "onnxruntime_onnx", description="The only backend: ONNX Runtime."
+    )
     max_batch_size: int = Field(
         8, ge=0, description="Largest batch the runtime gets; 0 means the model has no batch axis."
     )
@@ -110,8 +121,10 @@ class ModelConfig(_Strict):
     instance_count: int = Field(1, ge=1, description="ONNX Runtime sessions for each version.")
     runtime: RuntimeOptions = RuntimeOptions()
     version_policy: VersionPolicy = VersionPolicy()
-    inputs: tuple[TensorOverride, ...] = ()
-    outputs: tuple[TensorOverride, ...] = ()
+    inputs: tuple[TensorOverride, ...] = Field(
+        (), description="Overrides for inputs (pad values, datatypes, shapes); see below."
+    )
+    outputs: tuple[TensorOverride, ...] = Field((), description="Overrides for outputs.")
     request_timeout_s: float | None = Field(
         None, gt=0, description="Deadline for this model's requests; the server's when unset."
     )

@@ -63,6 +63,13 @@ class ServerSettings(BaseModel):
     load_concurrency: int = Field(
         1, ge=1, description="Model versions loaded at the same time in the background."
     )
+    gil_switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        description="Python's thread switch interval. Shorter than Python's 5 ms default so a "
+        "runtime thread whose batch finished gets the interpreter back quickly while the event "
+        "loop is busy with HTTP work.",
+    )
     keep_alive_s: float = Field(5.0, gt=0, description="HTTP keep-alive timeout.")
 
 

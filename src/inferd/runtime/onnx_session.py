@@ -83,6 +83,9 @@ def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
         if options.execution_mode == "parallel"
         else ort.ExecutionMode.ORT_SEQUENTIAL
     )
+    spinning = "1" if options.allow_spinning else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     so.log_severity_level = 3  # errors only: ORT's own warnings are not ours to print per run
     return so
 

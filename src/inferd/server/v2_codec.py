@@ -1,4 +1,4 @@
-"""KServe V2 JSON tensors <-> numpy arrays, strict about types, shapes and ranges.
+"""KServe V2 tensors (JSON, or binary per the extension) <-> numpy arrays, strictly checked.
 
 Data may be flat row-major or nested; it must hold exactly prod(shape) elements of the declared
 datatype. Integers are never silently truncated or wrapped: a float for an INT input or a value
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from inferd.errors import EncodingError, InvalidInputError
 from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
 from inferd.runtime.protocol import Array
+from inferd.server.v2_binary import decode_binary, encode_binary
 
 
 class RequestInput(BaseModel):
@@ -27,7 +28,15 @@ class RequestInput(BaseModel):
     shape: list[int]
     datatype: str
     parameters: dict[str, Any] | None = None
-    data: Any = Field(description="Row-major, flat or nested.")
+    data: Any = Field(None, description="Row-major, flat or nested; absent for binary data.")
+
+    def binary_size(self) -> int | None:
+        size = (self.parameters or {}).get("binary_data_size")
+        if size is None:
+            return None
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInputError(f"input '{self.name}': binary_data_size must be a count")
+        return size
 
 
 class RequestOutput(BaseModel):
@@ -146,13 +155,44 @@ def _decode_bytes(name: str, data: list[Any]) -> Array:
     return array
 
 
-def decode_inputs(request: InferRequest) -> dict[str, Array]:
+def decode_inputs(request: InferRequest, binary: memoryview | None = None) -> dict[str, Array]:
+    """Every input as an array; binary inputs take their bytes from `binary`, in order."""
     feeds: dict[str, Array] = {}
+    offset = 0
     for tensor in request.inputs:
         if tensor.name in feeds:
             raise InvalidInputError(f"input '{tensor.name}' is given twice")
-        feeds[tensor.name] = decode_tensor(tensor)
+        size = tensor.binary_size()
+        if size is None:
+            if tensor.data is None:
+                raise InvalidInputError(f"input '{tensor.name}' has neither data nor binary data")
+            feeds[tensor.name] = decode_tensor(tensor)
+            continue
+        if binary is None or offset + size > len(binary):
+            raise InvalidInputError(
+                f"input '{tensor.name}': binary_data_size {size} runs past the binary data "
+                "(is Inference-Header-Content-Length set?)"
+            )
+        _check_shape(tensor.name, tensor.shape)
+        raw = binary[offset : offset + size]
+        feeds[tensor.name] = decode_binary(tensor.name, tensor.datatype, tensor.shape, raw)
+        offset += size
+    if binary is not None and offset != len(binary):
+        raise InvalidInputError(f"{len(binary) - offset} bytes of binary data belong to no input")
     return feeds
+
+
+def binary_outputs(request: InferRequest, names: list[str]) -> set[str]:
+    """The outputs to send as binary: `binary_data_output`, overridden per output."""
+    default = bool((request.parameters or {}).get("binary_data_output", False))
+    chosen = {name for name in names if default}
+    for output in request.outputs or ():
+        flag = (output.parameters or {}).get("binary_data")
+        if flag is True:
+            chosen.add(output.name)
+        elif flag is False:
+            chosen.discard(output.name)
+    return chosen
 
 
 def encode_response(
@@ -160,10 +200,21 @@ def encode_response(
     version: int,
     request_id: str | None,
     outputs: Mapping[str, Array],
-) -> bytes:
+    binary: set[str] | frozenset[str] = frozenset(),
+) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when binary outputs follow it."""
     tensors = []
+    blobs: list[bytes] = []
     for name, array in outputs.items():
         datatype = v2_from_numpy(array.dtype)
+        if name in binary:
+            blob = encode_binary(array)
+            blobs.append(blob)
+            tensors.append(
+                {"name": name, "datatype": datatype, "shape": list(array.shape),
+                 "parameters": {"binary_data_size": len(blob)}}
+            )  # fmt: skip
+            continue
         flat = np.ascontiguousarray(array).reshape(-1)
         data: Any = flat.tolist() if datatype == "BYTES" else flat
         if datatype == "BYTES":
@@ -174,4 +225,7 @@ def encode_response(
     body: dict[str, Any] = {"model_name": model, "model_version": str(version), "outputs": tensors}
     if request_id is not None:
         body["id"] = request_id
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)

@@ -38,7 +38,7 @@ def test_every_numeric_datatype_decodes_and_encodes(datatype: str, dtype: type) 
     data = [True, False] if datatype == "BOOL" else [1, 2]
     array = decode_tensor(tensor(datatype, [2], data))
     assert array.dtype == dtype
-    body = orjson.loads(encode_response("m", 1, "id", {"out": array}))
+    body = orjson.loads(encode_response("m", 1, "id", {"out": array})[0])
     (out,) = body["outputs"]
     assert out["datatype"] == datatype and out["shape"] == [2] and out["data"] == data
 
@@ -46,7 +46,7 @@ def test_every_numeric_datatype_decodes_and_encodes(datatype: str, dtype: type) 
 def test_bytes_travel_as_strings() -> None:
     array = decode_tensor(tensor("BYTES", [2, 1], [["héllo"], ["世界"]]))
     assert array.dtype == object and array[1, 0] == "世界"
-    body = orjson.loads(encode_response("m", 1, None, {"out": array}))
+    body = orjson.loads(encode_response("m", 1, None, {"out": array})[0])
     assert body["outputs"][0]["data"] == ["héllo", "世界"] and "id" not in body
 
 

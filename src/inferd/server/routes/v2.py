@@ -13,13 +13,21 @@ from inferd.engine.specs import served_shape
 from inferd.engine.version import ServedVersion
 from inferd.errors import InvalidInputError, UnavailableError
 from inferd.runtime.protocol import TensorSpec
+from inferd.server.body import read_body
 from inferd.server.disconnect import ClientDisconnected, cancel_on_disconnect
-from inferd.server.state import manager_of
-from inferd.server.v2_codec import InferRequest, decode_inputs, encode_response, parse_infer_request
+from inferd.server.state import manager_of, settings_of
+from inferd.server.v2_binary import HEADER_LENGTH, split_body
+from inferd.server.v2_codec import (
+    InferRequest,
+    binary_outputs,
+    decode_inputs,
+    encode_response,
+    parse_infer_request,
+)
 
 router = APIRouter(tags=["v2"])
 
-EXTENSIONS = ["model_configuration"]
+EXTENSIONS = ["model_configuration", "binary_tensor_data"]
 PLATFORM = "onnxruntime_onnx"
 TIMEOUT_HEADER = "x-request-timeout-ms"
 CLIENT_CLOSED = 499  # nginx's convention; never reaches the gone client, but shows in logs
@@ -153,8 +161,10 @@ INFER_BODY = {
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
-    parsed = parse_infer_request(await request.body())
-    feeds = decode_inputs(parsed)
+    body = await read_body(request, settings_of(request).max_body_bytes)
+    json_part, binary = split_body(body, request.headers.get(HEADER_LENGTH))
+    parsed = parse_infer_request(json_part)
+    feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
     manager = manager_of(request)
@@ -163,8 +173,17 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
             served, outputs = await manager.infer(model, version, feeds, output_names, timeout_s)
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
-    body = encode_response(served.model, served.version, parsed.id, outputs)
-    return Response(body, media_type="application/json")
+    as_binary = binary_outputs(parsed, list(outputs))
+    content, header_length = encode_response(
+        served.model, served.version, parsed.id, outputs, as_binary
+    )
+    if header_length is None:
+        return Response(content, media_type="application/json")
+    return Response(
+        content,
+        media_type="application/octet-stream",
+        headers={HEADER_LENGTH: str(header_length)},
+    )
 
 
 @router.post("/v2/models/{model}/infer", summary="Inference", openapi_extra=INFER_BODY)

@@ -1,0 +1,207 @@
+"""Shared pieces of the benchmark scripts: machine description, raw ONNX Runtime, wrk, server.
+
+Benchmarks measure; they never assert. Every figure is taken in one run, side by side with raw
+in-process ONNX Runtime on the same machine, and written with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_description() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import onnxruntime
+
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB; {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}; "
+        f"onnxruntime {onnxruntime.__version__}; numpy {np.__version__}"
+    )
+
+
+def process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pid_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class RawResult:
+    batch: int
+    items_per_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_ms_per_item: float
+
+
+def measure_raw(
+    run: Callable[[int], object], batch: int, duration_s: float, warmup: int = 3
+) -> RawResult:
+    """Calls `run(batch)` back to back for `duration_s`; latency is per call (per batch)."""
+    for _ in range(warmup):
+        run(batch)
+    latencies = []
+    cpu0, t0 = process_cpu_s(), time.perf_counter()
+    while time.perf_counter() - t0 < duration_s:
+        start = time.perf_counter()
+        run(batch)
+        latencies.append(time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
+    items = batch * len(latencies)
+    qs = np.percentile(np.array(latencies) * 1000, [50, 99])
+    return RawResult(batch, items / elapsed, float(qs[0]), float(qs[1]), cpu * 1000 / items)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """`inferd serve` in a subprocess on 127.0.0.1, waited on through /ready."""
+
+    def __init__(self, repo: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(tempfile.mkstemp(prefix="inferd-bench-", suffix=".log")[1])
+        command = [sys.executable, "-m", "inferd", "serve", "--repo", str(repo),
+                   "--port", str(self.port), "--log-level", "warning", *args]  # fmt: skip
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
+        deadline = time.monotonic() + 120
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"inferd exited:\n{self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"inferd not ready:\n{self.log.read_text()}")
+            time.sleep(0.1)
+
+    def cpu_s(self) -> float:
+        return pid_cpu_s(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    concurrency: int
+    requests: int
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    server_cpu_ms_per_request: float
+
+
+_WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("{body}", "rb")
+wrk.body = f:read("*all")
+f:close()
+"""
+
+
+def _ms(text: str) -> float:
+    value, unit = re.match(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def run_wrk(
+    server: Server, path: str, body: bytes, concurrency: int, duration_s: float
+) -> LoadResult:
+    """Closed loop at fixed concurrency with wrk (one thread: it disturbs the server least)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        body_path = Path(tmp) / "body.json"
+        body_path.write_bytes(body)
+        script = Path(tmp) / "post.lua"
+        script.write_text(_WRK_LUA.format(body=body_path))
+        command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:.0f}s", "--latency",
+                   "--timeout", "30s", "-s", str(script), server.url + path]  # fmt: skip
+        cpu0 = server.cpu_s()
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        cpu = server.cpu_s() - cpu0
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
+    errors = int(non2xx.group(1)) if non2xx else 0
+    if socket_errors:
+        errors += sum(int(x) for x in socket_errors.groups())
+    return LoadResult(concurrency, total, rps, p50, p99, errors, cpu * 1000 / max(total, 1))
+
+
+def median_of(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def update_results_section(key: str, text: str) -> None:
+    """Replaces the section between `<!-- key:start -->` and `<!-- key:end -->` in RESULTS.md."""
+    start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
+    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in current and end in current:
+        before = current.split(start)[0]
+        after = current.split(end, 1)[1]
+        current = before + block + after
+    else:
+        current = current.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(current)

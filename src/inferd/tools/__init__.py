@@ -1,0 +1,1 @@
+"""Offline tools (model building, export, quantization, load testing): never on the request path."""
