@@ -47,6 +47,10 @@ class BatcherSettings:
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_size: int = 1024
     max_padding_waste: float = 0.25
+    max_batch_tokens: int | None = None
+    """Cap on a batch's padded tokens (rows x padded length of the first padded input)."""
+    length_grouping: bool = True
+    """Gather items of similar length into a batch (oldest item first, nearest lengths next)."""
     concurrency: int = 1
     """Batches that may run at once (the runtime's instance count)."""
     scan_window: int = 8
@@ -190,26 +194,41 @@ class DynamicBatcher:
         max_batch_size is split into chunks that are queued together and reassembled in order.
         Cancelling the caller removes its queued chunks before they cost compute.
         """
+        chunks = self._split(feeds, rows)
+        return concat_chunks(await self._enqueue_and_wait(chunks, deadline))
+
+    async def submit_items(
+        self, items: Sequence[Feeds], deadline: float | None = None
+    ) -> list[dict[str, Array]]:
+        """Queues one-row items (e.g. the texts of one request) and returns their outputs in
+        order. Each item is batched on its own, so it may share a batch with other requests'
+        items of similar length."""
+        return await self._enqueue_and_wait([(feeds, 1) for feeds in items], deadline)
+
+    async def _enqueue_and_wait(
+        self, parts: Sequence[tuple[Feeds, int]], deadline: float | None
+    ) -> list[dict[str, Array]]:
         if not self._accepting:
             raise UnavailableError("the model is not accepting requests (draining or stopped)")
-        if len(self._queue) >= self._settings.max_queue_size:
+        limit = self._settings.max_queue_size
+        if len(self._queue) + len(parts) > limit:
             self._purge_done()
-            if len(self._queue) >= self._settings.max_queue_size:
+            if len(self._queue) + len(parts) > limit:
                 raise QueueFullError(
-                    f"the queue of this model is full ({self._settings.max_queue_size} requests)",
+                    f"the queue of this model is full ({limit} items)",
                     retry_after_s=self._retry_after_s(),
                 )
         loop = asyncio.get_running_loop()
         now = loop.time()
         if deadline is not None and deadline <= now:
             raise DeadlineExceededError("the request's deadline passed before it was queued")
-        chunks = self._split(feeds, rows)
         entries = []
-        for chunk_feeds, chunk_rows in chunks:
+        total_rows = 0
+        for part_feeds, part_rows in parts:
             entry = _Entry(
-                feeds=chunk_feeds,
-                rows=chunk_rows,
-                sig=signature(chunk_feeds, self._layout),
+                feeds=part_feeds,
+                rows=part_rows,
+                sig=signature(part_feeds, self._layout),
                 enqueued_at=now,
                 future=loop.create_future(),
             )
@@ -217,19 +236,19 @@ class DynamicBatcher:
                 entry.timer = loop.call_at(deadline, self._expire, entry)
             entries.append(entry)
             self._queue.append(entry)
-            self._queued_rows += chunk_rows
-        self._arrivals.observe(now, rows)
+            self._queued_rows += part_rows
+            total_rows += part_rows
+        self._arrivals.observe(now, total_rows)
         self._idle.clear()
         self._wakeup.set()
         if len(entries) == 1:
-            return await entries[0].future
+            return [await entries[0].future]
         try:
-            results = await asyncio.gather(*(e.future for e in entries))
+            return list(await asyncio.gather(*(e.future for e in entries)))
         except BaseException:
             for e in entries:
                 e.future.cancel()
             raise
-        return concat_chunks(results)
 
     def _split(self, feeds: Feeds, rows: int) -> list[tuple[Feeds, int]]:
         limit = self._settings.max_batch_size
@@ -317,7 +336,13 @@ class DynamicBatcher:
             self._purge_done()
             return []
         max_rows = settings.max_batch_size if self._layout.batched else 0
-        chosen = select_batch(candidates, max_rows, settings.max_padding_waste)
+        chosen = select_batch(
+            candidates,
+            max_rows,
+            settings.max_padding_waste,
+            settings.max_batch_tokens,
+            settings.length_grouping,
+        )
         batch = [candidates[i] for i in chosen]
         taken = set(map(id, batch))
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.future.done())

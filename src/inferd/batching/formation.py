@@ -71,38 +71,64 @@ def padding_efficiency(rows: Sequence[int], extents: Sequence[Extent]) -> float:
     return real / padded if padded else 1.0
 
 
+def _elements(extent: Extent) -> int:
+    return sum(math.prod(axes) for axes in extent)
+
+
+def _widen(current: Extent, extent: Extent) -> Extent:
+    return tuple(
+        tuple(max(a, b) for a, b in zip(cur, new, strict=True))
+        for cur, new in zip(current, extent, strict=True)
+    )
+
+
+def token_cost(rows: int, extent: Extent) -> int:
+    """A batch's cost in padded tokens: rows x the padded size of the first padded input."""
+    return rows * (math.prod(extent[0]) if extent else 1)
+
+
 def select_batch(
     candidates: Sequence[Candidate],
     max_rows: int,
     max_padding_waste: float,
+    max_tokens: int | None = None,
+    group_by_length: bool = False,
 ) -> list[int]:
-    """Indices of the items that form the next batch, the first candidate (the oldest) always in.
+    """Indices of the items that form the next batch; the first candidate (the oldest) is in.
 
-    Scans in arrival order; an item joins when its key matches the first one's, its rows fit
-    under `max_rows`, and the padded share of the batch would stay within `max_padding_waste`.
-    `max_rows <= 0` means an unbatched model: one item per run.
+    An item joins when its key matches the first one's, its rows fit under `max_rows`, the
+    batch's padded tokens stay within `max_tokens`, and the padded share of the batch stays
+    within `max_padding_waste`. Candidates are considered in arrival order, or, with
+    `group_by_length`, nearest length to the oldest item first, so that a batch gathers items
+    of similar length. `max_rows <= 0` means an unbatched model: one item per run.
     """
     if not candidates:
         return []
     head = candidates[0]
-    chosen = [0]
     if max_rows <= 0:
-        return chosen
-    rows = [head.rows]
-    extents = [head.sig.extent]
+        return [0]
+    head_size = _elements(head.sig.extent)
+    order: Sequence[int] = range(1, len(candidates))
+    if group_by_length and head.sig.extent:
+        order = sorted(order, key=lambda i: abs(_elements(candidates[i].sig.extent) - head_size))
+    chosen = [0]
     total = head.rows
-    for index in range(1, len(candidates)):
+    widest = head.sig.extent
+    real = head.rows * head_size
+    for index in order:
         if total >= max_rows:
             break
         item = candidates[index]
         if item.sig.key != head.sig.key or total + item.rows > max_rows:
             continue
-        if item.sig.extent != head.sig.extent:
-            trial = padding_efficiency([*rows, item.rows], [*extents, item.sig.extent])
-            if 1.0 - trial > max_padding_waste:
-                continue
+        rows = total + item.rows
+        trial_widest = widest if item.sig.extent == widest else _widen(widest, item.sig.extent)
+        if max_tokens is not None and token_cost(rows, trial_widest) > max_tokens:
+            continue
+        trial_real = real + item.rows * _elements(item.sig.extent)
+        padded = rows * _elements(trial_widest)
+        if padded and 1.0 - trial_real / padded > max_padding_waste:
+            continue
         chosen.append(index)
-        rows.append(item.rows)
-        extents.append(item.sig.extent)
-        total += item.rows
+        total, widest, real = rows, trial_widest, trial_real
     return chosen

@@ -32,6 +32,8 @@ class BatchLayout:
     """Output name -> how to cut its padded axes back for each item."""
     mix_lengths: bool
     """Items of different lengths may share a batch: every padded output axis can be cut back."""
+    pad_left: bool = False
+    """Padding goes before the values (decoders) instead of after them."""
 
     @property
     def pads(self) -> bool:
@@ -43,6 +45,7 @@ def build_layout(
     outputs: Sequence[TensorSpec],
     pad_values: Mapping[str, float],
     batched: bool,
+    pad_left: bool = False,
 ) -> BatchLayout:
     """Links output axes to padded input axes through their symbolic dimension names.
 
@@ -85,4 +88,5 @@ def build_layout(
         pad_values={k: float(v) for k, v in pad_values.items() if k in padded},
         unpad=unpad,
         mix_lengths=mix,
+        pad_left=pad_left,
     )

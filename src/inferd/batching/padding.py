@@ -26,7 +26,13 @@ def merge_feeds(items: Sequence[Feeds], layout: BatchLayout) -> dict[str, Array]
         out = np.full((total, *target), layout.pad_values.get(name, 0), dtype=arrays[0].dtype)
         row = 0
         for a in arrays:
-            region = (slice(row, row + a.shape[0]), *(slice(0, n) for n in a.shape[1:]))
+            region = (
+                slice(row, row + a.shape[0]),
+                *(
+                    _span(n, full, layout.pad_left)
+                    for n, full in zip(a.shape[1:], target, strict=True)
+                ),
+            )
             out[region] = a
             row += a.shape[0]
         merged[name] = out
@@ -50,10 +56,18 @@ def split_outputs(
             region: list[slice] = [slice(start, start + n)]
             region.extend(slice(None) for _ in range(1, array.ndim))
             for rule in rules:
-                region[rule.output_axis] = slice(0, item[rule.input_name].shape[rule.input_axis])
+                length = item[rule.input_name].shape[rule.input_axis]
+                region[rule.output_axis] = _span(
+                    length, array.shape[rule.output_axis], layout.pad_left
+                )
             parts[index][name] = array[tuple(region)]
             start += n
     return parts
+
+
+def _span(length: int, full: int, pad_left: bool) -> slice:
+    """Where an item's `length` values sit in a padded axis of size `full`."""
+    return slice(full - length, full) if pad_left else slice(0, length)
 
 
 def concat_chunks(chunks: Sequence[dict[str, Array]]) -> dict[str, Array]:

@@ -322,3 +322,41 @@ async def test_unbatched_model_runs_each_request_alone() -> None:
     for i, out in enumerate(outs):
         np.testing.assert_array_equal(out["y"], np.full((2,), 2.0 * i))
     await batcher.close()
+
+
+async def test_items_of_one_request_are_batched_like_separate_requests() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    layout = build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
+    settings = BatcherSettings(max_batch_size=4, max_padding_waste=0.6, max_batch_tokens=64)
+    batcher = DynamicBatcher(layout, settings, runner)
+    batcher.start()
+    blocker = asyncio.create_task(batcher.submit({"ids": np.ones((1, 1), dtype=np.int64)}, 1))
+    await runner.started.wait()
+    lengths = [3, 9, 4, 8, 2, 9, 3]
+    items = [{"ids": np.arange(1, n + 1, dtype=np.int64)[None, :]} for n in lengths]
+    task = asyncio.create_task(batcher.submit_items(items))
+    await until(lambda: batcher.queued_items == len(lengths))
+    gate.set()
+    await blocker
+    outs = await task
+    assert [int(o["pooled"][0]) for o in outs] == [n * (n + 1) // 2 for n in lengths]
+    assert [o["hidden"].shape[1] for o in outs] == lengths
+    later = [b["ids"] for b in runner.batches[1:]]
+    assert all(b.shape[0] <= 4 and b.size <= 64 for b in later)
+    assert sorted(len(b) for b in later) != [1] * len(lengths)  # texts shared batches
+    await batcher.close()
+
+
+async def test_queue_limit_counts_items() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=1, max_queue_size=3)
+    running = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    with pytest.raises(QueueFullError):
+        await batcher.submit_items([x(1) for _ in range(4)])
+    assert batcher.queued_items == 0
+    gate.set()
+    await running
+    await batcher.close()

@@ -94,3 +94,28 @@ def test_empty_queue_selects_nothing() -> None:
 def test_padding_efficiency(lengths: list[int], expected: float) -> None:
     extents = [((n,),) for n in lengths]
     assert padding_efficiency([1] * len(lengths), extents) == pytest.approx(expected)
+
+
+def test_token_budget_caps_rows_times_padded_length() -> None:
+    items = [item(10) for _ in range(6)]
+    # 10 tokens each: a budget of 35 admits three rows (30 tokens), not four (40)
+    assert select_batch(items, max_rows=8, max_padding_waste=1.0, max_tokens=35) == [0, 1, 2]
+
+
+def test_token_budget_counts_the_padded_length_not_the_real_one() -> None:
+    items = [item(2), item(2), item(16)]
+    # 2 + 2 + 16 real tokens, but padded to 16: 3 x 16 = 48 > 40
+    assert select_batch(items, max_rows=8, max_padding_waste=1.0, max_tokens=40) == [0, 1]
+
+
+def test_oldest_item_runs_even_when_alone_it_passes_the_budget() -> None:
+    assert select_batch([item(100)], max_rows=8, max_padding_waste=0.0, max_tokens=10) == [0]
+
+
+def test_length_grouping_gathers_the_lengths_nearest_the_oldest_item() -> None:
+    lengths = [10, 2, 30, 9, 3, 11, 29, 10]
+    items = [item(n) for n in lengths]
+    chosen = select_batch(items, max_rows=4, max_padding_waste=0.5, group_by_length=True)
+    assert sorted(lengths[i] for i in chosen) == [9, 10, 10, 11]
+    in_order = select_batch(items, max_rows=4, max_padding_waste=0.5, group_by_length=False)
+    assert in_order[0] == 0 and sorted(lengths[i] for i in in_order) != [9, 10, 10, 11]

@@ -59,3 +59,16 @@ def test_single_item_passes_through_untouched() -> None:
 def test_concat_chunks_restores_order() -> None:
     chunks = [{"y": np.array([[1.0], [2.0]])}, {"y": np.array([[3.0]])}]
     np.testing.assert_array_equal(concat_chunks(chunks)["y"], [[1.0], [2.0], [3.0]])
+
+
+def test_left_padding_puts_values_last_and_cuts_them_back() -> None:
+    layout = build_layout([IDS, MASK], [HIDDEN, POOLED], {"ids": 0, "mask": 0}, True, pad_left=True)
+    a, b = feeds(1, 2, 10), feeds(1, 4, 20)
+    merged = merge_feeds([a, b], layout)
+    np.testing.assert_array_equal(merged["ids"][0], [0, 0, 10, 11])
+    np.testing.assert_array_equal(merged["mask"][0], [0, 0, 1, 1])
+    hidden = np.stack([merged["ids"], merged["mask"]], axis=-1).astype(np.float32)
+    outputs = {"hidden": hidden, "pooled": np.zeros(2, np.float32)}
+    part_a, part_b = split_outputs(outputs, [a, b], [1, 1], layout)
+    np.testing.assert_array_equal(part_a["hidden"][0, :, 0], [10, 11])
+    np.testing.assert_array_equal(part_b["hidden"][0, :, 0], b["ids"][0])
