@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from inferd.config.model import RuntimeOptions
+from inferd.engine.loading import load_instances
 from inferd.engine.manager import onnx_runtime_loader
-from inferd.engine.version import load_instances
 from inferd.repository.scan import scan_repository
 from inferd.runtime.protocol import Runtime, TensorSpec
 
@@ -33,8 +33,25 @@ def check_repository(root: Path, load: bool = True) -> int:
             problems += 1
             continue
         config = entry.config
+        if config.zero_shot is not None:
+            base = config.zero_shot.base_model
+            known = {e.name: e for e in entries}
+            if (
+                base not in known
+                or known[base].config is None
+                or (
+                    known[base].config.task != "embedding"  # type: ignore[union-attr]
+                )
+            ):
+                reason = f"base model '{base}' is not an embedding model here"
+                out.append(f"  {entry.name}: NOT LOADABLE: {reason}")
+                problems += 1
+            else:
+                labels = ", ".join(label.name for label in config.zero_shot.labels)
+                out.append(f"  {entry.name}: zero-shot over '{base}': {labels}")
+            continue
         out.append(
-            f"  {entry.name}: max_batch_size={config.max_batch_size} "
+            f"  {entry.name}: task={config.task} max_batch_size={config.max_batch_size} "
             f"instances={config.instance_count}"
         )
         for skipped in entry.skipped:
@@ -51,7 +68,9 @@ def check_repository(root: Path, load: bool = True) -> int:
                 return onnx_runtime_loader(path, options)
 
             try:
-                loaded = load_instances(config.model_copy(update={"instance_count": 1}), factory)
+                loaded = load_instances(
+                    config.model_copy(update={"instance_count": 1}), factory, version.path.parent
+                )
             except Exception as exc:
                 out.append(f"    version {version.version}: FAILS: {exc}")
                 problems += 1

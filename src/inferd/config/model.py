@@ -33,6 +33,20 @@ class DynamicBatchingConfig(_Strict):
     max_queue_size: int = Field(
         1024, ge=1, description="Requests queued per version; over it, 429 (code 4290)."
     )
+    max_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on a batch's padded tokens (rows x padded length), as TEI's "
+        "max_batch_tokens; unset: only max_batch_size caps a batch.",
+    )
+    length_grouping: bool = Field(
+        True,
+        description="Gather items of similar length into a batch (the oldest first), so padding "
+        "stays small.",
+    )
+    padding_side: Literal["right", "left"] = Field(
+        "right", description="Where padding goes on padded axes (token ids: right for encoders)."
+    )
     max_padding_waste: float = Field(
         0.25,
         ge=0,
@@ -109,6 +123,77 @@ class TensorOverride(_Strict):
     )
 
 
+TaskName = Literal["tensor", "embedding", "text-classification", "zero-shot-classification"]
+
+
+class TokenizerConfig(_Strict):
+    file: str = Field(
+        "tokenizer.json",
+        description="Hugging Face tokenizer file, looked for in the version folder, then in the "
+        "model folder: the one exported with the model, never a second copy.",
+    )
+    max_tokens: int = Field(
+        512, ge=2, description="Most tokens a text may have (special tokens included)."
+    )
+    truncate: bool = Field(
+        True, description="Cut longer texts to max_tokens; when false they are refused (4002)."
+    )
+    max_chars: int = Field(
+        100_000, ge=1, description="Most characters a text may have, whatever the truncation."
+    )
+    input_ids: str = Field("input_ids", description="The model input that takes token ids.")
+    attention_mask: str | None = Field(
+        "attention_mask", description="The model input that takes the attention mask, if any."
+    )
+    token_type_ids: str | None = Field(
+        None, description="The model input that takes segment ids (all 0), if the model has one."
+    )
+
+
+class EmbeddingConfig(_Strict):
+    pooling: Literal["mean", "cls", "output"] = Field(
+        "mean",
+        description="mean: over the attention mask; cls: the first token; output: the model's "
+        "own pooled output.",
+    )
+    output: str | None = Field(
+        None,
+        description="The model output to read: token states for mean/cls, the pooled vector "
+        "for output. Default: the model's first output.",
+    )
+    normalize: bool = Field(True, description="L2-normalize the embeddings.")
+    dimensions: tuple[int, ...] = Field(
+        (),
+        description="Smaller sizes a client may ask for (`dimensions`), for models trained to "
+        "allow truncation (Matryoshka). Empty: only the full size.",
+    )
+
+
+class ClassificationConfig(_Strict):
+    labels: tuple[str, ...] = Field((), description="Label names, in the order of the logits.")
+    output: str | None = Field(None, description="The logits output; default: the first.")
+    activation: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="softmax: one label per text; sigmoid: independent labels."
+    )
+
+
+class ZeroShotLabel(_Strict):
+    name: str = Field(description="The label returned to clients.")
+    description: str | None = Field(
+        None, description="The text embedded for this label (default: the name)."
+    )
+
+
+class ZeroShotConfig(_Strict):
+    base_model: str = Field(description="The embedding model of this repository to use.")
+    labels: tuple[ZeroShotLabel, ...] = Field(
+        min_length=2, description="Candidate labels, embedded once when the model loads."
+    )
+    temperature: float = Field(
+        0.05, gt=0, description="Softmax temperature over the cosine similarities."
+    )
+
+
 class ModelConfig(_Strict):
     name: str | None = Field(None, description="Defaults to the folder name.")
     platform: Literal["onnxruntime_onnx"] = Field(
@@ -131,6 +216,20 @@ class ModelConfig(_Strict):
     warmup_batch_sizes: tuple[int, ...] = Field(
         (1,), description="Synthetic batches run before a version is marked ready."
     )
+    task: TaskName = Field(
+        "tensor",
+        description="tensor: raw V2 tensors; embedding, text-classification: texts in, through "
+        "the tokenizer; zero-shot-classification: labels scored over an embedding model.",
+    )
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    classification: ClassificationConfig = ClassificationConfig()
+    zero_shot: ZeroShotConfig | None = Field(
+        None, description="Required for task zero-shot-classification."
+    )
+    max_texts_per_request: int = Field(
+        128, ge=1, description="Most texts one request may carry (4005 above)."
+    )
 
     @model_validator(mode="after")
     def _unique_overrides(self) -> ModelConfig:
@@ -140,4 +239,15 @@ class ModelConfig(_Strict):
                 raise ValueError(f"{kind} names must be unique")
         if any(o.pad_value is not None for o in self.outputs):
             raise ValueError("pad_value applies to inputs only")
+        if (self.task == "zero-shot-classification") != (self.zero_shot is not None):
+            raise ValueError("zero_shot is required for, and only for, zero-shot-classification")
         return self
+
+    @property
+    def is_text(self) -> bool:
+        return self.task in ("embedding", "text-classification")
+
+    @property
+    def needs_versions(self) -> bool:
+        """A zero-shot model has no file of its own: it uses its base model's."""
+        return self.task != "zero-shot-classification"

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
-from inferd.engine.version import LoadedModel, ServedVersion, VersionState, load_instances
-from inferd.errors import InferdError, NotFoundError, UnavailableError
+from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.text import Classified, Embeddings
+from inferd.engine.version import ServedVersion, VersionState
+from inferd.errors import InferdError, InvalidInputError, NotFoundError, UnavailableError
 from inferd.repository.scan import ModelEntry, valid_name
 from inferd.runtime.protocol import Array, Feeds, Runtime
 
@@ -29,6 +33,12 @@ def onnx_runtime_loader(path: Path, options: RuntimeOptions) -> Runtime:
     from inferd.runtime.onnx_session import OnnxSession  # the only road to onnxruntime
 
     return OnnxSession(path, options)
+
+
+PURPOSE_TASKS = {
+    "embed": ("embedding",),
+    "predict": ("text-classification", "zero-shot-classification"),
+}
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,15 @@ class ModelManager:
             if entry.error is not None or entry.config is None:
                 self.model_errors[entry.name] = entry.error or "no configuration"
                 continue
+            if not entry.config.needs_versions:  # zero-shot: one virtual version
+                self.versions[entry.name] = {1: ServedVersion(entry.name, 1, entry.config)}
+                continue
             self.versions[entry.name] = {
                 v.version: ServedVersion(entry.name, v.version, entry.config)
                 for v in entry.versions
             }
+        self.loaded_at: dict[str, int] = {}
+        """Model name -> when its first version became ready (epoch seconds)."""
         self.loading_done = False
         self.draining = False
         self.accepting = True
@@ -81,9 +96,14 @@ class ModelManager:
             load(self._entries[name], served)
             for name, versions in self.versions.items()
             for served in versions.values()
+            if served.config.needs_versions
         ]
         try:
             await asyncio.gather(*jobs)
+            for versions in self.versions.values():  # derived models, once bases are up
+                for served in versions.values():
+                    if not served.config.needs_versions:
+                        await self._load_zero_shot(served)
         finally:
             self.loading_done = True
         ready = sum(v.ready for vs in self.versions.values() for v in vs.values())
@@ -95,7 +115,11 @@ class ModelManager:
         loop = asyncio.get_running_loop()
         try:
             loaded: LoadedModel = await loop.run_in_executor(
-                None, load_instances, config, lambda: self._loader(path, config.runtime)
+                None,
+                load_instances,
+                config,
+                lambda: self._loader(path, config.runtime),
+                path.parent,
             )
         except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
             reason = _reason(exc)
@@ -110,6 +134,7 @@ class ModelManager:
             served.fail("the server began draining while this version loaded")
             return
         served.attach(loaded)
+        self.loaded_at.setdefault(served.model, int(time.time()))
         log.info(
             "model version ready",
             extra={
@@ -118,6 +143,34 @@ class ModelManager:
                 "load_ms": round(loaded.load_s * 1000, 1),
                 "providers": list(served.providers),
                 "instances": config.instance_count,
+            },
+        )
+
+    async def _load_zero_shot(self, served: ServedVersion) -> None:
+        zero_shot = served.config.zero_shot
+        if zero_shot is None:
+            return
+        try:
+            base = self.resolve(zero_shot.base_model)
+            if base.config.task != "embedding":
+                raise InvalidInputError(
+                    f"base model '{zero_shot.base_model}' is not an embedding model"
+                )
+            await served.attach_zero_shot(base)
+            self.loaded_at.setdefault(served.model, int(time.time()))
+        except Exception as exc:  # the base is missing, failed, or cannot embed the labels
+            reason = _reason(exc)
+            served.fail(reason)
+            log.error(
+                "zero-shot model failed to load", extra={"model": served.model, "reason": reason}
+            )
+            return
+        log.info(
+            "zero-shot model ready",
+            extra={
+                "model": served.model,
+                "base": zero_shot.base_model,
+                "labels": len(zero_shot.labels),
             },
         )
 
@@ -188,21 +241,67 @@ class ModelManager:
         output_names: Sequence[str] | None = None,
         timeout_s: float | None = None,
     ) -> tuple[ServedVersion, dict[str, Array]]:
-        if not self.accepting:
-            raise UnavailableError("the server is shutting down", retry_after_s=1.0)
-        served = self.resolve(model, version)
-        deadline = self.deadline_for(served, timeout_s)
-        self._in_flight += 1
-        self._no_in_flight.clear()
-        try:
+        async with self._admit():
+            served = self.resolve(model, version)
+            deadline = self.deadline_for(served, timeout_s)
             outputs = await served.infer(
                 feeds, output_names, deadline, self._settings.max_request_rows
             )
+        return served, outputs
+
+    async def embed(
+        self,
+        model: str | None,
+        texts: Sequence[str],
+        dimensions: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ServedVersion, Embeddings]:
+        async with self._admit():
+            served = self.resolve(model) if model else self.default_model("embed")
+            deadline = self.deadline_for(served, timeout_s)
+            return served, await served.embed(texts, deadline, dimensions)
+
+    async def classify(
+        self,
+        model: str | None,
+        texts: Sequence[str],
+        k: int = 1,
+        timeout_s: float | None = None,
+    ) -> tuple[ServedVersion, Classified]:
+        async with self._admit():
+            served = self.resolve(model) if model else self.default_model("predict")
+            deadline = self.deadline_for(served, timeout_s)
+            return served, await served.classify(texts, k, deadline)
+
+    def default_model(self, purpose: str) -> ServedVersion:
+        """The one model that serves `purpose` ("embed" or "predict") when a request names none."""
+        tasks = PURPOSE_TASKS[purpose]
+        fits = [
+            name
+            for name, versions in self.versions.items()
+            if next(iter(versions.values())).config.task in tasks
+        ]
+        if len(fits) == 1:
+            return self.resolve(fits[0])
+        if not fits:
+            raise NotFoundError(f"no model here can {purpose}; see GET /v1/models")
+        raise InvalidInputError(
+            f"several models can {purpose} ({sorted(fits)}): name one in 'model'"
+        )
+
+    @asynccontextmanager
+    async def _admit(self) -> AsyncIterator[None]:
+        """Counts a request as in flight (what a drain waits for) from admission to answer."""
+        if not self.accepting:
+            raise UnavailableError("the server is shutting down", retry_after_s=1.0)
+        self._in_flight += 1
+        self._no_in_flight.clear()
+        try:
+            yield
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._no_in_flight.set()
-        return served, outputs
 
     @property
     def in_flight(self) -> int:

@@ -1,28 +1,34 @@
-"""One served model version: its runtime instances, its batcher, its state, its inference call."""
+"""One served model version: its batcher, its state, and its inference calls.
+
+A version is one of three kinds: a tensor model (KServe V2 tensors in and out), a text model
+(embedding or text-classification, through its tokenizer), or a zero-shot classifier, which has
+no runtime of its own and scores texts with the embeddings of its base model.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from inferd.batching import BatcherSettings, BatchObserver, DynamicBatcher, build_layout
 from inferd.config.model import ModelConfig
-from inferd.engine.specs import apply_overrides, check_batch_axis
+from inferd.engine.loading import LoadedModel
+from inferd.engine.text import Classified, Embeddings, TextPipeline
 from inferd.engine.validation import validate_feeds
 from inferd.errors import InvalidInputError, UnavailableError
-from inferd.runtime.datatypes import numpy_dtype
 from inferd.runtime.pool import InstancePool
-from inferd.runtime.protocol import Array, Feeds, Runtime, TensorSpec
+from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.tasks.classification import top_k
+from inferd.tasks.zero_shot import ZeroShotTask
 
 log = logging.getLogger(__name__)
 
-RuntimeFactory = Callable[[], Runtime]
+TEXT_INPUT = "text"
 
 
 class VersionState(enum.Enum):
@@ -32,61 +38,8 @@ class VersionState(enum.Enum):
     UNLOADED = "UNLOADED"
 
 
-@dataclass(frozen=True)
-class LoadedModel:
-    """What loading produced off the event loop: warmed-up instances and the served specs."""
-
-    pool: InstancePool
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    load_s: float
-
-
-def load_instances(config: ModelConfig, factory: RuntimeFactory) -> LoadedModel:
-    """Blocking: creates `instance_count` runtimes, applies overrides, warms every instance up.
-
-    Runs on a worker thread. Raises on any failure after closing what it created.
-    """
-    started = time.perf_counter()
-    instances: list[Runtime] = []
-    try:
-        for _ in range(config.instance_count):
-            instances.append(factory())
-        first = instances[0]
-        batched = config.max_batch_size > 0
-        inputs = apply_overrides(first.inputs, config.inputs, batched, "inputs")
-        outputs = apply_overrides(first.outputs, config.outputs, batched, "outputs")
-        if batched:
-            check_batch_axis(inputs, "inputs")
-            check_batch_axis(outputs, "outputs")
-        pool = InstancePool(instances)
-        for size in config.warmup_batch_sizes:
-            rows = min(size, config.max_batch_size) if batched else 1
-            pool.run_sync(synthetic_feeds(inputs, rows, batched))
-    except BaseException:
-        for instance in instances:
-            instance.close()
-        raise
-    return LoadedModel(pool, inputs, outputs, time.perf_counter() - started)
-
-
-def synthetic_feeds(inputs: Sequence[TensorSpec], rows: int, batched: bool) -> dict[str, Array]:
-    """Zeros of the right dtype; variable axes get length 1 (the batch axis gets `rows`)."""
-    feeds: dict[str, Array] = {}
-    for spec in inputs:
-        shape = [1 if d == -1 else d for d in spec.shape]
-        if batched and shape:
-            shape[0] = rows
-        dtype = numpy_dtype(spec.datatype)
-        if dtype == np.dtype(object):
-            feeds[spec.name] = np.full(shape, "", dtype=object)
-        else:
-            feeds[spec.name] = np.zeros(shape, dtype=dtype)
-    return feeds
-
-
 class ServedVersion:
-    """A version as the rest of inferd sees it. Created in LOADING; `attach` makes it READY."""
+    """A version as the rest of inferd sees it. Created LOADING; `attach` makes it READY."""
 
     def __init__(self, model: str, version: int, config: ModelConfig) -> None:
         self.model = model
@@ -95,9 +48,15 @@ class ServedVersion:
         self.state = VersionState.LOADING
         self.reason: str | None = None
         self.inputs: tuple[TensorSpec, ...] = ()
+        """What clients send over V2 (for text models: a BYTES `text` input)."""
         self.outputs: tuple[TensorSpec, ...] = ()
+        self.model_inputs: tuple[TensorSpec, ...] = ()
+        """What the ONNX model itself takes."""
         self.providers: tuple[str, ...] = ()
         self.load_s: float | None = None
+        self.text: TextPipeline | None = None
+        self.zero_shot: ZeroShotTask | None = None
+        self.base: ServedVersion | None = None
         self._pool: InstancePool | None = None
         self._batcher: DynamicBatcher | None = None
 
@@ -110,40 +69,122 @@ class ServedVersion:
         return self.state is VersionState.READY
 
     @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
     def batcher(self) -> DynamicBatcher | None:
         return self._batcher
+
+    # -- becoming ready ------------------------------------------------------------------
 
     def attach(self, loaded: LoadedModel, observer: BatchObserver | None = None) -> None:
         """On the event loop: builds and starts the batcher, then marks the version ready."""
         config = self.config
+        batching = config.dynamic_batching
         pad_values = {o.name: o.pad_value for o in config.inputs if o.pad_value is not None}
-        layout = build_layout(loaded.inputs, loaded.outputs, pad_values, self.batched)
+        if loaded.text is not None:
+            pad_values = {**loaded.text.pad_values(), **pad_values}
+        layout = build_layout(
+            loaded.inputs,
+            loaded.outputs,
+            pad_values,
+            self.batched,
+            pad_left=batching.padding_side == "left",
+        )
         if pad_values and not layout.mix_lengths:
             log.warning(
                 "padding configured but an output has a variable axis no padded input names; "
                 "items of different lengths will not share a batch",
                 extra={"model": self.model, "version": self.version},
             )
-        batching = config.dynamic_batching
         settings = BatcherSettings(
             max_batch_size=config.max_batch_size,
             max_queue_delay_s=batching.max_queue_delay_ms / 1000.0,
             preferred_batch_sizes=batching.preferred_batch_sizes,
             max_queue_size=batching.max_queue_size,
             max_padding_waste=batching.max_padding_waste,
+            max_batch_tokens=batching.max_batch_tokens,
+            length_grouping=batching.length_grouping,
             concurrency=loaded.pool.concurrency,
         )
+        run_batch = loaded.pool.run
+        if loaded.text is not None:  # fetch only the output the task reads
+            run_batch = functools.partial(loaded.pool.run, output_names=[loaded.text.output])
         self._pool = loaded.pool
-        self._batcher = DynamicBatcher(layout, settings, loaded.pool.run, observer)
+        self._batcher = DynamicBatcher(layout, settings, run_batch, observer)
         self._batcher.start()
-        self.inputs, self.outputs = loaded.inputs, loaded.outputs
+        self.model_inputs = loaded.inputs
+        self.text = loaded.text
+        self.inputs, self.outputs = _served_specs(loaded)
         self.providers = loaded.pool.first.providers
         self.load_s = loaded.load_s
+        self.state = VersionState.READY
+
+    async def attach_zero_shot(self, base: ServedVersion) -> None:
+        """Embeds the label descriptions with `base` and marks this classifier ready."""
+        if self.config.zero_shot is None:
+            raise ValueError("not a zero-shot model")
+        task = ZeroShotTask(self.config.zero_shot)
+        embedded = await base.embed(task.descriptions, deadline=None)
+        task.set_label_vectors(embedded.vectors)
+        self.zero_shot, self.base = task, base
+        self.inputs = (TensorSpec(TEXT_INPUT, "BYTES", (-1,), ("batch",)),)
+        self.outputs = _label_outputs(len(task.labels))
+        self.providers = base.providers
         self.state = VersionState.READY
 
     def fail(self, reason: str) -> None:
         self.state = VersionState.FAILED
         self.reason = reason
+
+    def _ready_batcher(self) -> DynamicBatcher:
+        batcher = self._batcher
+        if batcher is None or self.state is not VersionState.READY:
+            raise UnavailableError(
+                f"model '{self.model}' version {self.version} is not ready "
+                f"({self.state.value.lower()})"
+            )
+        return batcher
+
+    def _check_ready(self) -> None:
+        if self.state is not VersionState.READY:
+            raise UnavailableError(
+                f"model '{self.model}' version {self.version} is not ready "
+                f"({self.state.value.lower()})"
+            )
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    async def embed(
+        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
+    ) -> Embeddings:
+        if self.text is None or self.text.embedding is None:
+            raise InvalidInputError(f"model '{self.model}' does not embed texts")
+        return await self.text.embed(self._ready_batcher(), texts, deadline, dimensions)
+
+    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
+        self._check_ready()
+        if self.zero_shot is not None and self.base is not None:
+            embedded = await self.base.embed(texts, deadline)
+            probabilities = self.zero_shot.probabilities(embedded.vectors)
+            predictions = top_k(probabilities, self.zero_shot.labels, k)
+            return Classified(predictions, probabilities, embedded.token_counts)
+        if self.text is None or self.text.classification is None:
+            raise InvalidInputError(f"model '{self.model}' does not classify texts")
+        return await self.text.classify(self._ready_batcher(), texts, k, deadline)
+
+    @property
+    def embeds(self) -> bool:
+        return self.text is not None and self.text.embedding is not None
+
+    @property
+    def classifies(self) -> bool:
+        return self.zero_shot is not None or (
+            self.text is not None and self.text.classification is not None
+        )
+
+    # -- KServe V2 -----------------------------------------------------------------------
 
     async def infer(
         self,
@@ -152,13 +193,10 @@ class ServedVersion:
         deadline: float | None,
         max_rows_per_request: int,
     ) -> dict[str, Array]:
-        """Validates, queues, and returns the requested outputs (all when none are named)."""
-        batcher = self._batcher
-        if batcher is None or self.state is not VersionState.READY:
-            raise UnavailableError(
-                f"model '{self.model}' version {self.version} is not ready "
-                f"({self.state.value.lower()})"
-            )
+        """Validates, queues, and returns the requested outputs (all when none are named).
+
+        Text models take their texts as a BYTES input named `text`."""
+        self._check_ready()
         if output_names:
             known = {o.name for o in self.outputs}
             unknown = sorted(set(output_names) - known)
@@ -166,11 +204,39 @@ class ServedVersion:
                 raise InvalidInputError(
                     f"unknown output(s) {unknown}; the model gives {sorted(known)}"
                 )
-        rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
-        outputs = await batcher.submit(feeds, rows, deadline)
+        if self.text is not None or self.zero_shot is not None:
+            outputs = await self._infer_texts(feeds, deadline)
+        else:
+            rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
+            outputs = await self._ready_batcher().submit(feeds, rows, deadline)
         if output_names:
             return {name: outputs[name] for name in output_names}
         return outputs
+
+    async def _infer_texts(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
+        if set(feeds) != {TEXT_INPUT}:
+            raise InvalidInputError(
+                f"model '{self.model}' takes texts: one BYTES input named '{TEXT_INPUT}'"
+            )
+        array = feeds[TEXT_INPUT]
+        if (
+            array.dtype != np.dtype(object)
+            or array.ndim not in (1, 2)
+            or (array.ndim == 2 and array.shape[1] != 1)
+        ):
+            raise InvalidInputError(f"input '{TEXT_INPUT}' must be BYTES of shape [n] or [n, 1]")
+        texts = [str(t) for t in array.reshape(-1)]
+        if self.embeds:
+            embedded = await self.embed(texts, deadline)
+            return {"embedding": embedded.vectors}
+        classified = await self.classify(texts, 1, deadline)
+        return {
+            "label": np.array([p.labels[0] for p in classified.predictions], dtype=object),
+            "score": np.array([p.scores[0] for p in classified.predictions], dtype=np.float32),
+            "probabilities": classified.probabilities.astype(np.float32),
+        }
+
+    # -- shutdown ------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> bool:
         if self._batcher is None:
@@ -184,3 +250,24 @@ class ServedVersion:
             pool, self._pool = self._pool, None
             await asyncio.get_running_loop().run_in_executor(None, pool.close)
         self.state = VersionState.UNLOADED
+
+
+def _label_outputs(classes: int) -> tuple[TensorSpec, ...]:
+    return (
+        TensorSpec("label", "BYTES", (-1,), ("batch",)),
+        TensorSpec("score", "FP32", (-1,), ("batch",)),
+        TensorSpec("probabilities", "FP32", (-1, classes), ("batch", None)),
+    )
+
+
+def _served_specs(loaded: LoadedModel) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    text = loaded.text
+    if text is None:
+        return loaded.inputs, loaded.outputs
+    inputs = (TensorSpec(TEXT_INPUT, "BYTES", (-1,), ("batch",)),)
+    if text.embedding is not None:
+        dim = text.embedding.dimension or -1
+        return inputs, (TensorSpec("embedding", "FP32", (-1, dim), ("batch", None)),)
+    if text.classification is None:
+        raise ValueError("a text model either embeds or classifies")
+    return inputs, _label_outputs(len(text.classification.labels))

@@ -74,6 +74,8 @@ def _scan_model(folder: Path) -> ModelEntry:
             name, folder, config, (),
             error=f"{config_path}: name '{config.name}' differs from the folder name '{name}'",
         )  # fmt: skip
+    if not config.needs_versions:
+        return ModelEntry(name, folder, config, ())
     entries = _version_entries(folder)
     if not entries:
         return ModelEntry(

@@ -14,7 +14,7 @@ from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
 from inferd.server.errors import install_error_handlers
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from inferd.server.routes import health, v2
+from inferd.server.routes import health, openai, tasks, v2
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ def create_app(settings: ServerSettings, manager: ModelManager) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(v2.router)
+    app.include_router(tasks.router)
+    app.include_router(openai.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries the id
     return app

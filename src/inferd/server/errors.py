@@ -12,8 +12,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from inferd.errors import ErrorCode, InferdError, InvalidInputError
+from inferd.server.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
+
+CLIENT_CLOSED = 499
 
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.EMPTY_INPUT: 400,
@@ -101,7 +104,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # Never reaches the gone client; nginx's 499 shows the case in access logs.
+    return Response(status_code=CLIENT_CLOSED)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ClientDisconnected, _client_gone)
     app.add_exception_handler(InferdError, _inferd_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

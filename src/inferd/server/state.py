@@ -1,4 +1,4 @@
-"""Typed access to the objects the lifespan puts on `app.state`."""
+"""Typed access to what a route reads from its request: app state objects, the deadline header."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from fastapi import Request
 
 from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
+from inferd.errors import InvalidInputError
+
+TIMEOUT_HEADER = "x-request-timeout-ms"
 
 
 def manager_of(request: Request) -> ModelManager:
@@ -16,3 +19,13 @@ def manager_of(request: Request) -> ModelManager:
 def settings_of(request: Request) -> ServerSettings:
     settings: ServerSettings = request.app.state.settings
     return settings
+
+
+def header_timeout_s(request: Request) -> float | None:
+    """The client's deadline from `X-Request-Timeout-Ms`, if it sent one."""
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is None:
+        return None
+    if not header.isdigit() or int(header) == 0:
+        raise InvalidInputError(f"{TIMEOUT_HEADER} must be a positive integer of milliseconds")
+    return int(header) / 1000.0

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from inferd.errors import EncodingError, InvalidInputError
+from inferd.errors import InvalidInputError
 from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
 from inferd.runtime.protocol import Array
+from inferd.server.jsonbody import validate_body
 from inferd.server.v2_binary import decode_binary, encode_binary
 
 
@@ -56,25 +57,7 @@ class InferRequest(BaseModel):
 
 
 def parse_infer_request(body: bytes) -> InferRequest:
-    if not body:
-        raise InvalidInputError("empty request body; expected a V2 inference request (JSON)")
-    try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "utf-8" in str(exc).lower() or "surrogate" in str(exc).lower():
-            raise EncodingError(f"the body is not valid UTF-8 JSON: {exc}") from None
-        raise InvalidInputError(f"the body is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise InvalidInputError("the body must be a JSON object with an 'inputs' list")
-    try:
-        return InferRequest.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InvalidInputError(
-            f"invalid inference request at '{where}': {first['msg']}"
-            + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
-        ) from None
+    return validate_body(InferRequest, body)
 
 
 def _check_shape(name: str, shape: list[int]) -> int:

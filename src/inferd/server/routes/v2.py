@@ -14,8 +14,9 @@ from inferd.engine.version import ServedVersion
 from inferd.errors import InvalidInputError, UnavailableError
 from inferd.runtime.protocol import TensorSpec
 from inferd.server.body import read_body
-from inferd.server.disconnect import ClientDisconnected, cancel_on_disconnect
-from inferd.server.state import manager_of, settings_of
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.jsonbody import openapi_body
+from inferd.server.state import header_timeout_s, manager_of, settings_of
 from inferd.server.v2_binary import HEADER_LENGTH, split_body
 from inferd.server.v2_codec import (
     InferRequest,
@@ -29,8 +30,6 @@ router = APIRouter(tags=["v2"])
 
 EXTENSIONS = ["model_configuration", "binary_tensor_data"]
 PLATFORM = "onnxruntime_onnx"
-TIMEOUT_HEADER = "x-request-timeout-ms"
-CLIENT_CLOSED = 499  # nginx's convention; never reaches the gone client, but shows in logs
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -139,11 +138,9 @@ async def version_config(request: Request, model: str, version: str) -> Response
 
 def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
     """From `X-Request-Timeout-Ms`, else the V2 `timeout` parameter (microseconds)."""
-    header = request.headers.get(TIMEOUT_HEADER)
+    header = header_timeout_s(request)
     if header is not None:
-        if not header.isdigit() or int(header) == 0:
-            raise InvalidInputError(f"{TIMEOUT_HEADER} must be a positive integer of milliseconds")
-        return int(header) / 1000.0
+        return header
     param = (parsed.parameters or {}).get("timeout")
     if param is None:
         return None
@@ -152,12 +149,7 @@ def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
     return param / 1_000_000.0
 
 
-INFER_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": InferRequest.model_json_schema()}},
-    }
-}
+INFER_BODY = openapi_body(InferRequest)
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
@@ -167,12 +159,10 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
-    manager = manager_of(request)
-    try:
-        async with cancel_on_disconnect(request.receive):
-            served, outputs = await manager.infer(model, version, feeds, output_names, timeout_s)
-    except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED)
+    async with cancel_on_disconnect(request.receive):
+        served, outputs = await manager_of(request).infer(
+            model, version, feeds, output_names, timeout_s
+        )
     as_binary = binary_outputs(parsed, list(outputs))
     content, header_length = encode_response(
         served.model, served.version, parsed.id, outputs, as_binary

@@ -1,0 +1,79 @@
+"""Loading a version off the event loop: runtimes, served specs, text pipeline, warm-up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from inferd.config.model import ModelConfig
+from inferd.engine.specs import apply_overrides, check_batch_axis
+from inferd.engine.text import TextPipeline
+from inferd.runtime.datatypes import numpy_dtype
+from inferd.runtime.pool import InstancePool
+from inferd.runtime.protocol import Array, Runtime, TensorSpec
+
+RuntimeFactory = Callable[[], Runtime]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What loading produced: warmed-up instances, the model's specs, the text pipeline."""
+
+    pool: InstancePool
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    text: TextPipeline | None
+    load_s: float
+
+
+def load_instances(
+    config: ModelConfig, factory: RuntimeFactory, version_folder: Path | None = None
+) -> LoadedModel:
+    """Blocking: creates `instance_count` runtimes, applies overrides, builds the text pipeline
+    for text models, warms every instance up. Runs on a worker thread; on failure it closes
+    what it created and raises."""
+    started = time.perf_counter()
+    instances: list[Runtime] = []
+    try:
+        for _ in range(config.instance_count):
+            instances.append(factory())
+        first = instances[0]
+        batched = config.max_batch_size > 0
+        inputs = apply_overrides(first.inputs, config.inputs, batched, "inputs")
+        outputs = apply_overrides(first.outputs, config.outputs, batched, "outputs")
+        if batched:
+            check_batch_axis(inputs, "inputs")
+            check_batch_axis(outputs, "outputs")
+        text = None
+        if config.is_text:
+            if version_folder is None:
+                raise ValueError("a text model needs its folder to find its tokenizer")
+            text = TextPipeline(config, inputs, outputs, version_folder)
+        pool = InstancePool(instances)
+        for size in config.warmup_batch_sizes:
+            rows = min(size, config.max_batch_size) if batched else 1
+            pool.run_sync(synthetic_feeds(inputs, rows, batched))
+    except BaseException:
+        for instance in instances:
+            instance.close()
+        raise
+    return LoadedModel(pool, inputs, outputs, text, time.perf_counter() - started)
+
+
+def synthetic_feeds(inputs: Sequence[TensorSpec], rows: int, batched: bool) -> dict[str, Array]:
+    """Zeros of the right dtype; variable axes get length 1 (the batch axis gets `rows`)."""
+    feeds: dict[str, Array] = {}
+    for spec in inputs:
+        shape = [1 if d == -1 else d for d in spec.shape]
+        if batched and shape:
+            shape[0] = rows
+        dtype = numpy_dtype(spec.datatype)
+        if dtype == np.dtype(object):
+            feeds[spec.name] = np.full(shape, "", dtype=object)
+        else:
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+    return feeds

@@ -1,0 +1,65 @@
+"""Embeddings from a model's outputs: mean over the attention mask, CLS, or the model's own
+pooled output; optional L2 normalization and Matryoshka truncation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from inferd.config.model import EmbeddingConfig
+from inferd.errors import InvalidInputError
+from inferd.runtime.protocol import Array, TensorSpec
+
+
+class EmbeddingTask:
+    def __init__(self, config: EmbeddingConfig, outputs: Sequence[TensorSpec]) -> None:
+        names = [o.name for o in outputs]
+        output = config.output or names[0]
+        if output not in names:
+            raise ValueError(f"embedding.output '{output}' is not an output of the model {names}")
+        spec = next(o for o in outputs if o.name == output)
+        want_rank = 2 if config.pooling == "output" else 3
+        if spec.rank != want_rank:
+            raise ValueError(
+                f"pooling '{config.pooling}' needs a rank-{want_rank} output; "
+                f"'{output}' has shape {list(spec.shape)}"
+            )
+        self.output = output
+        self.dimension = spec.shape[-1] if spec.shape[-1] > 0 else None
+        self._config = config
+
+    def check_dimensions(self, dimensions: int | None) -> None:
+        if dimensions is None or dimensions == self.dimension:
+            return
+        allowed = self._config.dimensions
+        if dimensions not in allowed:
+            raise InvalidInputError(
+                f"dimensions {dimensions} is not offered by this model; "
+                f"allowed: {sorted({*allowed, *([self.dimension] if self.dimension else [])})}"
+            )
+
+    def pool(self, output: Array, mask: Array | None) -> Array:
+        """One item's vector from its output ([1, n, h] token states, or [1, h] pooled)."""
+        mode = self._config.pooling
+        if mode == "output":
+            return np.asarray(output[0], dtype=np.float32)
+        if mode == "cls":
+            return np.asarray(output[0, 0], dtype=np.float32)
+        states = output[0]
+        if mask is None:
+            mean: Array = states.mean(axis=0, dtype=np.float32)
+            return mean
+        weights = mask[0].astype(np.float32)
+        total = float(weights.sum())
+        pooled: Array = (weights @ states.astype(np.float32)) / max(total, 1e-9)
+        return pooled
+
+    def finish(self, vectors: Array, dimensions: int | None = None) -> Array:
+        """[n, h] -> truncated (when asked) and normalized (when configured)."""
+        if dimensions is not None:
+            vectors = vectors[:, :dimensions]
+        if self._config.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        return vectors.astype(np.float32, copy=False)

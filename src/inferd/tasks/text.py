@@ -1,0 +1,127 @@
+"""Texts to token feeds with the Hugging Face `tokenizers` library, checked before queueing.
+
+Each text becomes its own one-row item (`input_ids`, `attention_mask`, ... of shape [1, n]) so
+that the batcher can group texts of similar length, whichever request they came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from inferd.config.model import TokenizerConfig
+from inferd.errors import EmptyInputError, EncodingError, InputTooLongError, TooManyItemsError
+from inferd.runtime.protocol import Array
+
+
+class TokenizerError(ValueError):
+    """The tokenizer file is missing or unusable (a load-time problem, not a client's)."""
+
+
+def find_tokenizer(config: TokenizerConfig, version_folder: Path, model_folder: Path) -> Path:
+    for folder in (version_folder, model_folder):
+        candidate = folder / config.file
+        if candidate.is_file():
+            return candidate
+    raise TokenizerError(
+        f"no {config.file} in the version folder or the model folder; a text model serves "
+        "with the tokenizer exported beside it"
+    )
+
+
+@dataclass(frozen=True)
+class EncodedTexts:
+    items: list[dict[str, Array]]
+    token_counts: list[int]
+
+
+class TextEncoder:
+    """Validates and tokenizes texts; one instance per served version, used on the event loop."""
+
+    def __init__(self, path: Path, config: TokenizerConfig, max_texts: int) -> None:
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a plain Exception for a bad file
+            raise TokenizerError(f"cannot read tokenizer {path.name}: {exc}") from exc
+        self.pad_id = _pad_id(tokenizer)
+        tokenizer.no_padding()  # the batcher pads, per batch, to the batch's longest text
+        if config.truncate:
+            tokenizer.enable_truncation(config.max_tokens)
+        else:
+            tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        self._config = config
+        self._max_texts = max_texts
+
+    @property
+    def config(self) -> TokenizerConfig:
+        return self._config
+
+    def pad_values(self) -> dict[str, float]:
+        """The value each token input is padded with when texts share a batch."""
+        config = self._config
+        values = {config.input_ids: float(self.pad_id)}
+        for name in (config.attention_mask, config.token_type_ids):
+            if name is not None:
+                values[name] = 0.0
+        return values
+
+    def check(self, texts: Sequence[str]) -> None:
+        """4001 for no text or a blank one, 4005 for too many, 4002 over the character limit,
+        4003 for unpaired surrogates; each message names the index of the offending text."""
+        if not texts:
+            raise EmptyInputError("no text given: send at least one")
+        if len(texts) > self._max_texts:
+            raise TooManyItemsError(
+                f"{len(texts)} texts in one request; the limit is {self._max_texts}"
+            )
+        limit = self._config.max_chars
+        for index, text in enumerate(texts):
+            if not text or text.isspace():
+                raise EmptyInputError(f"text {index} is empty or only whitespace")
+            if len(text) > limit:
+                raise InputTooLongError(
+                    f"text {index} has {len(text)} characters; the limit is {limit}"
+                )
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise EncodingError(f"text {index} holds an unpaired surrogate") from None
+
+    def encode(self, texts: Sequence[str]) -> EncodedTexts:
+        self.check(texts)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        config = self._config
+        items = []
+        counts = []
+        for index, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            if not config.truncate and n > config.max_tokens:
+                raise InputTooLongError(
+                    f"text {index} has {n} tokens; the limit is {config.max_tokens} "
+                    "(truncation is off for this model)"
+                )
+            ids = np.asarray(encoding.ids, dtype=np.int64).reshape(1, n)
+            item: dict[str, Array] = {config.input_ids: ids}
+            if config.attention_mask is not None:
+                item[config.attention_mask] = np.ones((1, n), dtype=np.int64)
+            if config.token_type_ids is not None:
+                item[config.token_type_ids] = np.zeros((1, n), dtype=np.int64)
+            items.append(item)
+            counts.append(n)
+        return EncodedTexts(items, counts)
+
+
+def _pad_id(tokenizer: Tokenizer) -> int:
+    padding = tokenizer.padding
+    if padding and padding.get("pad_id") is not None:
+        return int(padding["pad_id"])
+    for token in ("[PAD]", "<pad>", "<|padding|>"):
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+    return 0
