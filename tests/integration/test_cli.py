@@ -57,10 +57,27 @@ def test_config_file_error_names_file_and_key(tmp_path: Path) -> None:
     assert str(config) in result.stderr and "unknown key 'max_queue'" in result.stderr
 
 
-def test_serve_without_a_repository_says_how_to_give_one(tmp_path: Path) -> None:
-    result = inferd("serve", "--port", "0")
-    assert result.returncode == 2
-    assert "--repo" in result.stderr
+def test_serve_without_a_repository_builds_and_serves_the_demo(tmp_path: Path) -> None:
+    demo = tmp_path / "demo"
+    server = start_server(None, tmp_path / "log", "--demo-repository", str(demo))
+    try:
+        assert httpx.get(server.url + "/ready", timeout=5).status_code == 200
+        models = {m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]}
+        assert models == {"minilm", "sentiment", "topics"}
+    finally:
+        assert server.stop() == 0
+    assert (demo / "minilm" / "1" / "model.onnx").is_file()
+    assert (demo / "minilm" / "1" / "tokenizer.json").is_file()
+
+
+def test_demo_command_builds_a_repository_that_repo_check_passes(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = inferd("demo", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert str(out) in result.stdout
+    check = inferd("repo", "check", str(out))
+    assert check.returncode == 0, check.stdout
+    assert "sentiment: zero-shot over 'minilm'" in check.stdout
 
 
 def test_file_env_and_flag_reach_the_running_server(tmp_path: Path, repository: Path) -> None:

@@ -25,6 +25,9 @@ FORBIDDEN = {
     "observability": ["inferd.engine", "inferd.server", "inferd.batching", "inferd.runtime",
                       "inferd.cli"],
     "errors": ["inferd.", "fastapi", "starlette", "onnxruntime"],
+    "tasks": ["inferd.engine", "inferd.server", "inferd.cli", "inferd.runtime.onnx_session",
+              "onnxruntime", "fastapi", "starlette", "uvicorn"],
+    "tools": ["inferd.server", "inferd.engine", "fastapi", "starlette", "uvicorn"],
 }  # fmt: skip
 
 

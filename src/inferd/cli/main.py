@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--repo", dest="repository", default=None, help="alias of --repository")
     _add_settings_flags(serve)
 
+    demo = commands.add_parser("demo", help="build the demo repository (all-MiniLM-L6-v2)")
+    demo.add_argument("--out", type=Path, default=None, help="default: the demo_repository setting")
+    demo.add_argument("--force", action="store_true", help="rebuild even when already built")
+
     repo = commands.add_parser("repo", help="model repository tools")
     repo_commands = repo.add_subparsers(dest="repo_command", metavar="REPO_COMMAND")
     check = repo_commands.add_parser("check", help="validate a repository: what would load")
@@ -63,6 +67,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             flags = {name: getattr(args, name) for name in ServerSettings.model_fields}
             settings = load_server_settings(args.config, os.environ, flags)
             return serve(settings)
+        if args.command == "demo":
+            from inferd.tools.demo import DemoUnavailable, build_demo
+
+            out = args.out or ServerSettings().demo_repository.expanduser()
+            try:
+                built = build_demo(out, force=args.force)
+            except DemoUnavailable as exc:
+                print(f"inferd: {exc}", file=sys.stderr)
+                return 2
+            print(f"demo repository ready in {built}")
+            return 0
         if args.command == "repo" and args.repo_command == "check":
             from inferd.cli.repo_check import check_repository
 

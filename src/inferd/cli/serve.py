@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from inferd.config.server import ServerSettings
@@ -10,16 +11,24 @@ from inferd.errors import ConfigError
 from inferd.observability.logs import configure_logging
 from inferd.repository.scan import scan_repository
 from inferd.server.runner import run_server
+from inferd.tools.demo import DemoUnavailable, build_demo
+
+log = logging.getLogger(__name__)
 
 
 def serve(settings: ServerSettings) -> int:
     configure_logging(settings.log_level, json_format=settings.log_format == "json")
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
-    if settings.repository is None:
-        raise ConfigError(
-            "no model repository given: pass --repo DIR, set INFERD_REPOSITORY, "
-            "or set 'repository' in the --config file"
-        )
-    entries = scan_repository(settings.repository)
+    repository = settings.repository
+    if repository is None:
+        repository = settings.demo_repository.expanduser()
+        log.info("no repository given: serving the demo", extra={"repository": str(repository)})
+        try:
+            build_demo(repository)
+        except DemoUnavailable as exc:
+            raise ConfigError(
+                f"no model repository given (--repo DIR, INFERD_REPOSITORY) and {exc}"
+            ) from exc
+    entries = scan_repository(repository)
     run_server(settings, ModelManager(settings, entries))
     return 0

