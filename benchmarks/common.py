@@ -144,11 +144,13 @@ class LoadResult:
 
 
 _WRK_LUA = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = io.open("{body}", "rb")
-wrk.body = f:read("*all")
-f:close()
+local bodies = {{}}
+for line in io.lines("{bodies}") do bodies[#bodies + 1] = line end
+local i = 0
+request = function()
+  i = (i % #bodies) + 1
+  return wrk.format("POST", "{path}", {{["Content-Type"] = "application/json"}}, bodies[i])
+end
 """
 
 
@@ -162,14 +164,19 @@ def wrk_available() -> bool:
 
 
 def run_wrk(
-    server: Server, path: str, body: bytes, concurrency: int, duration_s: float
+    server: Server, path: str, bodies: bytes | list[bytes], concurrency: int, duration_s: float
 ) -> LoadResult:
-    """Closed loop at fixed concurrency with wrk (one thread: it disturbs the server least)."""
+    """Closed loop at fixed concurrency with wrk (one thread: it disturbs the server least),
+    cycling through `bodies` (one JSON document each, without newlines)."""
+    if isinstance(bodies, bytes):
+        bodies = [bodies]
+    if any(b"\n" in b for b in bodies):
+        raise ValueError("request bodies must be single-line JSON")
     with tempfile.TemporaryDirectory() as tmp:
-        body_path = Path(tmp) / "body.json"
-        body_path.write_bytes(body)
+        body_path = Path(tmp) / "bodies.jsonl"
+        body_path.write_bytes(b"\n".join(bodies) + b"\n")
         script = Path(tmp) / "post.lua"
-        script.write_text(_WRK_LUA.format(body=body_path))
+        script.write_text(_WRK_LUA.format(bodies=body_path, path=path))
         command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:.0f}s", "--latency",
                    "--timeout", "30s", "-s", str(script), server.url + path]  # fmt: skip
         cpu0 = server.cpu_s()

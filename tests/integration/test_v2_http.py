@@ -286,3 +286,32 @@ def test_invalid_request_id_header_is_replaced(client: httpx.Client) -> None:
     response = client.get("/health", headers={"X-Request-ID": "bad id with spaces"})
     assert response.headers["x-request-id"] != "bad id with spaces"
     assert len(response.headers["x-request-id"]) == 24
+
+
+def test_statistics_count_what_was_sent(client: httpx.Client) -> None:
+    def snapshot() -> dict[str, Any]:
+        body = client.get("/v2/models/affine/versions/1/stats").json()
+        (stats,) = body["model_stats"]
+        return dict(stats)
+
+    before = snapshot()
+    x = fp32("x", np.ones((3, 4), dtype=np.float32))
+    for _ in range(5):
+        assert (
+            client.post("/v2/models/affine/versions/1/infer", json=infer_body(x)).status_code == 200
+        )
+    bad = {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}
+    assert (
+        client.post("/v2/models/affine/versions/1/infer", json=infer_body(bad)).status_code == 400
+    )
+    after = snapshot()
+    assert after["name"] == "affine" and after["version"] == "1"
+    assert after["inference_count"] - before["inference_count"] == 15
+    assert 1 <= after["execution_count"] - before["execution_count"] <= 5
+    success = after["inference_stats"]["success"]
+    assert success["count"] - before["inference_stats"]["success"]["count"] == 5
+    assert success["ns"] > before["inference_stats"]["success"]["ns"]
+    assert after["batch_stats"] and all(b["batch_size"] >= 1 for b in after["batch_stats"])
+    every = client.get("/v2/models/stats").json()["model_stats"]
+    assert {(s["name"], s["version"]) for s in every} >= {("affine", "1"), ("affine", "2")}
+    assert_error(client.get("/v2/models/nope/stats"), 404, 4040)

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from inferd.batching.formation import Signature, padding_efficiency, select_batch, signature
+from inferd.batching.formation import Signature, padding_counts, select_batch, signature
 from inferd.batching.layout import BatchLayout
 from inferd.batching.padding import concat_chunks, merge_feeds, split_outputs
 from inferd.errors import (
@@ -63,7 +63,10 @@ class BatchRecord:
 
     items: int
     rows: int
-    padding_efficiency: float
+    real_elements: int
+    """Elements of the padded inputs before padding (tokens, for text)."""
+    padded_elements: int
+    """The same after padding; real / padded is the batch's padding efficiency."""
     queue_s: tuple[float, ...]
     run_s: float
     error: InferdError | None
@@ -401,10 +404,12 @@ class DynamicBatcher:
         error: InferdError | None,
     ) -> None:
         try:
+            real, padded = padding_counts(rows, [e.sig.extent for e in batch])
             record = BatchRecord(
                 items=len(batch),
                 rows=sum(rows),
-                padding_efficiency=padding_efficiency(rows, [e.sig.extent for e in batch]),
+                real_elements=real,
+                padded_elements=padded,
                 queue_s=tuple(started - e.enqueued_at for e in batch),
                 run_s=run_s,
                 error=error,

@@ -58,16 +58,22 @@ def max_extent(extents: Sequence[Extent]) -> Extent:
     )
 
 
-def padding_efficiency(rows: Sequence[int], extents: Sequence[Extent]) -> float:
-    """Real elements / padded elements over the padded inputs (1.0 when nothing is padded)."""
+def padding_counts(rows: Sequence[int], extents: Sequence[Extent]) -> tuple[int, int]:
+    """(real elements, padded elements) over a batch's padded inputs; (0, 0) when nothing is
+    padded."""
     if not extents or not extents[0]:
-        return 1.0
-    total_rows = sum(rows)
+        return 0, 0
     padded_extent = max_extent(extents)
-    padded = sum(total_rows * math.prod(axes) for axes in padded_extent)
+    padded = sum(rows) * sum(math.prod(axes) for axes in padded_extent)
     real = sum(
         r * sum(math.prod(axes) for axes in ext) for r, ext in zip(rows, extents, strict=True)
     )
+    return real, padded
+
+
+def padding_efficiency(rows: Sequence[int], extents: Sequence[Extent]) -> float:
+    """Real elements / padded elements over the padded inputs (1.0 when nothing is padded)."""
+    real, padded = padding_counts(rows, extents)
     return real / padded if padded else 1.0
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,9 +244,10 @@ class ModelManager:
         async with self._admit():
             served = self.resolve(model, version)
             deadline = self.deadline_for(served, timeout_s)
-            outputs = await served.infer(
-                feeds, output_names, deadline, self._settings.max_request_rows
-            )
+            with _outcome(served):
+                outputs = await served.infer(
+                    feeds, output_names, deadline, self._settings.max_request_rows
+                )
         return served, outputs
 
     async def embed(
@@ -259,7 +260,8 @@ class ModelManager:
         async with self._admit():
             served = self.resolve(model) if model else self.default_model("embed")
             deadline = self.deadline_for(served, timeout_s)
-            return served, await served.embed(texts, deadline, dimensions)
+            with _outcome(served):
+                return served, await served.embed(texts, deadline, dimensions)
 
     async def classify(
         self,
@@ -271,7 +273,8 @@ class ModelManager:
         async with self._admit():
             served = self.resolve(model) if model else self.default_model("predict")
             deadline = self.deadline_for(served, timeout_s)
-            return served, await served.classify(texts, k, deadline)
+            with _outcome(served):
+                return served, await served.classify(texts, k, deadline)
 
     def default_model(self, purpose: str) -> ServedVersion:
         """The one model that serves `purpose` ("embed" or "predict") when a request names none."""
@@ -329,6 +332,18 @@ class ModelManager:
         for versions in self.versions.values():
             for served in versions.values():
                 await served.close()
+
+
+@contextmanager
+def _outcome(served: ServedVersion) -> Iterator[None]:
+    """Records the request's success or failure and duration in the version's statistics."""
+    started = time.perf_counter()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        served.stats.on_request(ok, time.perf_counter() - started)
 
 
 def _reason(exc: BaseException) -> str:

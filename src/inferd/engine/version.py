@@ -15,12 +15,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inferd.batching import BatcherSettings, BatchObserver, DynamicBatcher, build_layout
+from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
 from inferd.config.model import ModelConfig
 from inferd.engine.loading import LoadedModel
 from inferd.engine.text import Classified, Embeddings, TextPipeline
 from inferd.engine.validation import validate_feeds
 from inferd.errors import InvalidInputError, UnavailableError
+from inferd.observability.stats import VersionStats
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
 from inferd.tasks.classification import top_k
@@ -59,6 +60,7 @@ class ServedVersion:
         self.base: ServedVersion | None = None
         self._pool: InstancePool | None = None
         self._batcher: DynamicBatcher | None = None
+        self.stats = VersionStats(model, version)
 
     @property
     def batched(self) -> bool:
@@ -78,7 +80,7 @@ class ServedVersion:
 
     # -- becoming ready ------------------------------------------------------------------
 
-    def attach(self, loaded: LoadedModel, observer: BatchObserver | None = None) -> None:
+    def attach(self, loaded: LoadedModel) -> None:
         """On the event loop: builds and starts the batcher, then marks the version ready."""
         config = self.config
         batching = config.dynamic_batching
@@ -112,7 +114,7 @@ class ServedVersion:
         if loaded.text is not None:  # fetch only the output the task reads
             run_batch = functools.partial(loaded.pool.run, output_names=[loaded.text.output])
         self._pool = loaded.pool
-        self._batcher = DynamicBatcher(layout, settings, run_batch, observer)
+        self._batcher = DynamicBatcher(layout, settings, run_batch, self.stats)
         self._batcher.start()
         self.model_inputs = loaded.inputs
         self.text = loaded.text

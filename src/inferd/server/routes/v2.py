@@ -28,7 +28,7 @@ from inferd.server.v2_codec import (
 
 router = APIRouter(tags=["v2"])
 
-EXTENSIONS = ["model_configuration", "binary_tensor_data"]
+EXTENSIONS = ["model_configuration", "binary_tensor_data", "statistics"]
 PLATFORM = "onnxruntime_onnx"
 
 
@@ -53,6 +53,33 @@ def _ready_version(request: Request, model: str, version: str | None) -> ServedV
 @router.get("/v2", summary="Server metadata")
 async def server_metadata() -> Response:
     return _json({"name": "inferd", "version": __version__, "extensions": EXTENSIONS})
+
+
+def _stats(request: Request, model: str | None, version: str | None) -> Response:
+    manager = manager_of(request)
+    if model is None:
+        chosen = [v for versions in manager.versions.values() for v in versions.values()]
+    elif version is None:
+        manager.resolve(model)  # 404 for an unknown model
+        chosen = list(manager.versions.get(model, {}).values())
+    else:
+        chosen = [manager.resolve(model, version)]
+    return _json({"model_stats": [v.stats.as_dict() for v in chosen]})
+
+
+@router.get("/v2/models/stats", summary="Statistics of every model (Triton extension)")
+async def all_stats(request: Request) -> Response:
+    return _stats(request, None, None)
+
+
+@router.get("/v2/models/{model}/stats", summary="Statistics of a model's versions")
+async def model_stats(request: Request, model: str) -> Response:
+    return _stats(request, model, None)
+
+
+@router.get("/v2/models/{model}/versions/{version}/stats", summary="Statistics of a version")
+async def version_stats(request: Request, model: str, version: str) -> Response:
+    return _stats(request, model, version)
 
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
