@@ -4,7 +4,8 @@ ONNX Runtime, with realistic mixed-length single-sentence requests (8-128 tokens
 Raw ONNX Runtime is measured at batch 1, padded to the longest text in arrival order, and
 bucketed (texts sorted by length first), at several batch sizes; its best is the limit. inferd
 is driven by wrk (one thread, cycling through one-text bodies) at concurrency 1..64, with length
-grouping on, then off at the top concurrency. CPU time per sequence of the server process
+grouping on, then at the top concurrency with grouping off and no padding bound (arrival order,
+padded to the longest text, as a naive batcher does). CPU time per sequence of the server process
 (tokenization included) is set against raw ONNX Runtime's (tokenization not included), and the
 tokenizer's own cost is reported. Padding efficiency (real tokens / padded tokens) comes from the
 server's statistics. Medians of --repeats runs.
@@ -94,15 +95,16 @@ def raw_measure(
         real += int(mask.sum())
         padded += mask.size
         feeds.append({"input_ids": ids, "attention_mask": mask})
+    np.random.default_rng(1).shuffle(feeds)  # bucketed batches in no length order
     session.run(["mean_pooled"], feeds[0])
     done = 0
     cpu0, t0 = process_cpu_s(), time.perf_counter()
-    k = 0
-    while time.perf_counter() - t0 < seconds or k < len(feeds) // 4:
-        feed = feeds[k % len(feeds)]
-        session.run(["mean_pooled"], feed)
-        done += feed["input_ids"].shape[0]
-        k += 1
+    while True:  # whole passes over every text, so no length is over-represented
+        for feed in feeds:
+            session.run(["mean_pooled"], feed)
+            done += feed["input_ids"].shape[0]
+        if time.perf_counter() - t0 >= seconds:
+            break
     elapsed, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
     return RawRow(mode, batch, done / elapsed, cpu * 1000 / done, real / padded)
 
@@ -143,11 +145,22 @@ class ServedRow:
 
 
 def serve_steps(
-    repo: Path, bodies: list[bytes], concurrencies: list[int], seconds: float, grouping: bool
+    repo: Path,
+    bodies: list[bytes],
+    concurrencies: list[int],
+    seconds: float,
+    grouping: bool,
+    overrides: dict[str, object] | None = None,
 ) -> list[ServedRow]:
     config_path = repo / "minilm" / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
     config["dynamic_batching"]["length_grouping"] = grouping
+    for dotted, value in (overrides or {}).items():
+        *parents, key = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
     config_path.write_text(yaml.safe_dump(config))
     server = Server(repo)
     rows = []
@@ -254,7 +267,8 @@ def report(
     ]
     for r in served:
         lines.append(
-            f"| {r.concurrency} | {'on' if r.grouping else 'off'} | {r.seq_per_s:.1f} | "
+            f"| {r.concurrency} | {'on' if r.grouping else 'off, pad to longest'} | "
+            f"{r.seq_per_s:.1f} | "
             f"{r.seq_per_s / best.seq_per_s:.0%} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
             f"{r.cpu_ms_per_seq:.2f} | {best.cpu_ms_per_seq / r.cpu_ms_per_seq:.0%} | "
             f"{r.padding_efficiency:.0%} | {r.mean_batch:.1f} | {r.errors} |"
@@ -279,6 +293,12 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=10)
     parser.add_argument("--concurrency", default="1,8,32,64")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        help="a model config override, e.g. dynamic_batching.max_padding_waste=0.1 (repeatable)",
+    )
     args = parser.parse_args()
     if not wrk_available():
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
@@ -286,6 +306,7 @@ def main() -> int:
     if args.quick:
         args.repeats, args.raw_seconds, args.load_seconds, args.texts = 1, 1.5, 3, 256
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    overrides = {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in args.set)}
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = build_demo(Path(tmp) / "demo")
@@ -314,8 +335,9 @@ def main() -> int:
             raw_runs.append(rows)
             print(f"run {run + 1}: raw", [(r.mode, r.batch, round(r.seq_per_s, 1)) for r in rows])
             token_costs.append(tokenizer_cost_us(tokenizer, texts))
-            steps = serve_steps(repo, bodies, concurrencies, args.load_seconds, grouping=True)
-            steps += serve_steps(repo, bodies, concurrencies[-1:], args.load_seconds, False)
+            steps = serve_steps(repo, bodies, concurrencies, args.load_seconds, True, overrides)
+            blind = {**overrides, "dynamic_batching.max_padding_waste": 1.0}
+            steps += serve_steps(repo, bodies, concurrencies[-1:], args.load_seconds, False, blind)
             served_runs.append(steps)
         command = ("python benchmarks/text_bench.py " + " ".join(sys.argv[1:])).strip()
         text = report(median_rows(raw_runs), median_served(served_runs),

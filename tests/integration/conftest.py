@@ -18,7 +18,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    running = start_server(repository, log, "--max-body-bytes", "200000")
+    running = start_server(repository, log, "--max-body-bytes", "200000", "--log-sample-rate", "1")
     yield running
     assert running.stop() == 0, running.log()
 

@@ -4,7 +4,14 @@ Pure asyncio and numpy. May import the runtime's interface (`runtime.protocol`) 
 never a web framework and never onnxruntime.
 """
 
-from inferd.batching.batcher import BatcherSettings, BatchObserver, DynamicBatcher
+from inferd.batching.batcher import BatcherSettings, BatchObserver, DynamicBatcher, Timing
 from inferd.batching.layout import BatchLayout, build_layout
 
-__all__ = ["BatchLayout", "BatchObserver", "BatcherSettings", "DynamicBatcher", "build_layout"]
+__all__ = [
+    "BatchLayout",
+    "BatchObserver",
+    "BatcherSettings",
+    "DynamicBatcher",
+    "Timing",
+    "build_layout",
+]

@@ -81,6 +81,21 @@ class _NoObserver:
         return None
 
 
+@dataclass
+class Timing:
+    """Filled in by the batcher for one request: the longest wait of its items in the queue,
+    the longest run of the batches that carried them, and the largest of those batches."""
+
+    queue_s: float = 0.0
+    run_s: float = 0.0
+    batch_rows: int = 0
+
+    def record(self, queue_s: float, run_s: float, batch_rows: int) -> None:
+        self.queue_s = max(self.queue_s, queue_s)
+        self.run_s = max(self.run_s, run_s)
+        self.batch_rows = max(self.batch_rows, batch_rows)
+
+
 @dataclass(eq=False)
 class _Entry:
     feeds: Feeds
@@ -89,6 +104,7 @@ class _Entry:
     enqueued_at: float
     future: asyncio.Future[dict[str, Array]]
     timer: asyncio.TimerHandle | None = field(default=None)
+    timing: Timing | None = field(default=None)
 
 
 class _ArrivalRate:
@@ -189,7 +205,11 @@ class DynamicBatcher:
     # -- submission ------------------------------------------------------------------------
 
     async def submit(
-        self, feeds: Feeds, rows: int, deadline: float | None = None
+        self,
+        feeds: Feeds,
+        rows: int,
+        deadline: float | None = None,
+        timing: Timing | None = None,
     ) -> dict[str, Array]:
         """Queues one request of `rows` rows and waits for its outputs.
 
@@ -198,18 +218,21 @@ class DynamicBatcher:
         Cancelling the caller removes its queued chunks before they cost compute.
         """
         chunks = self._split(feeds, rows)
-        return concat_chunks(await self._enqueue_and_wait(chunks, deadline))
+        return concat_chunks(await self._enqueue_and_wait(chunks, deadline, timing))
 
     async def submit_items(
-        self, items: Sequence[Feeds], deadline: float | None = None
+        self,
+        items: Sequence[Feeds],
+        deadline: float | None = None,
+        timing: Timing | None = None,
     ) -> list[dict[str, Array]]:
         """Queues one-row items (e.g. the texts of one request) and returns their outputs in
         order. Each item is batched on its own, so it may share a batch with other requests'
         items of similar length."""
-        return await self._enqueue_and_wait([(feeds, 1) for feeds in items], deadline)
+        return await self._enqueue_and_wait([(feeds, 1) for feeds in items], deadline, timing)
 
     async def _enqueue_and_wait(
-        self, parts: Sequence[tuple[Feeds, int]], deadline: float | None
+        self, parts: Sequence[tuple[Feeds, int]], deadline: float | None, timing: Timing | None
     ) -> list[dict[str, Array]]:
         if not self._accepting:
             raise UnavailableError("the model is not accepting requests (draining or stopped)")
@@ -234,6 +257,7 @@ class DynamicBatcher:
                 sig=signature(part_feeds, self._layout),
                 enqueued_at=now,
                 future=loop.create_future(),
+                timing=timing,
             )
             if deadline is not None:
                 entry.timer = loop.call_at(deadline, self._expire, entry)
@@ -367,9 +391,13 @@ class DynamicBatcher:
             feeds = merge_feeds([e.feeds for e in batch], self._layout)
             outputs = await self._run_batch(feeds)
             parts = split_outputs(outputs, [e.feeds for e in batch], rows, self._layout)
+            run_s = loop.time() - started
+            total_rows = sum(rows)
             for entry, part in zip(batch, parts, strict=True):
                 if entry.timer is not None:
                     entry.timer.cancel()
+                if entry.timing is not None:
+                    entry.timing.record(started - entry.enqueued_at, run_s, total_rows)
                 if not entry.future.done():
                     entry.future.set_result(part)
         except InferdError as exc:

@@ -10,6 +10,7 @@ from inferd.engine.manager import ModelManager
 from inferd.errors import ConfigError
 from inferd.observability.logs import configure_logging
 from inferd.repository.scan import scan_repository
+from inferd.server.instruments import build_metrics
 from inferd.server.runner import run_server
 from inferd.tools.demo import DemoUnavailable, build_demo
 
@@ -30,5 +31,6 @@ def serve(settings: ServerSettings) -> int:
                 f"no model repository given (--repo DIR, INFERD_REPOSITORY) and {exc}"
             ) from exc
     entries = scan_repository(repository)
-    run_server(settings, ModelManager(settings, entries))
+    metrics = build_metrics(entries) if settings.metrics else None
+    run_server(settings, ModelManager(settings, entries, observer=metrics), metrics)
     return 0

@@ -123,6 +123,22 @@ class TensorOverride(_Strict):
     )
 
 
+class DriftConfig(_Strict):
+    enabled: bool = Field(True, description="Track input drift (text models).")
+    reference_size: int = Field(
+        1000, ge=10, description="Observations in the reference window (the first ones seen)."
+    )
+    window: int = Field(500, ge=10, description="Observations in the recent window.")
+    threshold: float = Field(
+        0.2, gt=0, description="PSI over which a warning is logged (0.1: moderate, 0.2: large)."
+    )
+    reference_file: str | None = Field(
+        None,
+        description='JSON beside config.yaml with reference samples, {"input_length": [...], '
+        '"top_confidence": [...]}, instead of the first requests.',
+    )
+
+
 TaskName = Literal["tensor", "embedding", "text-classification", "zero-shot-classification"]
 
 
@@ -227,6 +243,7 @@ class ModelConfig(_Strict):
     zero_shot: ZeroShotConfig | None = Field(
         None, description="Required for task zero-shot-classification."
     )
+    drift: DriftConfig = DriftConfig()
     max_texts_per_request: int = Field(
         128, ge=1, description="Most texts one request may carry (4005 above)."
     )

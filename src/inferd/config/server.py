@@ -38,6 +38,18 @@ class ServerSettings(BaseModel):
     log_format: Literal["json", "plain"] = Field(
         "json", description="json: one object per line; plain: for a terminal."
     )
+    log_sample_rate: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="Share of successful requests that get a log line (errors always do).",
+    )
+    log_payloads: bool = Field(
+        False,
+        description="Debug only: log a truncated, marked copy of each logged request's input. "
+        "Off, logs carry lengths and counts, never payloads.",
+    )
+    metrics: bool = Field(True, description="Serve Prometheus metrics at /metrics.")
     access_log: bool = Field(False, description="Log every HTTP request (costs throughput).")
     drain_grace_s: float = Field(
         0.0,

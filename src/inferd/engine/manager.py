@@ -18,9 +18,11 @@ from pathlib import Path
 from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.observer import EngineObserver
 from inferd.engine.text import Classified, Embeddings
 from inferd.engine.version import ServedVersion, VersionState
 from inferd.errors import InferdError, InvalidInputError, NotFoundError, UnavailableError
+from inferd.observability.trace import RequestTrace
 from inferd.repository.scan import ModelEntry, valid_name
 from inferd.runtime.protocol import Array, Feeds, Runtime
 
@@ -54,6 +56,7 @@ class ModelManager:
         settings: ServerSettings,
         entries: Sequence[ModelEntry],
         runtime_loader: RuntimeLoader = onnx_runtime_loader,
+        observer: EngineObserver | None = None,
     ) -> None:
         self._settings = settings
         self._entries = {e.name: e for e in entries}
@@ -65,10 +68,12 @@ class ModelManager:
                 self.model_errors[entry.name] = entry.error or "no configuration"
                 continue
             if not entry.config.needs_versions:  # zero-shot: one virtual version
-                self.versions[entry.name] = {1: ServedVersion(entry.name, 1, entry.config)}
+                self.versions[entry.name] = {
+                    1: ServedVersion(entry.name, 1, entry.config, observer)
+                }
                 continue
             self.versions[entry.name] = {
-                v.version: ServedVersion(entry.name, v.version, entry.config)
+                v.version: ServedVersion(entry.name, v.version, entry.config, observer)
                 for v in entry.versions
             }
         self.loaded_at: dict[str, int] = {}
@@ -79,6 +84,14 @@ class ModelManager:
         self._in_flight = 0
         self._no_in_flight = asyncio.Event()
         self._no_in_flight.set()
+
+    def model_folders(self) -> dict[str, tuple[ModelConfig, Path]]:
+        """Every model with a valid config, and its folder."""
+        return {
+            name: (entry.config, entry.folder)
+            for name, entry in self._entries.items()
+            if entry.config is not None
+        }
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -240,13 +253,15 @@ class ModelManager:
         feeds: Feeds,
         output_names: Sequence[str] | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> tuple[ServedVersion, dict[str, Array]]:
         async with self._admit():
             served = self.resolve(model, version)
+            _name(trace, served)
             deadline = self.deadline_for(served, timeout_s)
             with _outcome(served):
                 outputs = await served.infer(
-                    feeds, output_names, deadline, self._settings.max_request_rows
+                    feeds, output_names, deadline, self._settings.max_request_rows, trace
                 )
         return served, outputs
 
@@ -256,12 +271,14 @@ class ModelManager:
         texts: Sequence[str],
         dimensions: int | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> tuple[ServedVersion, Embeddings]:
         async with self._admit():
             served = self.resolve(model) if model else self.default_model("embed")
+            _name(trace, served)
             deadline = self.deadline_for(served, timeout_s)
             with _outcome(served):
-                return served, await served.embed(texts, deadline, dimensions)
+                return served, await served.embed(texts, deadline, dimensions, trace)
 
     async def classify(
         self,
@@ -269,12 +286,14 @@ class ModelManager:
         texts: Sequence[str],
         k: int = 1,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> tuple[ServedVersion, Classified]:
         async with self._admit():
             served = self.resolve(model) if model else self.default_model("predict")
+            _name(trace, served)
             deadline = self.deadline_for(served, timeout_s)
             with _outcome(served):
-                return served, await served.classify(texts, k, deadline)
+                return served, await served.classify(texts, k, deadline, trace)
 
     def default_model(self, purpose: str) -> ServedVersion:
         """The one model that serves `purpose` ("embed" or "predict") when a request names none."""
@@ -310,6 +329,21 @@ class ModelManager:
     def in_flight(self) -> int:
         return self._in_flight
 
+    def queue_depths(self) -> list[tuple[str, str, int]]:
+        return [
+            (name, str(n), v.batcher.queued_items)
+            for name, versions in self.versions.items()
+            for n, v in versions.items()
+            if v.batcher is not None
+        ]
+
+    def model_states(self) -> list[tuple[str, str, bool, float | None]]:
+        return [
+            (name, str(n), v.ready, v.load_s)
+            for name, versions in self.versions.items()
+            for n, v in versions.items()
+        ]
+
     # -- shutdown --------------------------------------------------------------------------
 
     def begin_drain(self) -> None:
@@ -332,6 +366,11 @@ class ModelManager:
         for versions in self.versions.values():
             for served in versions.values():
                 await served.close()
+
+
+def _name(trace: RequestTrace | None, served: ServedVersion) -> None:
+    if trace is not None:
+        trace.model, trace.version = served.model, str(served.version)
 
 
 @contextmanager

@@ -6,19 +6,21 @@ beside the model) and then runs on the loop for every request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from inferd.batching import DynamicBatcher
+from inferd.batching import DynamicBatcher, Timing
 from inferd.config.model import ModelConfig
 from inferd.errors import InvalidInputError
+from inferd.observability.trace import RequestTrace
 from inferd.runtime.protocol import Array, TensorSpec
 from inferd.tasks.classification import ClassificationTask, Prediction, top_k
 from inferd.tasks.embedding import EmbeddingTask
-from inferd.tasks.text import TextEncoder, find_tokenizer
+from inferd.tasks.text import EncodedTexts, TextEncoder, find_tokenizer
 
 
 @dataclass(frozen=True)
@@ -68,19 +70,40 @@ class TextPipeline:
     def pad_values(self) -> dict[str, float]:
         return self.encoder.pad_values()
 
+    async def _run(
+        self,
+        batcher: DynamicBatcher,
+        texts: Sequence[str],
+        deadline: float | None,
+        trace: RequestTrace | None,
+    ) -> tuple[EncodedTexts, list[dict[str, Array]]]:
+        started = time.perf_counter()
+        encoded = self.encoder.encode(texts)
+        timing = Timing()
+        if trace is not None:
+            trace.preprocess_s = time.perf_counter() - started
+            trace.items = len(texts)
+            trace.input_length = sum(encoded.token_counts)
+        outputs = await batcher.submit_items(encoded.items, deadline, timing)
+        if trace is not None:
+            trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
+            trace.batch_size = timing.batch_rows
+        return encoded, outputs
+
     async def embed(
         self,
         batcher: DynamicBatcher,
         texts: Sequence[str],
         deadline: float | None,
         dimensions: int | None = None,
+        trace: RequestTrace | None = None,
     ) -> Embeddings:
         task = self.embedding
         if task is None:
             raise InvalidInputError("this model classifies texts; it does not embed them")
         task.check_dimensions(dimensions)
-        encoded = self.encoder.encode(texts)
-        outputs = await batcher.submit_items(encoded.items, deadline)
+        encoded, outputs = await self._run(batcher, texts, deadline, trace)
+        started = time.perf_counter()
         mask_name = self.encoder.config.attention_mask
         vectors = np.stack(
             [
@@ -88,16 +111,31 @@ class TextPipeline:
                 for out, item in zip(outputs, encoded.items, strict=True)
             ]
         )
-        return Embeddings(task.finish(vectors, dimensions), encoded.token_counts)
+        result = Embeddings(task.finish(vectors, dimensions), encoded.token_counts)
+        if trace is not None:
+            trace.postprocess_s = time.perf_counter() - started
+            trace.output_length = int(result.vectors.size)
+        return result
 
     async def classify(
-        self, batcher: DynamicBatcher, texts: Sequence[str], k: int, deadline: float | None
+        self,
+        batcher: DynamicBatcher,
+        texts: Sequence[str],
+        k: int,
+        deadline: float | None,
+        trace: RequestTrace | None = None,
     ) -> Classified:
         task = self.classification
         if task is None:
             raise InvalidInputError("this model embeds texts; use /embed, or a classifier")
-        encoded = self.encoder.encode(texts)
-        outputs = await batcher.submit_items(encoded.items, deadline)
+        encoded, outputs = await self._run(batcher, texts, deadline, trace)
+        started = time.perf_counter()
         logits = np.concatenate([out[self.output].reshape(1, -1) for out in outputs])
         probabilities = task.probabilities(logits)
-        return Classified(top_k(probabilities, task.labels, k), probabilities, encoded.token_counts)
+        result = Classified(
+            top_k(probabilities, task.labels, k), probabilities, encoded.token_counts
+        )
+        if trace is not None:
+            trace.postprocess_s = time.perf_counter() - started
+            trace.output_length = len(texts) * k
+        return result

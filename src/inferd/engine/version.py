@@ -11,17 +11,25 @@ import asyncio
 import enum
 import functools
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
+from inferd.batching import BatcherSettings, DynamicBatcher, Timing, build_layout
 from inferd.config.model import ModelConfig
 from inferd.engine.loading import LoadedModel
+from inferd.engine.observer import (
+    EngineObserver,
+    NoObserver,
+    VersionBatchObserver,
+    report_texts,
+)
 from inferd.engine.text import Classified, Embeddings, TextPipeline
 from inferd.engine.validation import validate_feeds
 from inferd.errors import InvalidInputError, UnavailableError
 from inferd.observability.stats import VersionStats
+from inferd.observability.trace import RequestTrace
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
 from inferd.tasks.classification import top_k
@@ -42,7 +50,13 @@ class VersionState(enum.Enum):
 class ServedVersion:
     """A version as the rest of inferd sees it. Created LOADING; `attach` makes it READY."""
 
-    def __init__(self, model: str, version: int, config: ModelConfig) -> None:
+    def __init__(
+        self,
+        model: str,
+        version: int,
+        config: ModelConfig,
+        observer: EngineObserver | None = None,
+    ) -> None:
         self.model = model
         self.version = version
         self.config = config
@@ -61,6 +75,7 @@ class ServedVersion:
         self._pool: InstancePool | None = None
         self._batcher: DynamicBatcher | None = None
         self.stats = VersionStats(model, version)
+        self._observer: EngineObserver = observer or NoObserver()
 
     @property
     def batched(self) -> bool:
@@ -114,7 +129,8 @@ class ServedVersion:
         if loaded.text is not None:  # fetch only the output the task reads
             run_batch = functools.partial(loaded.pool.run, output_names=[loaded.text.output])
         self._pool = loaded.pool
-        self._batcher = DynamicBatcher(layout, settings, run_batch, self.stats)
+        watcher = VersionBatchObserver(self.model, self.version, self.stats, self._observer)
+        self._batcher = DynamicBatcher(layout, settings, run_batch, watcher)
         self._batcher.start()
         self.model_inputs = loaded.inputs
         self.text = loaded.text
@@ -159,22 +175,46 @@ class ServedVersion:
     # -- tasks ---------------------------------------------------------------------------
 
     async def embed(
-        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
+        self,
+        texts: Sequence[str],
+        deadline: float | None,
+        dimensions: int | None = None,
+        trace: RequestTrace | None = None,
     ) -> Embeddings:
         if self.text is None or self.text.embedding is None:
             raise InvalidInputError(f"model '{self.model}' does not embed texts")
-        return await self.text.embed(self._ready_batcher(), texts, deadline, dimensions)
+        result = await self.text.embed(self._ready_batcher(), texts, deadline, dimensions, trace)
+        report_texts(self._observer, self.model, result.token_counts)
+        return result
 
-    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
+    async def classify(
+        self,
+        texts: Sequence[str],
+        k: int,
+        deadline: float | None,
+        trace: RequestTrace | None = None,
+    ) -> Classified:
         self._check_ready()
         if self.zero_shot is not None and self.base is not None:
-            embedded = await self.base.embed(texts, deadline)
+            embedded = await self.base.embed(texts, deadline, trace=trace)
+            started = time.perf_counter()
             probabilities = self.zero_shot.probabilities(embedded.vectors)
             predictions = top_k(probabilities, self.zero_shot.labels, k)
-            return Classified(predictions, probabilities, embedded.token_counts)
-        if self.text is None or self.text.classification is None:
+            result = Classified(predictions, probabilities, embedded.token_counts)
+            if trace is not None:
+                trace.postprocess_s += time.perf_counter() - started
+        elif self.text is None or self.text.classification is None:
             raise InvalidInputError(f"model '{self.model}' does not classify texts")
-        return await self.text.classify(self._ready_batcher(), texts, k, deadline)
+        else:
+            result = await self.text.classify(self._ready_batcher(), texts, k, deadline, trace)
+        report_texts(
+            self._observer,
+            self.model,
+            result.token_counts,
+            [p.labels[0] for p in result.predictions],
+            [p.scores[0] for p in result.predictions],
+        )
+        return result
 
     @property
     def embeds(self) -> bool:
@@ -194,6 +234,7 @@ class ServedVersion:
         output_names: Sequence[str] | None,
         deadline: float | None,
         max_rows_per_request: int,
+        trace: RequestTrace | None = None,
     ) -> dict[str, Array]:
         """Validates, queues, and returns the requested outputs (all when none are named).
 
@@ -207,15 +248,24 @@ class ServedVersion:
                     f"unknown output(s) {unknown}; the model gives {sorted(known)}"
                 )
         if self.text is not None or self.zero_shot is not None:
-            outputs = await self._infer_texts(feeds, deadline)
+            outputs = await self._infer_texts(feeds, deadline, trace)
         else:
             rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
-            outputs = await self._ready_batcher().submit(feeds, rows, deadline)
+            timing = Timing()
+            outputs = await self._ready_batcher().submit(feeds, rows, deadline, timing)
+            if trace is not None:
+                trace.items = rows
+                trace.input_length = sum(int(a.size) for a in feeds.values())
+                trace.output_length = sum(int(a.size) for a in outputs.values())
+                trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
+                trace.batch_size = timing.batch_rows
         if output_names:
             return {name: outputs[name] for name in output_names}
         return outputs
 
-    async def _infer_texts(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
+    async def _infer_texts(
+        self, feeds: Feeds, deadline: float | None, trace: RequestTrace | None
+    ) -> dict[str, Array]:
         if set(feeds) != {TEXT_INPUT}:
             raise InvalidInputError(
                 f"model '{self.model}' takes texts: one BYTES input named '{TEXT_INPUT}'"
@@ -229,9 +279,9 @@ class ServedVersion:
             raise InvalidInputError(f"input '{TEXT_INPUT}' must be BYTES of shape [n] or [n, 1]")
         texts = [str(t) for t in array.reshape(-1)]
         if self.embeds:
-            embedded = await self.embed(texts, deadline)
+            embedded = await self.embed(texts, deadline, trace=trace)
             return {"embedding": embedded.vectors}
-        classified = await self.classify(texts, 1, deadline)
+        classified = await self.classify(texts, 1, deadline, trace)
         return {
             "label": np.array([p.labels[0] for p in classified.predictions], dtype=object),
             "score": np.array([p.scores[0] for p in classified.predictions], dtype=np.float32),

@@ -12,14 +12,19 @@ from fastapi import FastAPI
 from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
+from inferd.observability.metrics import Metrics
 from inferd.server.errors import install_error_handlers
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from inferd.server.observe import ObserveMiddleware
 from inferd.server.routes import health, openai, tasks, v2
+from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: ServerSettings, manager: ModelManager) -> FastAPI:
+def create_app(
+    settings: ServerSettings, manager: ModelManager, metrics: Metrics | None = None
+) -> FastAPI:
     """An app that serves `manager`'s models. Models load in the background once it starts."""
 
     @asynccontextmanager
@@ -45,11 +50,21 @@ def create_app(settings: ServerSettings, manager: ModelManager) -> FastAPI:
     )
     app.state.settings = settings
     app.state.manager = manager
+    app.state.metrics = metrics
+    if metrics is not None:
+        metrics.attach(manager)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(v2.router)
     app.include_router(tasks.router)
     app.include_router(openai.router)
+    app.include_router(metrics_route.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        ObserveMiddleware,
+        metrics=metrics,
+        sample_rate=settings.log_sample_rate,
+        gpu_memory=metrics is not None and metrics.gpu_present,
+    )
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries the id
     return app

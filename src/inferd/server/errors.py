@@ -44,6 +44,13 @@ def request_id_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))
 
 
+def _mark(request: Request, code: int) -> None:
+    """Puts the error code on the request's trace, for its log line and metrics."""
+    trace = request.scope.get("state", {}).get("trace")
+    if trace is not None:
+        trace.error_code = code
+
+
 def error_response(
     status: int, code: int, message: str, request_id: str, retry_after_s: float | None = None
 ) -> Response:
@@ -71,6 +78,7 @@ async def _inferd_error(request: Request, exc: Exception) -> Response:
             exc_info=exc.__cause__ or exc,
             extra={"request_id": request_id_of(request)},
         )
+    _mark(request, int(exc.code))
     return response_for(exc, request_id_of(request))
 
 
@@ -81,6 +89,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
     message = "invalid request: " + ("; ".join(parts) or "malformed")
+    _mark(request, int(ErrorCode.INVALID_INPUT))
     return response_for(InvalidInputError(message), request_id_of(request))
 
 
@@ -90,12 +99,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status, ErrorCode.INVALID_INPUT if status < 500 else ErrorCode.INTERNAL
     )
     detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
+    _mark(request, int(code))
     return error_response(status, int(code), str(detail), request_id_of(request))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     request_id = request_id_of(request)
     log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
+    _mark(request, int(ErrorCode.INTERNAL))
     return error_response(
         500,
         int(ErrorCode.INTERNAL),

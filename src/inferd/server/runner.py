@@ -17,6 +17,7 @@ import uvicorn
 
 from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
+from inferd.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,12 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def run_server(settings: ServerSettings, manager: ModelManager) -> None:
+def run_server(
+    settings: ServerSettings, manager: ModelManager, metrics: Metrics | None = None
+) -> None:
     from inferd.server.app import create_app
 
-    app = create_app(settings, manager)
+    app = create_app(settings, manager, metrics)
     config = uvicorn.Config(
         app,
         host=settings.host,

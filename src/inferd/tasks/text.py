@@ -17,6 +17,9 @@ from inferd.config.model import TokenizerConfig
 from inferd.errors import EmptyInputError, EncodingError, InputTooLongError, TooManyItemsError
 from inferd.runtime.protocol import Array
 
+BULK = 8
+"""From this many texts on, tokenize with the library's parallel batch encoder."""
+
 
 class TokenizerError(ValueError):
     """The tokenizer file is missing or unusable (a load-time problem, not a client's)."""
@@ -94,7 +97,10 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str]) -> EncodedTexts:
         self.check(texts)
-        encodings = self._tokenizer.encode_batch(list(texts))
+        if len(texts) < BULK:  # few texts: the parallel batch path costs more than it saves
+            encodings = [self._tokenizer.encode(text) for text in texts]
+        else:
+            encodings = self._tokenizer.encode_batch(list(texts))
         config = self._config
         items = []
         counts = []

@@ -17,7 +17,8 @@ from starlette.responses import Response
 from inferd.errors import InvalidInputError
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body, validate_body
-from inferd.server.state import header_timeout_s, manager_of
+from inferd.server.observe import note_payload, trace_of
+from inferd.server.state import header_timeout_s, manager_of, settings_of
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -48,12 +49,15 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
 )
 async def embeddings(request: Request) -> Response:
-    body = validate_body(EmbeddingsRequest, await request.body())
+    raw = await request.body()
+    trace = trace_of(request.scope)
+    note_payload(trace, raw, settings_of(request).log_payloads)
+    body = validate_body(EmbeddingsRequest, raw)
     texts = _texts(body.input)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
         served, result = await manager_of(request).embed(
-            body.model, texts, body.dimensions, timeout_s
+            body.model, texts, body.dimensions, timeout_s, trace
         )
     vectors = result.vectors
     data = []

@@ -11,7 +11,8 @@ from starlette.responses import Response
 
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body, validate_body
-from inferd.server.state import header_timeout_s, manager_of
+from inferd.server.observe import note_payload, trace_of
+from inferd.server.state import header_timeout_s, manager_of, settings_of
 
 router = APIRouter(tags=["tasks"])
 
@@ -45,11 +46,16 @@ def _json(body: object) -> Response:
 @router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
-    body = validate_body(PredictRequest, await request.body())
+    raw = await request.body()
+    trace = trace_of(request.scope)
+    note_payload(trace, raw, settings_of(request).log_payloads)
+    body = validate_body(PredictRequest, raw)
     timeout_s = header_timeout_s(request)
     k = body.top_k or 1
     async with cancel_on_disconnect(request.receive):
-        served, result = await manager_of(request).classify(body.model, body.texts, k, timeout_s)
+        served, result = await manager_of(request).classify(
+            body.model, body.texts, k, timeout_s, trace
+        )
     nested = body.top_k is not None and body.top_k > 1
     return _json(
         {
@@ -66,11 +72,14 @@ async def predict(request: Request) -> Response:
 @router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
-    body = validate_body(EmbedRequest, await request.body())
+    raw = await request.body()
+    trace = trace_of(request.scope)
+    note_payload(trace, raw, settings_of(request).log_payloads)
+    body = validate_body(EmbedRequest, raw)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
         served, result = await manager_of(request).embed(
-            body.model, body.texts, body.dimensions, timeout_s
+            body.model, body.texts, body.dimensions, timeout_s, trace
         )
     return _json(
         {

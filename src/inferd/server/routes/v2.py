@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from inferd.runtime.protocol import TensorSpec
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body
+from inferd.server.observe import note_payload, trace_of
 from inferd.server.state import header_timeout_s, manager_of, settings_of
 from inferd.server.v2_binary import HEADER_LENGTH, split_body
 from inferd.server.v2_codec import (
@@ -180,20 +182,29 @@ INFER_BODY = openapi_body(InferRequest)
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
-    body = await read_body(request, settings_of(request).max_body_bytes)
+    settings = settings_of(request)
+    body = await read_body(request, settings.max_body_bytes)
+    trace = trace_of(request.scope)
+    note_payload(trace, body, settings.log_payloads)
+    started = time.perf_counter()
     json_part, binary = split_body(body, request.headers.get(HEADER_LENGTH))
     parsed = parse_infer_request(json_part)
     feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
+    if trace is not None:
+        trace.preprocess_s = time.perf_counter() - started
     async with cancel_on_disconnect(request.receive):
         served, outputs = await manager_of(request).infer(
-            model, version, feeds, output_names, timeout_s
+            model, version, feeds, output_names, timeout_s, trace
         )
+    started = time.perf_counter()
     as_binary = binary_outputs(parsed, list(outputs))
     content, header_length = encode_response(
         served.model, served.version, parsed.id, outputs, as_binary
     )
+    if trace is not None:
+        trace.postprocess_s += time.perf_counter() - started
     if header_length is None:
         return Response(content, media_type="application/json")
     return Response(

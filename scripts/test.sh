@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh machine and runs them. The README's test command.
+#   VENV: the virtual environment to use or create (default .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+
+if ! command -v promtool >/dev/null 2>&1; then  # validates deploy/prometheus rules
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  else
+    echo "promtool is needed for the alert-rule tests: install Debian's prometheus package" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+. "$VENV/bin/activate"
+python -m pip install --quiet --upgrade pip
+python -m pip install --quiet -e ".[dev]"
+python -m pytest "$@"

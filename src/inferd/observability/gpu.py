@@ -1,0 +1,79 @@
+"""GPU utilization and memory per device through NVML (`nvidia-ml-py`), at scrape time.
+
+Present only when a GPU is: without the library, or without a device, the collector yields
+nothing and costs nothing after its first look.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _nvml() -> Any | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return None
+    except Exception:  # NVMLError: no driver, no device
+        return None
+    return pynvml
+
+
+class GpuCollector(Collector):
+    def __init__(self) -> None:
+        self._nvml = _nvml()
+
+    @property
+    def present(self) -> bool:
+        return self._nvml is not None
+
+    def collect(self) -> Iterable[Metric]:
+        nvml = self._nvml
+        if nvml is None:
+            return
+        utilization = GaugeMetricFamily(
+            "inferd_gpu_utilization_ratio", "GPU busy share over the last sample", labels=["gpu"]
+        )
+        used = GaugeMetricFamily("inferd_gpu_memory_used_bytes", "GPU memory used", labels=["gpu"])
+        total = GaugeMetricFamily(
+            "inferd_gpu_memory_total_bytes", "GPU memory in all", labels=["gpu"]
+        )
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                utilization.add_metric([str(index)], rates.gpu / 100.0)
+                used.add_metric([str(index)], float(memory.used))
+                total.add_metric([str(index)], float(memory.total))
+        except Exception:
+            log.exception("reading NVML failed; GPU metrics skipped for this scrape")
+            return
+        yield utilization
+        yield used
+        yield total
+
+
+def gpu_memory_mb() -> float | None:
+    """Device memory in use on GPU 0, for log lines; None without a GPU."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0))
+        return float(info.used) / 2**20
+    except Exception:
+        return None

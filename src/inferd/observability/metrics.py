@@ -1,0 +1,239 @@
+"""Every Prometheus metric of inferd, defined in this one module, in a registry of its own.
+
+Label values are bounded: a model label is only ever a model of the repository (a name a client
+made up becomes `_unknown`), an endpoint label is a route template, never a raw path, and a
+predicted label is one of the model's configured labels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from inferd.observability.drift import DriftMonitor
+from inferd.observability.gpu import GpuCollector
+
+log = logging.getLogger(__name__)
+
+SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+)  # fmt: skip
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LENGTH_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+UNKNOWN = "_unknown"
+STAGES = ("queue", "preprocess", "inference", "postprocess")
+
+
+class BatchFacts(Protocol):
+    @property
+    def items(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def real_elements(self) -> int: ...
+    @property
+    def padded_elements(self) -> int: ...
+
+
+class ServerView(Protocol):
+    """What the metrics read from the engine at scrape time."""
+
+    def queue_depths(self) -> Iterable[tuple[str, str, int]]: ...
+    def model_states(self) -> Iterable[tuple[str, str, bool, float | None]]: ...
+    @property
+    def in_flight(self) -> int: ...
+
+
+class _EngineCollector(Collector):
+    def __init__(self, view: Callable[[], ServerView | None]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterable[Metric]:
+        view = self._view()
+        if view is None:
+            return
+        depth = GaugeMetricFamily(
+            "inferd_queue_depth", "Items waiting in a version's queue", labels=["model", "version"]
+        )
+        for model, version, items in view.queue_depths():
+            depth.add_metric([model, version], items)
+        yield depth
+        ready = GaugeMetricFamily(
+            "inferd_model_ready", "1 when the version serves", labels=["model", "version"]
+        )
+        load = GaugeMetricFamily(
+            "inferd_model_load_seconds", "Time to load and warm up", labels=["model", "version"]
+        )
+        for model, version, is_ready, load_s in view.model_states():
+            ready.add_metric([model, version], 1.0 if is_ready else 0.0)
+            if load_s is not None:
+                load.add_metric([model, version], load_s)
+        yield ready
+        yield load
+        flight = GaugeMetricFamily("inferd_in_flight_requests", "Admitted, unanswered requests")
+        flight.add_metric([], view.in_flight)
+        yield flight
+
+
+def memory_limit_bytes() -> float:
+    """The cgroup memory limit of this process (v2, then v1), or the machine's memory."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            return float(text)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+class _MemoryLimitCollector(Collector):
+    def __init__(self) -> None:
+        self._limit = memory_limit_bytes()
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily(
+            "inferd_memory_limit_bytes", "Memory this process may use (cgroup limit, else RAM)"
+        )
+        gauge.add_metric([], self._limit)
+        yield gauge
+
+
+class Metrics:
+    """Prometheus metrics for one server; also the engine's observer (batches, texts)."""
+
+    def __init__(
+        self,
+        known_models: Sequence[str],
+        labels_by_model: dict[str, Sequence[str]] | None = None,
+        # models absent here have labels bounded by their output size: all are allowed
+        drift: dict[str, DriftMonitor] | None = None,
+        gpu: bool = True,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._known = set(known_models)
+        self._labels = {m: set(v) for m, v in (labels_by_model or {}).items()}
+        self._drift = drift or {}
+        self._view: ServerView | None = None
+        r = self.registry
+        self.requests = Counter(
+            "inferd_requests", "Requests by endpoint, model, HTTP status and error code",
+            ["endpoint", "model", "status", "code"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "inferd_request_duration_seconds", "Total time of a request in the server",
+            ["endpoint", "model"], buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.stage = Histogram(
+            "inferd_stage_duration_seconds", "Time per stage of a request",
+            ["model", "version", "stage"], buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.batch_rows = Histogram(
+            "inferd_batch_size", "Rows in a batch run", ["model", "version"],
+            buckets=SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.batch_items = Histogram(
+            "inferd_batch_items", "Queued items (requests or texts) in a batch run",
+            ["model", "version"], buckets=SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "inferd_padded_elements", "Elements of padded inputs (tokens for text) run, by kind: "
+            "real or padded; real/padded is the padding efficiency",
+            ["model", "version", "kind"], registry=r,
+        )  # fmt: skip
+        self.input_length = Histogram(
+            "inferd_input_length_tokens", "Tokens per text", ["model"],
+            buckets=LENGTH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.confidence = Histogram(
+            "inferd_top_confidence", "Score of the top label per text", ["model"],
+            buckets=CONFIDENCE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.predicted = Counter(
+            "inferd_predicted_labels", "Top labels predicted", ["model", "label"], registry=r
+        )
+        self.drift_psi = Gauge(
+            "inferd_drift_psi", "Population stability index, recent window against reference",
+            ["model", "feature"], registry=r,
+        )  # fmt: skip
+        ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
+        r.register(_MemoryLimitCollector())
+        r.register(_EngineCollector(lambda: self._view))
+        self.gpu_present = False
+        if gpu:
+            collector = GpuCollector()
+            self.gpu_present = collector.present
+            r.register(collector)
+
+    def attach(self, view: ServerView) -> None:
+        self._view = view
+
+    def model_label(self, model: str | None) -> str:
+        return model if model in self._known else UNKNOWN
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- from the HTTP layer ---------------------------------------------------------------
+
+    def on_request(
+        self, endpoint: str, model: str | None, status: int, code: int | None, total_s: float
+    ) -> None:
+        label = self.model_label(model)
+        self.requests.labels(endpoint, label, str(status), str(code or 0)).inc()
+        self.latency.labels(endpoint, label).observe(total_s)
+
+    def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
+        label = self.model_label(model)
+        for stage, seconds in stages.items():
+            self.stage.labels(label, version, stage).observe(seconds)
+
+    # -- from the engine -----------------------------------------------------------------
+
+    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
+        label = self.model_label(model)
+        self.batch_rows.labels(label, version).observe(record.rows)
+        self.batch_items.labels(label, version).observe(record.items)
+        if record.padded_elements:
+            self.tokens.labels(label, version, "real").inc(record.real_elements)
+            self.tokens.labels(label, version, "padded").inc(record.padded_elements)
+
+    def on_texts(
+        self,
+        model: str,
+        token_counts: Sequence[int],
+        top_labels: Sequence[str] | None = None,
+        top_scores: Sequence[float] | None = None,
+    ) -> None:
+        label = self.model_label(model)
+        lengths = self.input_length.labels(label)
+        for n in token_counts:
+            lengths.observe(n)
+        if top_scores is not None:
+            confidence = self.confidence.labels(label)
+            for score in top_scores:
+                confidence.observe(score)
+        if top_labels is not None:
+            allowed = self._labels.get(model)
+            for name in top_labels:
+                known = allowed is None or name in allowed
+                self.predicted.labels(label, name if known else UNKNOWN).inc()
+        monitor = self._drift.get(model)
+        if monitor is not None:
+            for feature, psi in monitor.observe(token_counts, top_scores).items():
+                self.drift_psi.labels(label, feature).set(psi)

@@ -1,0 +1,129 @@
+"""Pure ASGI middleware that gives every request a trace, then writes its log line and metrics.
+
+Log lines: one JSON object per request, with the request id, model, version, HTTP status, error
+code and per-stage timings; errors always, successes sampled at `log_sample_rate`. No payload is
+logged unless `log_payloads` is set (then truncated and marked). Probe and /metrics requests are
+counted but not logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.observability.gpu import gpu_memory_mb
+from inferd.observability.metrics import Metrics
+from inferd.observability.trace import RequestTrace
+
+log = logging.getLogger("inferd.request")
+
+QUIET_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics"})
+
+
+PAYLOAD_LIMIT = 256
+
+
+def trace_of(scope: Scope) -> RequestTrace | None:
+    trace = scope.get("state", {}).get("trace")
+    return trace if isinstance(trace, RequestTrace) else None
+
+
+def note_payload(trace: RequestTrace | None, body: bytes, enabled: bool) -> None:
+    """With payload logging on (debug only), keeps a truncated, marked copy for the log line."""
+    if trace is None or not enabled:
+        return
+    text = body[:PAYLOAD_LIMIT].decode("utf-8", "replace")
+    more = f" ... [{len(body) - PAYLOAD_LIMIT} more bytes]" if len(body) > PAYLOAD_LIMIT else ""
+    trace.payload = f"[PAYLOAD, debug logging] {text}{more}"
+
+
+class ObserveMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics | None,
+        sample_rate: float,
+        gpu_memory: bool = False,
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.sample_rate = sample_rate
+        self.gpu_memory = gpu_memory
+        self._random = random.Random()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        trace = RequestTrace(request_id=str(state.get("request_id", "")))
+        state["trace"] = trace
+        status = 500
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        finally:
+            self._finish(scope, trace, status)
+
+    def _finish(self, scope: Scope, trace: RequestTrace, status: int) -> None:
+        try:
+            total_s = time.perf_counter() - trace.started
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            if self.metrics is not None:
+                self.metrics.on_request(endpoint, trace.model, status, trace.error_code, total_s)
+                if trace.model is not None and trace.version is not None and status < 400:
+                    self.metrics.on_stages(trace.model, trace.version, trace.stages())
+            if endpoint in QUIET_PATHS:
+                return
+            failed = status >= 400 or trace.error_code is not None
+            if not failed and self._random.random() >= self.sample_rate:
+                return
+            self._log_line(scope, trace, status, endpoint, total_s, failed)
+        except Exception:
+            log.exception("request observation failed; the response was unaffected")
+
+    def _log_line(
+        self,
+        scope: Scope,
+        trace: RequestTrace,
+        status: int,
+        endpoint: str,
+        total_s: float,
+        failed: bool,
+    ) -> None:
+        fields: dict[str, object] = {
+            "request_id": trace.request_id,
+            "method": scope.get("method"),
+            "endpoint": endpoint,
+            "model": trace.model,
+            "version": trace.version,
+            "status": status,
+            "code": trace.error_code,
+            "queue_ms": round(trace.queue_s * 1000, 3),
+            "preprocess_ms": round(trace.preprocess_s * 1000, 3),
+            "inference_ms": round(trace.inference_s * 1000, 3),
+            "postprocess_ms": round(trace.postprocess_s * 1000, 3),
+            "total_ms": round(total_s * 1000, 3),
+            "batch_size": trace.batch_size,
+            "items": trace.items,
+            "input_length": trace.input_length,
+            "output_length": trace.output_length,
+        }
+        if self.gpu_memory:
+            memory = gpu_memory_mb()
+            if memory is not None:
+                fields["gpu_memory_mb"] = round(memory, 1)
+        if trace.payload is not None:
+            fields["payload"] = trace.payload
+        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
+        log.log(level, "request", extra=fields)
