@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -130,6 +130,8 @@ class Metrics:
         self._labels = {m: set(v) for m, v in (labels_by_model or {}).items()}
         self._drift = drift or {}
         self._view: ServerView | None = None
+        self._request_children: dict[tuple[object, ...], tuple[Any, Any]] = {}
+        self._stage_children: dict[tuple[str, str], dict[str, Any]] = {}
         r = self.registry
         self.requests = Counter(
             "inferd_requests", "Requests by endpoint, model, HTTP status and error code",
@@ -194,14 +196,27 @@ class Metrics:
     def on_request(
         self, endpoint: str, model: str | None, status: int, code: int | None, total_s: float
     ) -> None:
-        label = self.model_label(model)
-        self.requests.labels(endpoint, label, str(status), str(code or 0)).inc()
-        self.latency.labels(endpoint, label).observe(total_s)
+        label = self.model_label(model)  # bounded, so the cache below is bounded too
+        key = (endpoint, label, status, code)
+        children = self._request_children.get(key)
+        if children is None:  # label lookups cost more than the observations: done once
+            children = (
+                self.requests.labels(endpoint, label, str(status), str(code or 0)),
+                self.latency.labels(endpoint, label),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(total_s)
 
     def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
         label = self.model_label(model)
+        key = (label, version)
+        children = self._stage_children.get(key)
+        if children is None:
+            children = {stage: self.stage.labels(label, version, stage) for stage in STAGES}
+            self._stage_children[key] = children
         for stage, seconds in stages.items():
-            self.stage.labels(label, version, stage).observe(seconds)
+            children[stage].observe(seconds)
 
     # -- from the engine -----------------------------------------------------------------
 
