@@ -133,3 +133,13 @@ def build_repository(root: Path) -> Path:
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"this is not an onnx file")
     return root
+
+
+def lookup_model(path: Path, rows: int = 10) -> Path:
+    """idx: INT64 [batch, 1] -> out: FP32 [batch, 1, 2], rows of a table. An index past the
+    table's end makes ONNX Runtime fail the whole batch: a poisoned item for fault tests."""
+    table = numpy_helper.from_array(np.arange(rows * 2, dtype=np.float32).reshape(rows, 2), "table")
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch", 1])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 1, 2])
+    node = helper.make_node("Gather", ["table", "idx"], ["out"], axis=0)
+    return _save(helper.make_graph([node], "lookup", [idx], [out], [table]), path)

@@ -27,8 +27,10 @@ from inferd.batching.layout import BatchLayout
 from inferd.batching.padding import concat_chunks, merge_feeds, split_outputs
 from inferd.errors import (
     DeadlineExceededError,
+    ErrorCode,
     InferdError,
     InternalError,
+    OutOfMemoryError,
     QueueFullError,
     UnavailableError,
 )
@@ -55,6 +57,12 @@ class BatcherSettings:
     """Batches that may run at once (the runtime's instance count)."""
     scan_window: int = 8
     """Batch formation looks at up to scan_window x max_batch_size queued items."""
+    oom_cooldown_s: float = 30.0
+    """After an out-of-memory failure, time before the lowered batch size limit grows again."""
+    max_consecutive_failures: int = 5
+    """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
+    label: str = ""
+    """Names the batcher in log lines (model and version)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class BatchRecord:
 
 
 class BatchObserver(Protocol):
+    """Told of every batch run. It may also define `on_memory_pressure(rows, limit)` (an
+    out-of-memory failure lowered the batch size limit) and `on_unhealthy(reason)`."""
+
     def on_batch(self, record: BatchRecord) -> None: ...
 
 
@@ -151,6 +162,9 @@ class DynamicBatcher:
         self._batch_tasks: set[asyncio.Task[None]] = set()
         self._arrivals = _ArrivalRate()
         self._batch_s_ewma: float | None = None
+        self._max_rows = settings.max_batch_size
+        self._limit_changed_at = 0.0
+        self._consecutive_failures = 0
 
     # -- life -------------------------------------------------------------------------------
 
@@ -248,6 +262,14 @@ class DynamicBatcher:
         now = loop.time()
         if deadline is not None and deadline <= now:
             raise DeadlineExceededError("the request's deadline passed before it was queued")
+        if deadline is not None:
+            wait_s = self.expected_wait_s(sum(rows for _, rows in parts))
+            if wait_s is not None and now + wait_s > deadline:
+                raise QueueFullError(
+                    f"the queue holds about {wait_s * 1000:.0f} ms of work, more than this "
+                    f"request's deadline allows ({(deadline - now) * 1000:.0f} ms)",
+                    retry_after_s=wait_s,
+                )
         entries = []
         total_rows = 0
         for part_feeds, part_rows in parts:
@@ -278,7 +300,7 @@ class DynamicBatcher:
             raise
 
     def _split(self, feeds: Feeds, rows: int) -> list[tuple[Feeds, int]]:
-        limit = self._settings.max_batch_size
+        limit = self._max_rows
         if not self._layout.batched or limit <= 0 or rows <= limit:
             return [(feeds, rows)]
         return [
@@ -325,7 +347,7 @@ class DynamicBatcher:
         if self._running == 0 or not self._layout.batched or settings.max_batch_size <= 0:
             return 0.0
         queued = self._queued_rows
-        if queued >= settings.max_batch_size or queued in settings.preferred_batch_sizes:
+        if queued >= self._max_rows or queued in settings.preferred_batch_sizes:
             return 0.0
         remaining = settings.max_queue_delay_s - (now - self._queue[0].enqueued_at)
         if remaining <= 0:
@@ -362,7 +384,7 @@ class DynamicBatcher:
         if not candidates:
             self._purge_done()
             return []
-        max_rows = settings.max_batch_size if self._layout.batched else 0
+        max_rows = self.max_rows(asyncio.get_running_loop().time()) if self._layout.batched else 0
         chosen = select_batch(
             candidates,
             max_rows,
@@ -383,15 +405,48 @@ class DynamicBatcher:
         task.add_done_callback(self._batch_tasks.discard)
 
     async def _run(self, batch: Sequence[_Entry]) -> None:
+        try:
+            await self._execute(list(batch))
+        except asyncio.CancelledError:
+            for entry in batch:
+                self._fail(entry, UnavailableError("the model is shutting down"))
+            raise
+        finally:
+            self._running -= 1
+            self._wakeup.set()
+
+    async def _execute(self, batch: list[_Entry]) -> None:
+        """Runs a batch. On failure the batch is split in halves and each half retried, so that
+        only the items that fail on their own get an error; an out-of-memory failure also
+        lowers the batch size limit for a cool-down."""
+        batch = [e for e in batch if not e.future.done()]  # expired or gone meanwhile
+        if not batch:
+            return
         loop = asyncio.get_running_loop()
         started = loop.time()
-        error: InferdError | None = None
         rows = [e.rows for e in batch]
+        error: InferdError | None = None
+        parts: list[dict[str, Array]] = []
         try:
             feeds = merge_feeds([e.feeds for e in batch], self._layout)
             outputs = await self._run_batch(feeds)
             parts = split_outputs(outputs, [e.feeds for e in batch], rows, self._layout)
-            run_s = loop.time() - started
+        except asyncio.CancelledError:
+            raise
+        except InferdError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception(
+                "batch failed", extra={"batcher": self._settings.label, "items": len(batch)}
+            )
+            error = InternalError("the batch failed while running")
+            error.__cause__ = exc
+        run_s = loop.time() - started
+        self._observe(batch, rows, started, run_s, error)
+        if error is None:
+            prev = self._batch_s_ewma
+            self._batch_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
+            self._consecutive_failures = 0
             total_rows = sum(rows)
             for entry, part in zip(batch, parts, strict=True):
                 if entry.timer is not None:
@@ -400,28 +455,68 @@ class DynamicBatcher:
                     entry.timing.record(started - entry.enqueued_at, run_s, total_rows)
                 if not entry.future.done():
                     entry.future.set_result(part)
-        except InferdError as exc:
-            error = exc
-            for entry in batch:
-                self._fail(entry, exc)
-        except asyncio.CancelledError:
-            error = UnavailableError("the model is shutting down")
-            for entry in batch:
-                self._fail(entry, error)
-            raise
-        except Exception as exc:
-            log.exception("batch failed", extra={"items": len(batch), "rows": sum(rows)})
-            error = InternalError("the batch failed while running")
-            error.__cause__ = exc
-            for entry in batch:
-                self._fail(entry, error)
-        finally:
-            run_s = loop.time() - started
-            self._running -= 1
-            prev = self._batch_s_ewma
-            self._batch_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
-            self._wakeup.set()
-            self._observe(batch, rows, started, run_s, error)
+            return
+        if isinstance(error, OutOfMemoryError):
+            self._memory_pressure(sum(rows), loop.time())
+        if len(batch) > 1:
+            half = len(batch) // 2
+            await self._execute(batch[:half])
+            await self._execute(batch[half:])
+            return
+        self._fail(batch[0], error)
+        self._count_failure(error)
+
+    def _count_failure(self, error: InferdError) -> None:
+        """A runtime that fails even one item at a time, again and again, is unhealthy."""
+        if error.code is ErrorCode.INVALID_INPUT:
+            return  # the input's fault, not the runtime's
+        self._consecutive_failures += 1
+        if self._consecutive_failures < self._settings.max_consecutive_failures:
+            return
+        reason = (
+            f"the runtime failed {self._consecutive_failures} times in a row, "
+            f"one item at a time (last: {error.message})"
+        )
+        log.error("runtime unhealthy", extra={"batcher": self._settings.label, "reason": reason})
+        self._accepting = False
+        while self._queue:
+            self._fail(self._pop_left(), UnavailableError(f"the model is unhealthy: {reason}"))
+        self._hook("on_unhealthy", reason)
+
+    def _memory_pressure(self, rows: int, now: float) -> None:
+        limit = max(1, rows // 2)
+        if limit >= self._max_rows:
+            return
+        self._max_rows = limit
+        self._limit_changed_at = now
+        log.warning(
+            "out of memory: batch size limit lowered",
+            extra={"batcher": self._settings.label, "rows": rows, "limit": limit,
+                   "cooldown_s": self._settings.oom_cooldown_s},
+        )  # fmt: skip
+        self._hook("on_memory_pressure", rows, limit)
+
+    def max_rows(self, now: float) -> int:
+        """The batch size limit now: lowered after an out-of-memory failure, raised back by
+        half of itself each cool-down period without one."""
+        full = self._settings.max_batch_size
+        if self._max_rows < full and now - self._limit_changed_at >= self._settings.oom_cooldown_s:
+            self._max_rows = min(full, self._max_rows + max(1, self._max_rows // 2))
+            self._limit_changed_at = now
+            log.info(
+                "batch size limit raised",
+                extra={"batcher": self._settings.label, "limit": self._max_rows},
+            )
+        return self._max_rows
+
+    def _hook(self, name: str, *args: object) -> None:
+        method = getattr(self._observer, name, None)
+        if method is None:
+            return
+        try:
+            method(*args)
+        except Exception:
+            log.exception("batch observer failed; the batcher is unaffected")
 
     def _observe(
         self,
@@ -451,6 +546,17 @@ class DynamicBatcher:
             entry.timer.cancel()
         if not entry.future.done():
             entry.future.set_exception(error)
+
+    def expected_wait_s(self, rows: int) -> float | None:
+        """How long `rows` more rows would take to be answered, from the measured batch time:
+        the batches queued ahead of them plus their own, over the runtime's concurrency.
+        None until a batch has been measured."""
+        per_batch = self._batch_s_ewma
+        if per_batch is None:
+            return None
+        size = max(self._max_rows, 1)
+        batches = math.ceil((self._queued_rows + rows) / size)
+        return per_batch * batches / self._settings.concurrency
 
     def _retry_after_s(self) -> float:
         per_batch = self._batch_s_ewma or 0.1

@@ -32,5 +32,6 @@ def serve(settings: ServerSettings) -> int:
             ) from exc
     entries = scan_repository(repository)
     metrics = build_metrics(entries) if settings.metrics else None
-    run_server(settings, ModelManager(settings, entries, observer=metrics), metrics)
+    manager = ModelManager(settings, entries, observer=metrics, root=repository)
+    run_server(settings, manager, metrics)
     return 0

@@ -44,6 +44,12 @@ class DynamicBatchingConfig(_Strict):
         description="Gather items of similar length into a batch (the oldest first), so padding "
         "stays small.",
     )
+    oom_cooldown_s: float = Field(
+        30.0,
+        gt=0,
+        description="After an out-of-memory failure the batch size limit is halved; it grows "
+        "back by half of itself each cool-down period.",
+    )
     padding_side: Literal["right", "left"] = Field(
         "right", description="Where padding goes on padded axes (token ids: right for encoders)."
     )
@@ -74,6 +80,24 @@ class RuntimeOptions(_Strict):
     )
     execution_mode: Literal["sequential", "parallel"] = Field(
         "sequential", description="parallel runs independent branches of the graph at once."
+    )
+    memory_arena: bool = Field(
+        True,
+        description="ONNX Runtime's CPU memory arena: fast reuse, but it keeps its high-water "
+        "mark (batch x sequence length sets the peak).",
+    )
+    memory_pattern: bool = Field(
+        True, description="Plan memory from the first run's shapes (helps fixed shapes)."
+    )
+    arena_shrink_above_elements: int | None = Field(
+        None,
+        ge=1,
+        description="After a run whose largest input holds more elements than this (an "
+        "unusually large batch), give the arena's free memory back to the system.",
+    )
+    cuda_arena_extend_strategy: Literal["next_power_of_two", "same_as_requested"] = Field(
+        "same_as_requested",
+        description="How the CUDA arena grows; same_as_requested wastes less device memory.",
     )
     allow_spinning: bool = Field(
         False,

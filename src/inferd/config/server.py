@@ -71,6 +71,24 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
     )
+    max_in_flight: int = Field(
+        4096,
+        ge=1,
+        description="Admitted, unanswered inference requests across all models; over it, 429 "
+        "(code 4290) at once.",
+    )
+    max_memory_mb: int = Field(
+        0,
+        ge=0,
+        description="Admission limit on the process's resident memory: over it, new requests "
+        "get 503 (code 5030) until it falls. 0: off.",
+    )
+    max_gpu_memory_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Admission limit on GPU 0's used memory share (when a GPU is present). 0: off.",
+    )
     max_request_rows: int = Field(
         4096, ge=1, description="Most rows (batch-axis entries) one request may carry."
     )
@@ -88,6 +106,21 @@ class ServerSettings(BaseModel):
         description="Python's thread switch interval. Shorter than Python's 5 ms default so a "
         "runtime thread whose batch finished gets the interpreter back quickly while the event "
         "loop is busy with HTTP work.",
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="File of API keys, one per line: inference and metadata routes then need "
+        "`Authorization: Bearer <key>`. Probes and /metrics stay open.",
+    )
+    admin_keys_file: Path | None = Field(
+        None,
+        description="File of admin keys for routes that change state (repository load and "
+        "unload); without it those routes are off.",
+    )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins allowed by CORS (e.g. https://app.example.com); "
+        "empty: CORS off.",
     )
     keep_alive_s: float = Field(5.0, gt=0, description="HTTP keep-alive timeout.")
 

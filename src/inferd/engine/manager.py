@@ -18,12 +18,19 @@ from pathlib import Path
 from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.memory import MemoryGate
 from inferd.engine.observer import EngineObserver
 from inferd.engine.text import Classified, Embeddings
 from inferd.engine.version import ServedVersion, VersionState
-from inferd.errors import InferdError, InvalidInputError, NotFoundError, UnavailableError
+from inferd.errors import (
+    InferdError,
+    InvalidInputError,
+    NotFoundError,
+    QueueFullError,
+    UnavailableError,
+)
 from inferd.observability.trace import RequestTrace
-from inferd.repository.scan import ModelEntry, valid_name
+from inferd.repository.scan import ModelEntry, scan_model, valid_name
 from inferd.runtime.protocol import Array, Feeds, Runtime
 
 log = logging.getLogger(__name__)
@@ -57,10 +64,14 @@ class ModelManager:
         entries: Sequence[ModelEntry],
         runtime_loader: RuntimeLoader = onnx_runtime_loader,
         observer: EngineObserver | None = None,
+        root: Path | None = None,
     ) -> None:
         self._settings = settings
         self._entries = {e.name: e for e in entries}
         self._loader = runtime_loader
+        self._observer = observer
+        self._root = root
+        self.unloaded: set[str] = set()
         self.versions: dict[str, dict[int, ServedVersion]] = {}
         self.model_errors: dict[str, str] = {}
         for entry in entries:
@@ -81,6 +92,7 @@ class ModelManager:
         self.loading_done = False
         self.draining = False
         self.accepting = True
+        self._memory = MemoryGate(settings.max_memory_mb, settings.max_gpu_memory_fraction)
         self._in_flight = 0
         self._no_in_flight = asyncio.Event()
         self._no_in_flight.set()
@@ -113,6 +125,8 @@ class ModelManager:
         ]
         try:
             await asyncio.gather(*jobs)
+            for name in list(self.versions):
+                await self._fall_back(name)
             for versions in self.versions.values():  # derived models, once bases are up
                 for served in versions.values():
                     if not served.config.needs_versions:
@@ -122,9 +136,37 @@ class ModelManager:
         ready = sum(v.ready for vs in self.versions.values() for v in vs.values())
         log.info("model loading finished", extra={"ready_versions": ready})
 
+    async def _fall_back(self, name: str) -> bool:
+        """With a `latest` policy and no selected version serving, the newest older version
+        that loads serves instead: a broken new version never takes the model down."""
+        entry = self._entries[name]
+        config = entry.config
+        versions = self.versions.get(name, {})
+        if config is None or not config.needs_versions or any(v.ready for v in versions.values()):
+            return True
+        policy = config.version_policy
+        if policy.all or policy.specific is not None:
+            return False
+        for candidate in sorted(entry.available, key=lambda v: -v.version):
+            if candidate.version in versions:
+                continue
+            served = ServedVersion(name, candidate.version, config, self._observer)
+            versions[candidate.version] = served
+            await self._load_version(entry, served)
+            if served.ready:
+                log.warning(
+                    "serving an older version: the selected ones failed to load",
+                    extra={"model": name, "version": candidate.version},
+                )
+                for failed in versions.values():
+                    if failed.state is VersionState.FAILED:
+                        failed.superseded = True  # reported, but the model serves
+                return True
+        return False
+
     async def _load_version(self, entry: ModelEntry, served: ServedVersion) -> None:
         config: ModelConfig = served.config
-        path = next(v.path for v in entry.versions if v.version == served.version)
+        path = next(v.path for v in entry.available if v.version == served.version)
         loop = asyncio.get_running_loop()
         try:
             loaded: LoadedModel = await loop.run_in_executor(
@@ -187,6 +229,80 @@ class ModelManager:
             },
         )
 
+    # -- repository changes (admin) -------------------------------------------------------
+
+    async def load_model(self, name: str) -> ServedVersion:
+        """Reads a model's folder again and loads the versions its policy selects that do not
+        serve yet. Versions no longer selected are drained and closed only once a selected
+        version serves: a new version that fails to load leaves the previous one serving."""
+        if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
+            raise NotFoundError(f"no model folder '{name}' in the repository")
+        entry = scan_model(self._root / name)
+        if entry.error is not None or entry.config is None:
+            raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
+        if not entry.config.needs_versions:
+            raise InvalidInputError("a zero-shot model follows its base model; load that one")
+        self._entries[name] = entry
+        self.model_errors.pop(name, None)
+        self.unloaded.discard(name)
+        current = self.versions.setdefault(name, {})
+        fresh = []
+        for version in entry.versions:
+            existing = current.get(version.version)
+            if existing is not None and existing.ready:
+                continue
+            served = ServedVersion(name, version.version, entry.config, self._observer)
+            current[version.version] = served
+            fresh.append(served)
+        for served in fresh:
+            await self._load_version(entry, served)
+        selected = {v.version for v in entry.versions}
+        if not any(current[v].ready for v in selected if v in current):
+            failures = "; ".join(f"version {s.version}: {s.reason}" for s in fresh if s.reason)
+            for served in fresh:
+                current.pop(served.version, None)
+            serving = sorted(n for n, v in current.items() if v.ready)
+            raise UnavailableError(
+                f"model '{name}' did not load ({failures}); still serving: {serving or 'none'}"
+            )
+        for number in sorted(set(current) - selected):
+            retired = current.pop(number)
+            await retired.drain(self._settings.drain_timeout_s)
+            await retired.close()
+            log.info("version retired", extra={"model": name, "version": number})
+        self.loaded_at.setdefault(name, int(time.time()))
+        return self.resolve(name)
+
+    async def unload_model(self, name: str) -> None:
+        """Drains and closes every version of a model; it then answers 404 until loaded."""
+        if name not in self.versions:
+            raise NotFoundError(f"model '{name}' is not loaded")
+        versions = self.versions.pop(name)
+        self.unloaded.add(name)
+        for served in versions.values():
+            await served.drain(self._settings.drain_timeout_s)
+            await served.close()
+        log.info("model unloaded", extra={"model": name})
+
+    def index(self) -> list[dict[str, str]]:
+        """The repository extension's index: every model and version with its state."""
+        rows = []
+        for name in sorted(set(self._entries) | set(self.versions)):
+            if name in self.unloaded:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
+                continue
+            if name in self.model_errors:
+                rows.append(
+                    {"name": name, "state": "UNAVAILABLE", "reason": self.model_errors[name]}
+                )
+                continue
+            for number, served in sorted(self.versions.get(name, {}).items()):
+                row = {"name": name, "version": str(number), "state": served.state.value}
+                if served.reason:
+                    row["reason"] = served.reason
+                rows.append(row)
+        return rows
+
     # -- lookup and readiness --------------------------------------------------------------
 
     def resolve(self, model: str, version: str | None = None) -> ServedVersion:
@@ -222,7 +338,7 @@ class ModelManager:
             model_ready = any(v.ready for v in versions.values())
             models[name] = {"ready": model_ready, "versions": states}
             for n, v in versions.items():
-                if v.state is VersionState.FAILED:
+                if v.state is VersionState.FAILED and not v.superseded:
                     problems.append(f"model '{name}' version {n} failed: {v.reason}")
             if not model_ready and self.loading_done:
                 problems.append(f"model '{name}' has no ready version")
@@ -316,6 +432,12 @@ class ModelManager:
         """Counts a request as in flight (what a drain waits for) from admission to answer."""
         if not self.accepting:
             raise UnavailableError("the server is shutting down", retry_after_s=1.0)
+        self._memory.check()
+        if self._in_flight >= self._settings.max_in_flight:
+            raise QueueFullError(
+                f"the server holds {self._in_flight} requests in flight, its limit",
+                retry_after_s=1.0,
+            )
         self._in_flight += 1
         self._no_in_flight.clear()
         try:

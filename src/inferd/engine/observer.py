@@ -4,7 +4,7 @@ is logged and never breaks a request."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from inferd.batching.batcher import BatchRecord
@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 class EngineObserver(Protocol):
     def on_batch(self, model: str, version: str, record: BatchRecord) -> None: ...
+
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None: ...
 
     def on_texts(
         self,
@@ -27,6 +29,9 @@ class EngineObserver(Protocol):
 
 class NoObserver:
     def on_batch(self, model: str, version: str, record: BatchRecord) -> None:
+        return None
+
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
         return None
 
     def on_texts(
@@ -43,11 +48,17 @@ class VersionBatchObserver:
     """The batcher's observer for one version: its statistics first, then the engine observer."""
 
     def __init__(
-        self, model: str, version: int, stats: VersionStats, observer: EngineObserver
+        self,
+        model: str,
+        version: int,
+        stats: VersionStats,
+        observer: EngineObserver,
+        on_unhealthy: Callable[[str], None],
     ) -> None:
         self._model, self._version = model, str(version)
         self._stats = stats
         self._observer = observer
+        self._on_unhealthy = on_unhealthy
 
     def on_batch(self, record: BatchRecord) -> None:
         self._stats.on_batch(record)
@@ -55,6 +66,13 @@ class VersionBatchObserver:
             self._observer.on_batch(self._model, self._version, record)
         except Exception:
             log.exception("batch observer failed; the batch itself is unaffected")
+
+    def on_memory_pressure(self, rows: int, limit: int) -> None:
+        self._stats.memory_pressure_events += 1
+        self._observer.on_memory_pressure(self._model, self._version, rows, limit)
+
+    def on_unhealthy(self, reason: str) -> None:
+        self._on_unhealthy(reason)
 
 
 def report_texts(

@@ -62,6 +62,8 @@ class ServedVersion:
         self.config = config
         self.state = VersionState.LOADING
         self.reason: str | None = None
+        self.superseded = False
+        """Failed, but an older version serves in its place (readiness is not held back)."""
         self.inputs: tuple[TensorSpec, ...] = ()
         """What clients send over V2 (for text models: a BYTES `text` input)."""
         self.outputs: tuple[TensorSpec, ...] = ()
@@ -124,12 +126,16 @@ class ServedVersion:
             max_batch_tokens=batching.max_batch_tokens,
             length_grouping=batching.length_grouping,
             concurrency=loaded.pool.concurrency,
+            oom_cooldown_s=batching.oom_cooldown_s,
+            label=f"{self.model}/{self.version}",
         )
         run_batch = loaded.pool.run
         if loaded.text is not None:  # fetch only the output the task reads
             run_batch = functools.partial(loaded.pool.run, output_names=[loaded.text.output])
         self._pool = loaded.pool
-        watcher = VersionBatchObserver(self.model, self.version, self.stats, self._observer)
+        watcher = VersionBatchObserver(
+            self.model, self.version, self.stats, self._observer, self._unhealthy
+        )
         self._batcher = DynamicBatcher(layout, settings, run_batch, watcher)
         self._batcher.start()
         self.model_inputs = loaded.inputs
@@ -155,6 +161,10 @@ class ServedVersion:
     def fail(self, reason: str) -> None:
         self.state = VersionState.FAILED
         self.reason = reason
+
+    def _unhealthy(self, reason: str) -> None:
+        log.error("version unhealthy", extra={"model": self.model, "version": self.version})
+        self.fail(reason)
 
     def _ready_batcher(self) -> DynamicBatcher:
         batcher = self._batcher

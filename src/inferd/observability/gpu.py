@@ -77,3 +77,15 @@ def gpu_memory_mb() -> float | None:
         return float(info.used) / 2**20
     except Exception:
         return None
+
+
+def gpu_memory_fraction() -> float | None:
+    """Share of GPU 0's memory in use; None without a GPU."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0))
+        return float(info.used) / float(info.total)
+    except Exception:
+        return None

@@ -158,6 +158,14 @@ class Metrics:
             "real or padded; real/padded is the padding efficiency",
             ["model", "version", "kind"], registry=r,
         )  # fmt: skip
+        self.oom_events = Counter(
+            "inferd_out_of_memory_events", "Batches that ran out of memory",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
+        self.batch_limit = Gauge(
+            "inferd_batch_size_limit", "Batch size limit now (lowered after out-of-memory)",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
         self.input_length = Histogram(
             "inferd_input_length_tokens", "Tokens per text", ["model"],
             buckets=LENGTH_BUCKETS, registry=r,
@@ -227,6 +235,11 @@ class Metrics:
         if record.padded_elements:
             self.tokens.labels(label, version, "real").inc(record.real_elements)
             self.tokens.labels(label, version, "padded").inc(record.padded_elements)
+
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
+        label = self.model_label(model)
+        self.oom_events.labels(label, version).inc()
+        self.batch_limit.labels(label, version).set(limit)
 
     def on_texts(
         self,

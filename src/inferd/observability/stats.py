@@ -59,6 +59,7 @@ class VersionStats:
     batch_infer: dict[int, Duration] = field(default_factory=dict)
     real_elements: int = 0
     padded_elements: int = 0
+    memory_pressure_events: int = 0
 
     def on_batch(self, record: BatchFacts) -> None:
         self.execution_count += 1
@@ -101,6 +102,7 @@ class VersionStats:
                 }
                 for size, duration in sorted(self.batch_infer.items())
             ],
+            "out_of_memory_events": self.memory_pressure_events,
             "padding": {
                 "real_elements": self.real_elements,
                 "padded_elements": self.padded_elements,

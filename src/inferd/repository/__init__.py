@@ -4,8 +4,16 @@ from inferd.repository.scan import (
     MODEL_FILE,
     ModelEntry,
     VersionEntry,
+    scan_model,
     scan_repository,
     valid_name,
 )
 
-__all__ = ["MODEL_FILE", "ModelEntry", "VersionEntry", "scan_repository", "valid_name"]
+__all__ = [
+    "MODEL_FILE",
+    "ModelEntry",
+    "VersionEntry",
+    "scan_model",
+    "scan_repository",
+    "valid_name",
+]

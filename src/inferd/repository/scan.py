@@ -43,6 +43,8 @@ class ModelEntry:
     """Why the model as a whole cannot load (bad config, no versions)."""
     skipped: tuple[VersionEntry, ...] = ()
     """Version folders that cannot be a version (no model file); the policy never sees them."""
+    available: tuple[VersionEntry, ...] = ()
+    """Every version with a model file, ascending, selected or not (fallbacks for `latest`)."""
 
 
 def _version_entries(folder: Path) -> list[VersionEntry]:
@@ -61,7 +63,8 @@ def _version_entries(folder: Path) -> list[VersionEntry]:
     return found
 
 
-def _scan_model(folder: Path) -> ModelEntry:
+def scan_model(folder: Path) -> ModelEntry:
+    """One model folder; problems are recorded on the entry, never raised."""
     name = folder.name
     config_path = folder / CONFIG_FILE
     try:
@@ -95,7 +98,14 @@ def _scan_model(folder: Path) -> ModelEntry:
             error=f"the version policy selects none of the versions {sorted(by_version)}",
             skipped=skipped,
         )  # fmt: skip
-    return ModelEntry(name, folder, config, tuple(by_version[v] for v in selected), skipped=skipped)
+    return ModelEntry(
+        name,
+        folder,
+        config,
+        tuple(by_version[v] for v in selected),
+        skipped=skipped,
+        available=tuple(by_version[v] for v in sorted(by_version)),
+    )
 
 
 def scan_repository(root: Path) -> list[ModelEntry]:
@@ -109,5 +119,5 @@ def scan_repository(root: Path) -> list[ModelEntry]:
         if not valid_name(folder.name):
             models.append(ModelEntry(folder.name, folder, None, (), error="not a valid model name"))
             continue
-        models.append(_scan_model(folder))
+        models.append(scan_model(folder))
     return models

@@ -73,6 +73,13 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
     )
 
 
+def _provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
+    if provider == "CUDAExecutionProvider":
+        strategy = {"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"}
+        return {"arena_extend_strategy": strategy[options.cuda_arena_extend_strategy]}
+    return {}
+
+
 def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.intra_op_num_threads = options.intra_op_threads
@@ -86,6 +93,8 @@ def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
     spinning = "1" if options.allow_spinning else "0"
     so.add_session_config_entry("session.intra_op.allow_spinning", spinning)
     so.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+    so.enable_cpu_mem_arena = options.memory_arena
+    so.enable_mem_pattern = options.memory_pattern
     so.log_severity_level = 3  # errors only: ORT's own warnings are not ours to print per run
     return so
 
@@ -95,9 +104,13 @@ class OnnxSession:
 
     def __init__(self, path: Path, options: RuntimeOptions) -> None:
         providers = resolve_providers(options.providers, ort.get_available_providers())
+        provider_options = [_provider_options(p, options) for p in providers]
         try:
             self._session = ort.InferenceSession(
-                str(path), sess_options=_session_options(options), providers=providers
+                str(path),
+                sess_options=_session_options(options),
+                providers=providers,
+                provider_options=provider_options,
             )
         except Exception as exc:  # ORT raises its own pybind types and plain RuntimeError
             detail = _first_line(exc).replace(str(path), path.name)  # no internal paths
@@ -108,6 +121,10 @@ class OnnxSession:
         except ValueError as exc:
             raise ModelLoadError(str(exc)) from exc
         self._providers = tuple(self._session.get_providers())
+        self._shrink_above = options.arena_shrink_above_elements
+        self._shrink = ort.RunOptions()
+        devices = ["cpu:0"] + (["gpu:0"] if "CUDAExecutionProvider" in self._providers else [])
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", ";".join(devices))
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -123,8 +140,14 @@ class OnnxSession:
 
     def run(self, feeds: Feeds, output_names: Sequence[str] | None = None) -> dict[str, Array]:
         names = list(output_names) if output_names else [o.name for o in self._outputs]
+        run_options = None
+        if (
+            self._shrink_above is not None
+            and max(a.size for a in feeds.values()) > self._shrink_above
+        ):
+            run_options = self._shrink  # an unusually large batch: return its memory after
         try:
-            results = self._session.run(names, dict(feeds))
+            results = self._session.run(names, dict(feeds), run_options)
         except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
             raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
         except Exception as exc:

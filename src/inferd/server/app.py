@@ -6,17 +6,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine.manager import ModelManager
 from inferd.observability.metrics import Metrics
-from inferd.server.errors import install_error_handlers
+from inferd.server.auth import AuthMiddleware, read_keys
+from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
-from inferd.server.routes import health, openai, tasks, v2
+from inferd.server.routes import health, openai, repository, tasks, v2
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
@@ -54,17 +58,44 @@ def create_app(
     if metrics is not None:
         metrics.attach(manager)
     install_error_handlers(app)
-    app.include_router(health.router)
-    app.include_router(v2.router)
-    app.include_router(tasks.router)
-    app.include_router(openai.router)
-    app.include_router(metrics_route.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    for module in (health, v2, tasks, openai, metrics_route, repository):
+        app.include_router(module.router, responses=ERROR_RESPONSES)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        AuthMiddleware,
+        api_keys=read_keys(settings.api_keys_file),
+        admin_keys=read_keys(settings.admin_keys_file),
+    )
     app.add_middleware(
         ObserveMiddleware,
         metrics=metrics,
         sample_rate=settings.log_sample_rate,
         gpu_memory=metrics is not None and metrics.gpu_present,
     )
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:  # off by default
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+        )
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries the id
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema without its 422 answers: inferd answers bad input with 400 and a code."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = schema
+    return app.openapi_schema

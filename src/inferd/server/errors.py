@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -24,6 +26,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.ENCODING: 400,
     ErrorCode.INVALID_INPUT: 400,
     ErrorCode.TOO_MANY_ITEMS: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.UNAVAILABLE: 503,
@@ -38,6 +42,32 @@ class PayloadTooLargeError(InferdError):
 
     code = ErrorCode.INPUT_TOO_LONG
     http_status = 413
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response (the KServe V2 shape, with a code and request id)."""
+
+    error: str
+    code: int
+    request_id: str
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "Bad input (codes 4001-4005)"),
+        (401, "A key is needed (4010)"),
+        (403, "Forbidden (4030)"),
+        (404, "Not found (4040)"),
+        (405, "Method not allowed"),
+        (413, "Body over the size limit (4002)"),
+        (429, "Shed: queue or in-flight limit (4290)"),
+        (500, "Internal error (5000)"),
+        (503, "Not ready, draining or over a memory limit (5030)"),
+        (504, "Deadline passed (5040)"),
+        (507, "Out of memory (5070)"),
+    )
+}
 
 
 def request_id_of(request: Request) -> str:

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from inferd.server.state import manager_of, settings_of
 
 router = APIRouter(tags=["health"])
+
+
+class ReadinessBody(BaseModel):
+    ready: bool
+    reason: str
+    in_flight: int
+    models: dict[str, Any]
+
+
+READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": ReadinessBody, "description": "Ready"},
+    503: {"model": ReadinessBody, "description": "Not ready: loading, draining, or a model failed"},
+}
 
 
 def _live() -> Response:
@@ -39,11 +55,15 @@ async def v2_live() -> Response:
     return _live()
 
 
-@router.get("/ready", summary="Readiness: 200 when every model is loaded; 503 with the reason")
+@router.get(
+    "/ready",
+    summary="Readiness: 200 when every model is loaded; 503 with the reason",
+    responses=READY_RESPONSES,
+)
 async def ready(request: Request) -> Response:
     return _ready(request)
 
 
-@router.get("/v2/health/ready", summary="V2 readiness")
+@router.get("/v2/health/ready", summary="V2 readiness", responses=READY_RESPONSES)
 async def v2_ready(request: Request) -> Response:
     return _ready(request)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from inferd.errors import NotFoundError
 from inferd.observability.metrics import Metrics
@@ -12,7 +12,7 @@ from inferd.observability.metrics import Metrics
 router = APIRouter(tags=["observability"])
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> Response:
     registry: Metrics | None = request.app.state.metrics
     if registry is None:

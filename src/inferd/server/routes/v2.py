@@ -30,7 +30,7 @@ from inferd.server.v2_codec import (
 
 router = APIRouter(tags=["v2"])
 
-EXTENSIONS = ["model_configuration", "binary_tensor_data", "statistics"]
+EXTENSIONS = ["model_configuration", "binary_tensor_data", "statistics", "model_repository"]
 PLATFORM = "onnxruntime_onnx"
 
 
