@@ -153,7 +153,10 @@ def serve_steps(
     overrides: dict[str, object] | None = None,
 ) -> list[ServedRow]:
     config_path = repo / "minilm" / "config.yaml"
-    config = yaml.safe_load(config_path.read_text())
+    pristine = config_path.with_suffix(".pristine")
+    if not pristine.exists():  # every step starts from the demo's own config
+        pristine.write_text(config_path.read_text())
+    config = yaml.safe_load(pristine.read_text())
     config["dynamic_batching"]["length_grouping"] = grouping
     for dotted, value in (overrides or {}).items():
         *parents, key = dotted.split(".")

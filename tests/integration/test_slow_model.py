@@ -84,7 +84,7 @@ def test_full_queue_sheds_with_429_and_retry_after(
     log = tmp_path_factory.mktemp("shed-logs") / "server.log"
     server = start_server(slow_repo, log)
     try:
-        responses = post_many(server.url, 24)
+        responses = post_many(server.url, 32)  # 8x more clients than the queue holds
     finally:
         assert server.stop() == 0, server.log()
     statuses = sorted(r.status_code for r in responses)
