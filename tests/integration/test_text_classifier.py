@@ -92,8 +92,12 @@ def test_padding_never_changes_a_label_or_score(classifier: RunningServer) -> No
     texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(48)]
     with httpx.Client(base_url=classifier.url, timeout=30) as client:
         alone = [client.post("/predict", json={"texts": [t]}).json() for t in texts]
+
+        def predict(text: str) -> dict[str, object]:
+            return dict(client.post("/predict", json={"texts": [text]}).json())
+
         with ThreadPoolExecutor(16) as pool:
-            together = list(pool.map(lambda t: client.post("/predict", json={"texts": [t]}).json(), texts))
+            together = list(pool.map(predict, texts))
     for a, b in zip(alone, together, strict=True):
         assert a["labels"] == b["labels"]
         assert a["scores"] == pytest.approx(b["scores"], abs=1e-6)
