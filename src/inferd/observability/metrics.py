@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from inferd.observability.drift import DriftMonitor
 from inferd.observability.gpu import GpuCollector
+from inferd.observability.stats import BatchFacts
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +38,6 @@ LENGTH_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 UNKNOWN = "_unknown"
 STAGES = ("queue", "preprocess", "inference", "postprocess")
-
-
-class BatchFacts(Protocol):
-    @property
-    def items(self) -> int: ...
-    @property
-    def rows(self) -> int: ...
-    @property
-    def real_elements(self) -> int: ...
-    @property
-    def padded_elements(self) -> int: ...
 
 
 class ServerView(Protocol):

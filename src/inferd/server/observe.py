@@ -11,12 +11,18 @@ from __future__ import annotations
 import logging
 import random
 import time
+from typing import TypeVar
 
+from fastapi import Request
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace
+from inferd.server.jsonbody import validate_body
+
+M = TypeVar("M", bound=BaseModel)
 
 log = logging.getLogger("inferd.request")
 
@@ -127,3 +133,14 @@ class ObserveMiddleware:
             fields["payload"] = trace.payload
         level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
         log.log(level, "request", extra=fields)
+
+
+async def read_traced_body(
+    request: Request, schema: type[M], log_payloads: bool
+) -> tuple[M, RequestTrace | None]:
+    """The request's body validated against `schema`, and its trace (with the payload noted
+    when payload logging is on)."""
+    raw = await request.body()
+    trace = trace_of(request.scope)
+    note_payload(trace, raw, log_payloads)
+    return validate_body(schema, raw), trace

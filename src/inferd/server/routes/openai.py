@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from inferd.errors import InvalidInputError
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body, validate_body
-from inferd.server.observe import note_payload, trace_of
+from inferd.server.jsonbody import openapi_body
+from inferd.server.observe import read_traced_body
 from inferd.server.state import header_timeout_s, manager_of, settings_of
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -49,10 +49,9 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
 )
 async def embeddings(request: Request) -> Response:
-    raw = await request.body()
-    trace = trace_of(request.scope)
-    note_payload(trace, raw, settings_of(request).log_payloads)
-    body = validate_body(EmbeddingsRequest, raw)
+    body, trace = await read_traced_body(
+        request, EmbeddingsRequest, settings_of(request).log_payloads
+    )
     texts = _texts(body.input)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body, validate_body
-from inferd.server.observe import note_payload, trace_of
+from inferd.server.jsonbody import openapi_body
+from inferd.server.observe import read_traced_body
 from inferd.server.state import header_timeout_s, manager_of, settings_of
 
 router = APIRouter(tags=["tasks"])
@@ -46,10 +46,7 @@ def _json(body: object) -> Response:
 @router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
-    raw = await request.body()
-    trace = trace_of(request.scope)
-    note_payload(trace, raw, settings_of(request).log_payloads)
-    body = validate_body(PredictRequest, raw)
+    body, trace = await read_traced_body(request, PredictRequest, settings_of(request).log_payloads)
     timeout_s = header_timeout_s(request)
     k = body.top_k or 1
     async with cancel_on_disconnect(request.receive):
@@ -72,10 +69,7 @@ async def predict(request: Request) -> Response:
 @router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
-    raw = await request.body()
-    trace = trace_of(request.scope)
-    note_payload(trace, raw, settings_of(request).log_payloads)
-    body = validate_body(EmbedRequest, raw)
+    body, trace = await read_traced_body(request, EmbedRequest, settings_of(request).log_payloads)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
         served, result = await manager_of(request).embed(
