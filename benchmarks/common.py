@@ -212,3 +212,11 @@ def update_results_section(key: str, text: str) -> None:
     else:
         current = current.rstrip() + "\n\n" + block + "\n"
     RESULTS.write_text(current)
+
+
+def publish(key: str, text: str, quick: bool) -> None:
+    """Prints a report and, unless it was a quick run, writes it as its section of RESULTS.md."""
+    print()
+    print(text)
+    if not quick:
+        update_results_section(key, text)

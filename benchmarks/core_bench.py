@@ -33,8 +33,8 @@ from common import (
     machine_description,
     measure_raw,
     median_of,
+    publish,
     run_wrk,
-    update_results_section,
     wrk_available,
 )
 from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
@@ -253,10 +253,7 @@ def main() -> int:
         command = "python benchmarks/core_bench.py " + " ".join(sys.argv[1:])
         text = report(median_raw(raw_runs), median_load(load_runs), command.strip(),
                       args.repeats, args.threads)  # fmt: skip
-    print()
-    print(text)
-    if not args.quick:
-        update_results_section("core", text)
+    publish("core", text, args.quick)
     return 0
 
 

@@ -26,8 +26,8 @@ from common import (
     Server,
     machine_description,
     median_of,
+    publish,
     run_wrk,
-    update_results_section,
     wrk_available,
 )
 from inferd.tools.demo import build_demo
@@ -101,10 +101,7 @@ def main() -> int:
             f"{(off_rps - on_rps) / off_rps:+.1%} |"
         )
     text = "\n".join(lines)
-    print()
-    print(text)
-    if not args.quick:
-        update_results_section("overhead", text)
+    publish("overhead", text, args.quick)
     return 0
 
 

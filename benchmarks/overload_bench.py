@@ -27,7 +27,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, run_wrk, update_results_section, wrk_available
+from common import Server, machine_description, publish, run_wrk, wrk_available
 from tests.models import slow_model, write_config
 
 WIDTH = 512
@@ -136,10 +136,7 @@ def main() -> int:
         f"status counts {dict(sorted(counts.items()))}; other outcomes: {other or 'none'}.",
     ]
     text = "\n".join(lines)
-    print()
-    print(text)
-    if not args.quick:
-        update_results_section("overload", text)
+    publish("overload", text, args.quick)
     return 0
 
 

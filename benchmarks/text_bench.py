@@ -39,8 +39,8 @@ from common import (
     machine_description,
     median_of,
     process_cpu_s,
+    publish,
     run_wrk,
-    update_results_section,
     wrk_available,
 )
 from inferd.tools.demo import build_demo
@@ -345,10 +345,7 @@ def main() -> int:
         command = ("python benchmarks/text_bench.py " + " ".join(sys.argv[1:])).strip()
         text = report(median_rows(raw_runs), median_served(served_runs),
                       median_of(token_costs), mean_tokens, command, args.repeats)  # fmt: skip
-    print()
-    print(text)
-    if not args.quick:
-        update_results_section("text", text)
+    publish("text", text, args.quick)
     return 0
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from inferd.config.model import ClassificationConfig
 from inferd.errors import InvalidInputError
 from inferd.runtime.protocol import Array, TensorSpec
+from inferd.tasks.outputs import task_output
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,8 @@ def top_k(probabilities: Array, labels: Sequence[str], k: int) -> list[Predictio
 
 class ClassificationTask:
     def __init__(self, config: ClassificationConfig, outputs: Sequence[TensorSpec]) -> None:
-        names = [o.name for o in outputs]
-        output = config.output or names[0]
-        if output not in names:
-            raise ValueError(f"classification.output '{output}' is not an output {names}")
-        spec = next(o for o in outputs if o.name == output)
+        spec = task_output(outputs, config.output, "classification.output")
+        output = spec.name
         classes = spec.shape[-1]
         labels = list(config.labels)
         if classes > 0 and labels and len(labels) != classes:

@@ -10,15 +10,13 @@ import numpy as np
 from inferd.config.model import EmbeddingConfig
 from inferd.errors import InvalidInputError
 from inferd.runtime.protocol import Array, TensorSpec
+from inferd.tasks.outputs import task_output
 
 
 class EmbeddingTask:
     def __init__(self, config: EmbeddingConfig, outputs: Sequence[TensorSpec]) -> None:
-        names = [o.name for o in outputs]
-        output = config.output or names[0]
-        if output not in names:
-            raise ValueError(f"embedding.output '{output}' is not an output of the model {names}")
-        spec = next(o for o in outputs if o.name == output)
+        spec = task_output(outputs, config.output, "embedding.output")
+        output = spec.name
         want_rank = 2 if config.pooling == "output" else 3
         if spec.rank != want_rank:
             raise ValueError(
