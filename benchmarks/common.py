@@ -11,8 +11,6 @@ import platform
 import re
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +22,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+from tests.integration.server import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -87,49 +89,26 @@ def measure_raw(
     return RawResult(batch, items / elapsed, float(qs[0]), float(qs[1]), cpu * 1000 / items)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
-    """`inferd serve` in a subprocess on 127.0.0.1, waited on through /ready."""
+    """`inferd serve` on 127.0.0.1 (started as the integration tests start it), ready to serve:
+    every model loaded, /ready answering 200."""
 
     def __init__(self, repo: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = Path(tempfile.mkstemp(prefix="inferd-bench-", suffix=".log")[1])
-        command = [sys.executable, "-m", "inferd", "serve", "--repo", str(repo),
-                   "--port", str(self.port), "--log-level", "warning", *args]  # fmt: skip
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
-        deadline = time.monotonic() + 120
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"inferd exited:\n{self.log.read_text()}")
-            try:
-                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"inferd not ready:\n{self.log.read_text()}")
-            time.sleep(0.1)
+        log = Path(tempfile.mkstemp(prefix="inferd-bench-", suffix=".log")[1])
+        self._running = start_server(
+            repo, log, "--log-level", "warning", *args, env=dict(env or {})
+        )
+        self.url = self._running.url
+        self.process = self._running.process
+        if httpx.get(self.url + "/ready", timeout=5).status_code != 200:
+            self.stop()
+            raise RuntimeError(f"inferd not ready:\n{self._running.log()}")
 
     def cpu_s(self) -> float:
         return pid_cpu_s(self.process.pid)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        self._running.stop(timeout_s=30)
 
 
 @dataclass(frozen=True)
@@ -159,8 +138,10 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def wrk_available() -> bool:
-    return shutil.which("wrk") is not None
+def require_wrk() -> None:
+    """Exits with a hint when wrk (the load generator of these scripts) is missing."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is needed: apt-get install wrk")
 
 
 def run_wrk(

@@ -34,8 +34,8 @@ from common import (
     measure_raw,
     median_of,
     publish,
+    require_wrk,
     run_wrk,
-    wrk_available,
 )
 from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
 
@@ -210,9 +210,7 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=1, help="inferd instance_count")
     parser.add_argument("--quick", action="store_true", help="short steps, one run, no write")
     args = parser.parse_args()
-    if not wrk_available():
-        print("wrk is needed: apt-get install wrk", file=sys.stderr)
-        return 2
+    require_wrk()
     if args.quick:
         args.repeats, args.raw_seconds, args.load_seconds = 1, 1.5, 3
     batches = [int(b) for b in args.batches.split(",")]

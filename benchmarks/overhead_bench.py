@@ -27,8 +27,8 @@ from common import (
     machine_description,
     median_of,
     publish,
+    require_wrk,
     run_wrk,
-    wrk_available,
 )
 from inferd.tools.demo import build_demo
 from tests.models import affine_model, write_config
@@ -54,9 +54,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    if not wrk_available():
-        print("wrk is needed: apt-get install wrk", file=sys.stderr)
-        return 2
+    require_wrk()
     if args.quick:
         args.rounds, args.seconds = 1, 3
     rows = []

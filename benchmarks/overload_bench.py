@@ -27,7 +27,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, publish, run_wrk, wrk_available
+from common import Server, machine_description, publish, require_wrk, run_wrk
 from tests.models import slow_model, write_config
 
 WIDTH = 512
@@ -77,9 +77,7 @@ def main() -> int:
     parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    if not wrk_available():
-        print("wrk is needed: apt-get install wrk", file=sys.stderr)
-        return 2
+    require_wrk()
     if args.quick:
         args.seconds = 6
     x = np.full((1, WIDTH), 0.5, dtype=np.float32).tolist()

@@ -41,8 +41,8 @@ from common import (
     median_of,
     process_cpu_s,
     publish,
+    require_wrk,
     run_wrk,
-    wrk_available,
 )
 from inferd.tools.demo import build_demo
 from tests.text_corpus import sentences
@@ -321,9 +321,7 @@ def main() -> int:
         help="a model config override, e.g. dynamic_batching.max_padding_waste=0.1 (repeatable)",
     )
     args = parser.parse_args()
-    if not wrk_available():
-        print("wrk is needed: apt-get install wrk", file=sys.stderr)
-        return 2
+    require_wrk()
     if args.quick:
         args.repeats, args.raw_seconds, args.load_seconds, args.texts = 1, 1.5, 3, 256
     concurrencies = [int(c) for c in args.concurrency.split(",")]
