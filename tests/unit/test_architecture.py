@@ -28,6 +28,8 @@ FORBIDDEN = {
     "tasks": ["inferd.engine", "inferd.server", "inferd.cli", "inferd.runtime.onnx_session",
               "onnxruntime", "fastapi", "starlette", "uvicorn"],
     "tools": ["inferd.server", "inferd.engine", "fastapi", "starlette", "uvicorn"],
+    "prep": ["inferd.server", "inferd.engine", "inferd.batching", "fastapi", "starlette",
+             "uvicorn"],
 }  # fmt: skip
 
 
@@ -60,12 +62,25 @@ def test_module_respects_the_import_rules(path: Path) -> None:
 
 
 def test_only_the_session_module_imports_onnxruntime() -> None:
+    """Serving reaches ONNX Runtime through one module; the offline preparation tools (`prep`)
+    use its optimizer and quantizer directly and are the one exception."""
     users = {
         str(p.relative_to(PACKAGE))
         for p in MODULES
         if any(i == "onnxruntime" or i.startswith("onnxruntime.") for i in imports_of(p))
+        and part_of(p) != "prep"
     }
     assert users == {"runtime/onnx_session.py"}
+
+
+def test_serving_never_imports_the_preparation_tools() -> None:
+    users = {
+        str(p.relative_to(PACKAGE))
+        for p in MODULES
+        if part_of(p) not in ("prep", "cli")
+        and any(i.startswith("inferd.prep") for i in imports_of(p))
+    }
+    assert not users
 
 
 def test_every_module_has_a_docstring() -> None:

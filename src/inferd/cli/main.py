@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--no-load", action="store_true", help="check layout and configs only; skip ONNX Runtime"
     )
+    from inferd.cli.prep import add_prep_commands
+
+    add_prep_commands(commands)
     return parser
 
 
@@ -78,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             print(f"demo repository ready in {built}")
             return 0
+        if args.command in ("export", "optimize", "quantize"):
+            from inferd.cli.prep import run_prep_command
+
+            return run_prep_command(args)
         if args.command == "repo" and args.repo_command == "check":
             from inferd.cli.repo_check import check_repository
 

@@ -163,7 +163,9 @@ class DriftConfig(_Strict):
     )
 
 
-TaskName = Literal["tensor", "embedding", "text-classification", "zero-shot-classification"]
+TaskName = Literal[
+    "tensor", "embedding", "text-classification", "zero-shot-classification", "text-generation"
+]
 
 
 class TokenizerConfig(_Strict):
@@ -234,6 +236,35 @@ class ZeroShotConfig(_Strict):
     )
 
 
+class GenerationConfig(_Strict):
+    context_length: int = Field(
+        1024, ge=2, description="Most tokens a sequence may hold, prompt and output together."
+    )
+    eos_token_id: int | None = Field(
+        None, description="The token that ends a sequence; default: the tokenizer's EOS token."
+    )
+    max_new_tokens: int = Field(
+        128, ge=1, description="New tokens when a request does not say (max_length)."
+    )
+    max_new_tokens_limit: int = Field(
+        1024, ge=1, description="Most new tokens a request may ask for (4004 above)."
+    )
+    max_running: int = Field(
+        16, ge=1, description="Most sequences decoded together in one step (continuous batch)."
+    )
+    max_kv_tokens: int = Field(
+        32768, ge=16,
+        description="Most tokens held in the KV cache over all running sequences, padding "
+        "included; a waiting request joins when its prompt and output fit.",
+    )  # fmt: skip
+    max_waiting: int = Field(
+        256, ge=1, description="Most requests waiting to join the batch (4290 above)."
+    )
+    prefill_chunk: int = Field(
+        4, ge=1, description="Most waiting requests admitted (prefilled) at one decode step."
+    )
+
+
 class ModelConfig(_Strict):
     name: str | None = Field(None, description="Defaults to the folder name.")
     platform: Literal["onnxruntime_onnx"] = Field(
@@ -259,7 +290,8 @@ class ModelConfig(_Strict):
     task: TaskName = Field(
         "tensor",
         description="tensor: raw V2 tensors; embedding, text-classification: texts in, through "
-        "the tokenizer; zero-shot-classification: labels scored over an embedding model.",
+        "the tokenizer; zero-shot-classification: labels scored over an embedding model; "
+        "text-generation: a decoder with a KV cache behind /generate and /v1/completions.",
     )
     tokenizer: TokenizerConfig = TokenizerConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -267,6 +299,7 @@ class ModelConfig(_Strict):
     zero_shot: ZeroShotConfig | None = Field(
         None, description="Required for task zero-shot-classification."
     )
+    generation: GenerationConfig = GenerationConfig()
     drift: DriftConfig = DriftConfig()
     max_texts_per_request: int = Field(
         128, ge=1, description="Most texts one request may carry (4005 above)."

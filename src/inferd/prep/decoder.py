@@ -1,0 +1,122 @@
+"""GPT-2-style decoders exported with their KV cache as plain tensors.
+
+Inputs: `input_ids [batch, sequence]`, `attention_mask [batch, past + sequence]`,
+`position_ids [batch, sequence]`, and per layer `past_key_values.{i}.key|value
+[batch, heads, past, head_dim]`; outputs: `logits [batch, sequence, vocab]` and
+`present.{i}.key|value [batch, heads, past + sequence, head_dim]`. A prefill passes a past of
+length 0. This is the layout inferd's generation runtime drives (and ONNX Runtime's own GPT-2
+tools use), so per-sequence masks and positions keep sequences independent inside a batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd.prep.decoder_names import PAST, PRESENT, cache_names
+from inferd.prep.feeds import FeedPlan
+from inferd.prep.spec import BATCH_AXIS
+
+if TYPE_CHECKING:
+    from inferd.prep.sources import Source
+
+
+def wrap_decoder(model: Any, layers: int) -> Any:
+    import inspect
+
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    # transformers 5 names the argument `cache`; older releases `past_key_values`
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else (
+        "past_key_values")  # fmt: skip
+
+    class DecoderExport(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            position_ids: torch.Tensor,
+            *past: torch.Tensor,
+        ) -> tuple[torch.Tensor, ...]:
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            result = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                return_dict=True,
+                **{cache_arg: cache},
+            )
+            outs = [result.logits]
+            present = result.get(cache_arg)
+            for layer in present.layers[:layers]:
+                outs += [layer.keys, layer.values]
+            return tuple(outs)
+
+    return DecoderExport()
+
+
+def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
+    from transformers import AutoModelForCausalLM
+
+    from inferd.prep.sources import Source, SourceError, _tokenizer_dir
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), local_files_only=True, attn_implementation="eager"
+        )
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{folder}: cannot load the model: {exc}") from exc
+    model.eval()  # type: ignore[no-untyped-call]
+    layers, heads = int(raw["n_layer"]), int(raw["n_head"])
+    hidden, vocab = int(raw["n_embd"]), int(raw["vocab_size"])
+    head_dim = hidden // heads
+    context = int(raw.get("n_positions", 1024))
+    past_names = cache_names(layers, PAST)
+    present_names = cache_names(layers, PRESENT)
+    inputs = ["input_ids", "attention_mask", "position_ids", *past_names]
+    outputs = ["logits", *present_names]
+    dynamic: dict[str, dict[int, str]] = {
+        "input_ids": {0: BATCH_AXIS, 1: "sequence"},
+        "attention_mask": {0: BATCH_AXIS, 1: "total_sequence"},
+        "position_ids": {0: BATCH_AXIS, 1: "sequence"},
+        "logits": {0: BATCH_AXIS, 1: "sequence"},
+    }
+    dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
+    dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
+
+    plan = FeedPlan(kind="decoder", input_names=tuple(inputs), vocab=vocab, layers=layers,
+                    heads=heads, head_dim=head_dim, max_length=context)  # fmt: skip
+    eos = raw.get("eos_token_id")
+    generation: dict[str, Any] = {"context_length": context}
+    if isinstance(eos, int) and 0 <= eos < vocab:
+        generation["eos_token_id"] = eos
+    generation_file = folder / "generation_config.json"
+    if generation_file.is_file():
+        gen = json.loads(generation_file.read_text())
+        if isinstance(gen.get("eos_token_id"), int) and 0 <= gen["eos_token_id"] < vocab:
+            generation["eos_token_id"] = gen["eos_token_id"]
+    return Source(
+        module=wrap_decoder(model, layers),
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes=dynamic,
+        plan=plan,
+        description=f"GPT-2 decoder, {layers} layers, hidden {hidden}, vocab {vocab}, "
+        f"context {context}",
+        config={"task": "text-generation", "generation": generation},
+        tokenizer_dir=_tokenizer_dir(folder),
+        metadata={
+            "inferd.architecture": "gpt2",
+            "inferd.num_heads": str(heads),
+            "inferd.hidden_size": str(hidden),
+        },
+    )

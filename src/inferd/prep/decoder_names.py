@@ -1,0 +1,10 @@
+"""The tensor names of an exported decoder's KV cache, shared by export and generation."""
+
+from __future__ import annotations
+
+PAST = "past_key_values.{layer}.{kind}"
+PRESENT = "present.{layer}.{kind}"
+
+
+def cache_names(layers: int, template: str) -> list[str]:
+    return [template.format(layer=i, kind=k) for i in range(layers) for k in ("key", "value")]

@@ -1,0 +1,93 @@
+"""`inferd export`: a PyTorch model -> a checked repository version."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from inferd.prep.console import Reporter, megabytes
+from inferd.prep.ort import runner, session
+from inferd.prep.parity import ParityReport, check_parity
+from inferd.prep.sources import TOKENIZER_FILES, load_source
+from inferd.prep.spec import ModuleSpec
+from inferd.prep.torch_export import export, to_eval, torch_runner
+from inferd.prep.writer import (
+    copy_beside,
+    model_folder,
+    next_version,
+    publish,
+    staging,
+    write_config_if_missing,
+    write_report,
+)  # fmt: skip
+from inferd.repository.scan import MODEL_FILE
+
+
+def parity_rows(report: ParityReport) -> list[list[str]]:
+    return [
+        [o.name, f"{o.max_abs:.2e}", o.case, "✓" if o.problem is None and o.max_abs <= report.atol
+         else f"✗ {o.problem or 'over the bound'}"]
+        for o in report.outputs
+    ]  # fmt: skip
+
+
+def run_export(
+    ref: str, repo: Path, model: str, spec: ModuleSpec | None, *, opset: int, atol: float,
+    version: int | None, reporter: Reporter,
+) -> int:  # fmt: skip
+    folder = model_folder(repo, model)
+    target_version = next_version(folder, version)
+    with reporter.step(f"loading {ref}"):
+        source = load_source(ref, spec)
+        lingering = to_eval(source.module)
+    for name in lingering:
+        reporter.note(f"{name} is still in training mode after eval(): expect a parity failure")
+    stage = staging(folder, target_version)
+    try:
+        onnx_path = stage / MODEL_FILE
+        trace = source.make_feeds(2, 3 if source.kind == "decoder" else 13,
+                                  np.random.default_rng(1))  # fmt: skip
+        with reporter.step(f"exporting to ONNX (opset {opset})"):
+            export(source, onnx_path, opset, trace)
+        cases = source.plan.cases(source.plan.parity_cases)
+        with reporter.bar("parity: ONNX Runtime vs PyTorch", len(cases)) as advance:
+            report = check_parity(torch_runner(source), runner(session(onnx_path)), cases,
+                                  source.output_names, atol, advance)  # fmt: skip
+        reporter.grid(f"Parity (bound {atol:g})", ["output", "max |diff|", "worst case", ""],
+                      parity_rows(report))  # fmt: skip
+        result = {"source": ref, "model": model, "version": target_version, "opset": opset,
+                  "parity": report.to_dict(), "training_modules": lingering}  # fmt: skip
+        report_file = write_report(folder, f"export-{target_version}.json", result)
+        if not report.ok:
+            for line in report.failures():
+                reporter.fail(line)
+            reporter.fail(f"parity check failed; nothing written (report: {report_file})")
+            return 1
+        tokenizer = (
+            copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
+            if source.tokenizer_dir is not None else []
+        )  # fmt: skip
+        size = onnx_path.stat().st_size
+        target = publish(stage, folder, target_version)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    wrote_config = write_config_if_missing(folder, source.config)
+    params = sum(int(p.numel()) for p in source.module.parameters())
+    reporter.table(
+        f"Exported {model} version {target_version}",
+        [
+            ("source", source.description),
+            ("written", str(target)),
+            ("parameters", f"{params:,}"),
+            ("file size", megabytes(size)),
+            ("opset", str(opset)),
+            ("parity", f"max |diff| {report.max_abs:.2e} ≤ {atol:g} over {len(report.cases)} "
+                       f"cases ({', '.join(report.cases)})"),
+            ("tokenizer", ", ".join(tokenizer) or "none"),
+            ("config.yaml", "written" if wrote_config else "kept (already there)"),
+            ("report", str(report_file)),
+        ],
+    )  # fmt: skip
+    return 0

@@ -1,0 +1,164 @@
+"""`inferd quantize`: a dynamic-int8 (CPU) or fp16 (GPU) variant of a version, written as a new
+version only when its accuracy report against the fp32 version passes the thresholds (or with
+`--force`); the report is kept either way.
+
+fp16 is meant for GPUs; it is measured here on ONNX Runtime's CPU kernels, which gives its
+accuracy honestly but not its speed (the speed ratio printed for fp16 is this CPU's).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from inferd.prep.accuracy import Accuracy, compare
+from inferd.prep.console import Reporter, megabytes
+from inferd.prep.ort import input_dtypes, median_latencies_s, output_specs, runner, session
+from inferd.prep.samples import load_samples
+from inferd.prep.versions import copy_side_files, read_version, set_metadata
+from inferd.prep.writer import (
+    model_folder,
+    next_version,
+    publish,
+    source_version,
+    staging,
+    write_report,
+)  # fmt: skip
+from inferd.repository.scan import MODEL_FILE, scan_model
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_cosine: float = 0.99
+    min_agreement: float = 0.98
+    max_abs_diff: float | None = None
+    """None: 5% of each output's value range on the sample set."""
+
+
+def _int8(source: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+        # fused contrib ops (Attention, SkipLayerNorm) have no ONNX type inference
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )  # fmt: skip
+
+
+def _fp16(source: Path, target: Path) -> None:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
+    onnx.save(model, str(target))
+
+
+def verdict(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:
+    """Why the loss is too high (empty when it is acceptable)."""
+    problems = []
+    if accuracy.cosine_mean is not None and accuracy.cosine_mean < thresholds.min_cosine:
+        problems.append(
+            f"mean cosine {accuracy.cosine_mean:.4f} < {thresholds.min_cosine} (--min-cosine)"
+        )
+    if accuracy.agreement is not None and accuracy.agreement < thresholds.min_agreement:
+        problems.append(
+            f"label agreement {accuracy.agreement:.2%} < {thresholds.min_agreement:.0%} "
+            "(--min-agreement)"
+        )
+    if accuracy.cosine_mean is None and accuracy.agreement is None:
+        for name, diff in accuracy.max_abs.items():
+            bound = thresholds.max_abs_diff
+            if bound is None:
+                bound = 0.05 * accuracy.value_range.get(name, 0.0)
+            if diff > bound:
+                problems.append(f"{name}: max |diff| {diff:.3g} > {bound:.3g} (--max-abs-diff)")
+    return problems
+
+
+def run_quantize(
+    repo: Path, model: str, *, to: str, from_version: int | None, version: int | None,
+    samples: Path | None, count: int, thresholds: Thresholds, force: bool, reporter: Reporter,
+) -> int:  # fmt: skip
+    folder = model_folder(repo, model)
+    src_version, src_path = source_version(folder, from_version)
+    target_version = next_version(folder, version)
+    entry = scan_model(folder)
+    if entry.config is None:
+        reporter.fail(entry.error or f"{folder}: no usable config")
+        return 2
+    config = entry.config
+    original = read_version(src_path)
+    stage = staging(folder, target_version)
+    try:
+        out = stage / MODEL_FILE
+        with reporter.step(f"quantizing version {src_version} to {to}"):
+            (_int8 if to == "int8" else _fp16)(src_path, out)
+        quantized = onnx.load(str(out))
+        set_metadata(quantized, {**original.metadata, "inferd.quantized": to,
+                                 "inferd.quantized_from": str(src_version)})  # fmt: skip
+        onnx.save(quantized, str(out))
+
+        reference, candidate = session(src_path), session(out)
+        specs = output_specs(reference)
+        names = [s.name for s in specs]
+        sample_set = load_samples(samples, count, config, src_path.parent, original.plan,
+                                  input_dtypes(reference))  # fmt: skip
+        run_ref, run_new = runner(reference, names), runner(candidate, names)
+        want, got = [], []
+        with reporter.bar(f"accuracy on {sample_set.count} samples",
+                          len(sample_set.batches)) as advance:  # fmt: skip
+            for feeds in sample_set.batches:
+                want.append(run_ref(feeds))
+                got.append(run_new(feeds))
+                advance()
+        accuracy = compare(config, specs, sample_set.batches, want, got)
+        timing = sample_set.batches[: min(4, len(sample_set.batches))]
+        with reporter.step("timing both on this machine"):
+            base_s, new_s = median_latencies_s([run_ref, run_new], timing)
+        size_ratio = out.stat().st_size / src_path.stat().st_size
+        problems = verdict(accuracy, thresholds)
+        result = {
+            "model": model, "from_version": src_version, "version": target_version, "to": to,
+            "samples": sample_set.description, "accuracy": accuracy.to_dict(),
+            "size_ratio": size_ratio, "speed_ratio": base_s / new_s,
+            "latency_s": {"fp32": base_s, to: new_s}, "problems": problems,
+            "forced": bool(problems) and force,
+        }  # fmt: skip
+        report_file = write_report(folder, f"quantize-{target_version}-{to}.json", result)
+        _show(reporter, accuracy, sample_set.description, size_ratio, base_s / new_s, to)
+        if problems and not force:
+            for line in problems:
+                reporter.fail(line)
+            reporter.fail(f"accuracy loss too high; nothing written (--force writes it anyway; "
+                          f"report: {report_file})")  # fmt: skip
+            return 1
+        for line in problems:
+            reporter.note(f"written despite: {line} (--force)")
+        copy_side_files(src_path.parent, stage)
+        size = out.stat().st_size
+        target = publish(stage, folder, target_version)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    reporter.table(
+        f"Quantized {model} version {src_version} -> version {target_version} ({to})",
+        [("written", str(target)), ("file size", megabytes(size)), ("report", str(report_file))],
+    )
+    return 0
+
+
+def _show(
+    reporter: Reporter, accuracy: Accuracy, samples: str, size_ratio: float, speed: float, to: str
+) -> None:
+    rows = [("samples", samples)]
+    if accuracy.cosine_mean is not None:
+        rows.append(("cosine (embeddings)", f"mean {accuracy.cosine_mean:.5f}, "
+                                            f"min {accuracy.cosine_min:.5f}"))  # fmt: skip
+    if accuracy.agreement is not None:
+        rows.append(("label agreement", f"{accuracy.agreement:.2%}"))
+    rows += [(f"max |diff| {name}", f"{diff:.3g}") for name, diff in accuracy.max_abs.items()]
+    rows.append(("size vs fp32", f"{size_ratio:.2f}x"))
+    note = " (CPU kernels; fp16 is for GPUs)" if to == "fp16" else ""
+    rows.append(("speed vs fp32 here", f"{speed:.2f}x{note}"))
+    reporter.table(f"Accuracy of {to} against fp32", rows)

@@ -1,0 +1,81 @@
+"""Reading a repository version for a preparation step: its ONNX file, metadata and sample plan,
+and copying its side files (tokenizer) to the version a step writes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
+from inferd.prep.spec import DTYPES, InputSpec
+from inferd.prep.writer import copy_beside
+from inferd.repository.scan import MODEL_FILE
+
+ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32", onnx.TensorProto.BOOL: "bool",
+}  # fmt: skip
+
+
+@dataclass
+class VersionModel:
+    path: Path
+    model: Any  # onnx.ModelProto
+    metadata: dict[str, str]
+    plan: FeedPlan
+
+    @property
+    def node_counts(self) -> Counter[str]:
+        return op_counts(self.model)
+
+
+def op_counts(model: Any) -> Counter[str]:
+    return Counter(node.op_type for node in model.graph.node)
+
+
+def _graph_plan(model: Any) -> FeedPlan:
+    """Without export metadata: sample inputs from the graph's own input declarations."""
+    initializers = {i.name for i in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dtype = ONNX_DTYPES.get(tensor.elem_type)
+        if dtype is None or dtype not in DTYPES:
+            continue
+        dims: list[int | str] = []
+        for i, d in enumerate(tensor.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                dims.append("batch" if i == 0 else (d.dim_param or f"axis{i}"))
+        specs.append(InputSpec(value.name, tuple(dims), dtype))
+    return spec_plan(specs)
+
+
+def read_version(path: Path) -> VersionModel:
+    model = onnx.load(str(path))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    plan = (
+        FeedPlan.from_json(metadata[METADATA_KEY]) if METADATA_KEY in metadata
+        else _graph_plan(model)
+    )  # fmt: skip
+    return VersionModel(path, model, metadata, plan)
+
+
+def set_metadata(model: Any, metadata: dict[str, str]) -> None:
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in metadata.items():
+        entry = existing.get(key) or model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def copy_side_files(version_folder: Path, stage: Path) -> list[str]:
+    """Everything beside the model file (tokenizer files and the like)."""
+    return copy_beside([f for f in sorted(version_folder.iterdir()) if f.name != MODEL_FILE], stage)

@@ -1,0 +1,175 @@
+"""`inferd export` on small torch modules and a tiny GPT-2 folder: parity, layout, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import yaml
+
+from inferd.cli.main import main
+from tests import prep_modules
+
+
+def export(repo: Path, model: str, source: str, *args: str) -> int:
+    return main(["export", source, "--repo", str(repo), "--model", model, *args])
+
+
+def report(repo: Path, model: str, name: str) -> dict:
+    return json.loads((repo / ".inferd" / "reports" / model / name).read_text())
+
+
+def test_mlp_exports_with_a_dynamic_batch_and_matches_torch(tmp_path: Path) -> None:
+    assert export(tmp_path, "mlp", "tests.prep_modules:mlp", "--input", "x:batch,16:float32") == 0
+    onnx_file = tmp_path / "mlp" / "1" / "model.onnx"
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    assert session.get_inputs()[0].shape == ["batch", 16]
+    module = prep_modules.mlp().eval()  # same seed, same weights; dropout off in eval
+    x = np.random.default_rng(3).standard_normal((5, 16)).astype(np.float32)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, atol=1e-5)
+    assert yaml.safe_load((tmp_path / "mlp" / "config.yaml").read_text())["task"] == "tensor"
+    parity = report(tmp_path, "mlp", "export-1.json")["parity"]
+    assert parity["ok"] and len(parity["cases"]) == 4
+    assert {c.split("x")[0] for c in parity["cases"]} == {"1", "2", "3", "4"}  # batch sizes vary
+
+
+def test_tiny_transformer_keeps_a_dynamic_sequence_axis(tmp_path: Path) -> None:
+    code = export(
+        tmp_path, "tiny", "tests.prep_modules:tiny_transformer",
+        "--input", "input_ids:batch,sequence:int64:0,50",
+        "--input", "attention_mask:batch,sequence:int64:1,2", "--output", "hidden",
+    )  # fmt: skip
+    assert code == 0
+    session = ort.InferenceSession(str(tmp_path / "tiny" / "1" / "model.onnx"))
+    assert session.get_outputs()[0].name == "hidden"
+    assert session.get_outputs()[0].shape == ["batch", "sequence", 32]
+    cases = report(tmp_path, "tiny", "export-1.json")["parity"]["cases"]
+    assert len({c.split("x")[1] for c in cases}) == 4  # four different lengths were compared
+    for length in (3, 40):  # lengths the trace never saw
+        ids = np.ones((2, length), dtype=np.int64)
+        out = session.run(None, {"input_ids": ids, "attention_mask": ids})[0]
+        assert out.shape == (2, length, 32)
+
+
+def test_a_module_stuck_in_training_mode_fails_the_parity_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = export(tmp_path, "stuck", "tests.prep_modules:stuck_in_training",
+                  "--input", "x:batch,8:float32")  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "still in training mode" in err and "parity check failed" in err
+    assert not (tmp_path / "stuck").exists()  # nothing written, not even the model folder
+    failed = report(tmp_path, "stuck", "export-1.json")
+    assert not failed["parity"]["ok"] and failed["training_modules"]
+    assert failed["parity"]["outputs"][0]["max_abs"] > 1e-2
+
+
+def test_a_looser_bound_is_a_flag(tmp_path: Path) -> None:
+    code = export(tmp_path, "mlp", "tests.prep_modules:mlp", "--input", "x:batch,16:float32",
+                  "--atol", "1e-12")  # fmt: skip
+    assert code in (0, 1)  # float32 rounding may or may not exceed 1e-12; the bound is used
+    assert report(tmp_path, "mlp", "export-1.json")["parity"]["atol"] == 1e-12
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "message"),
+    [
+        ("tests.prep_modules:mlp", [], "needs an input spec"),
+        ("tests.prep_modules:spectrum", ["--input", "x:batch,8:float32"], "aten::fft_rfft"),
+        ("tests.prep_modules:not_a_module", ["--input", "x:batch,8:float32"], "not a nn.Module"),
+        ("tests.prep_modules:missing", ["--input", "x:batch,8:float32"], "cannot import"),
+        ("tests.prep_modules:mlp", ["--input", "x:batch,16"], "NAME:DIMS:DTYPE"),
+        ("tests.prep_modules:mlp", ["--input", "x:batch,16:complex"], "dtype 'complex'"),
+        ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--opset", "12"],
+         "below 13"),
+        ("/", [], "not a model folder"),
+        ("no/such/thing", [], "neither an existing model folder"),
+    ],
+)  # fmt: skip
+def test_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, args: list[str],
+    message: str,
+) -> None:  # fmt: skip
+    assert export(tmp_path, "m", source, *args) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_version_is_never_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = ["--input", "x:batch,16:float32"]
+    assert export(tmp_path, "mlp", "tests.prep_modules:mlp", *spec) == 0
+    assert export(tmp_path, "mlp", "tests.prep_modules:mlp", *spec) == 0  # next free: 2
+    assert sorted(p.name for p in (tmp_path / "mlp").iterdir()) == ["1", "2", "config.yaml"]
+    before = (tmp_path / "mlp" / "1" / "model.onnx").stat().st_mtime_ns
+    assert export(tmp_path, "mlp", "tests.prep_modules:mlp", *spec, "--version", "1") == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "mlp" / "1" / "model.onnx").stat().st_mtime_ns == before
+
+
+def test_spec_file_and_folder_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("inputs:\n  - {name: x, shape: [batch, 16], dtype: float32}\noutputs: [y]\n")
+    assert export(tmp_path / "repo", "mlp", "tests.prep_modules:mlp", "--spec", str(spec)) == 0
+    session = ort.InferenceSession(str(tmp_path / "repo" / "mlp" / "1" / "model.onnx"))
+    assert session.get_outputs()[0].name == "y"
+    spec.write_text("inputs: []\n")
+    assert export(tmp_path / "repo", "m2", "tests.prep_modules:mlp", "--spec", str(spec)) == 2
+    assert "non-empty list" in capsys.readouterr().err
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text('{"model_type": "bert"}')
+    assert export(tmp_path / "repo", "m3", str(tmp_path / "weights")) == 2
+    assert "no weights" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
+
+
+def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) -> None:
+    assert export(tmp_path, "gpt", str(tiny_gpt2)) == 0
+    session = ort.InferenceSession(str(tmp_path / "gpt" / "1" / "model.onnx"))
+    names = [i.name for i in session.get_inputs()]
+    assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert names[3:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    assert [o.name for o in session.get_outputs()][:2] == ["logits", "present.0.key"]
+    config = yaml.safe_load((tmp_path / "gpt" / "config.yaml").read_text())
+    assert config["task"] == "text-generation"
+    assert config["generation"] == {"context_length": 64, "eos_token_id": 0}
+    # a prefill then one decode step through the cache equals one pass over the whole text
+    ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
+    empty = {n: np.zeros((1, 2, 0, 16), dtype=np.float32) for n in names[3:]}
+    full = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                              "position_ids": np.arange(4)[None], **empty})  # fmt: skip
+    first = session.run(None, {"input_ids": ids[:, :3], "attention_mask": np.ones((1, 3), np.int64),
+                               "position_ids": np.arange(3)[None], **empty})  # fmt: skip
+    past = dict(zip(names[3:], first[1:], strict=True))
+    step = session.run(None, {"input_ids": ids[:, 3:], "attention_mask": np.ones((1, 4), np.int64),
+                              "position_ids": np.array([[3]]), **past})  # fmt: skip
+    np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
+
+
+def test_gpt2_optimize_keeps_parity_and_reports_node_counts(
+    tmp_path: Path, tiny_gpt2: Path
+) -> None:
+    assert export(tmp_path, "gpt", str(tiny_gpt2)) == 0
+    assert main(["optimize", "--repo", str(tmp_path), "--model", "gpt"]) == 0
+    result = report(tmp_path, "gpt", "optimize-2.json")
+    assert result["parity"]["ok"]
+    assert result["nodes_after"] < result["nodes_before"]
+    assert result["speedup"] > 0
