@@ -263,6 +263,11 @@ class GenerationConfig(_Strict):
     prefill_chunk: int = Field(
         4, ge=1, description="Most waiting requests admitted (prefilled) at one decode step."
     )
+    scheduling: Literal["continuous", "static"] = Field(
+        "continuous",
+        description="continuous: requests join and leave the running batch at every step; "
+        "static: a batch runs until its longest sequence ends (the baseline, for comparison).",
+    )
 
 
 class ModelConfig(_Strict):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model import ModelConfig
+from inferd.engine.generation import GenerationParts, load_generation, warm_up_decoder
 from inferd.engine.specs import apply_overrides, check_batch_axis
 from inferd.engine.text import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
@@ -28,6 +29,7 @@ class LoadedModel:
     outputs: tuple[TensorSpec, ...]
     text: TextPipeline | None
     load_s: float
+    generation: GenerationParts | None = None
 
 
 def load_instances(
@@ -53,15 +55,22 @@ def load_instances(
             if version_folder is None:
                 raise ValueError("a text model needs its folder to find its tokenizer")
             text = TextPipeline(config, inputs, outputs, version_folder)
+        generation = None
+        if config.task == "text-generation":
+            if version_folder is None:
+                raise ValueError("a generation model needs its folder to find its tokenizer")
+            generation = load_generation(config, inputs, outputs, version_folder)
         pool = InstancePool(instances)
-        for size in config.warmup_batch_sizes:
+        if generation is not None:
+            warm_up_decoder(pool, generation, config.warmup_batch_sizes)
+        for size in () if generation is not None else config.warmup_batch_sizes:
             rows = min(size, config.max_batch_size) if batched else 1
             pool.run_sync(synthetic_feeds(inputs, rows, batched))
     except BaseException:
         for instance in instances:
             instance.close()
         raise
-    return LoadedModel(pool, inputs, outputs, text, time.perf_counter() - started)
+    return LoadedModel(pool, inputs, outputs, text, time.perf_counter() - started, generation)
 
 
 def synthetic_feeds(inputs: Sequence[TensorSpec], rows: int, batched: bool) -> dict[str, Array]:

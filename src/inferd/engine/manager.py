@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferd.config.model import ModelConfig, RuntimeOptions
+from inferd.config.model import GenerationConfig, ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
+from inferd.engine.generation import Generation
 from inferd.engine.loading import LoadedModel, load_instances
 from inferd.engine.memory import MemoryGate
 from inferd.engine.observer import EngineObserver
@@ -29,6 +30,7 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
+from inferd.generation.params import SamplingParams
 from inferd.observability.trace import RequestTrace
 from inferd.repository.scan import ModelEntry, scan_model, valid_name
 from inferd.runtime.protocol import Array, Feeds, Runtime
@@ -47,6 +49,7 @@ def onnx_runtime_loader(path: Path, options: RuntimeOptions) -> Runtime:
 PURPOSE_TASKS = {
     "embed": ("embedding",),
     "predict": ("text-classification", "zero-shot-classification"),
+    "generate": ("text-generation",),
 }
 
 
@@ -427,9 +430,26 @@ class ModelManager:
             f"several models can {purpose} ({sorted(fits)}): name one in 'model'"
         )
 
-    @asynccontextmanager
-    async def _admit(self) -> AsyncIterator[None]:
-        """Counts a request as in flight (what a drain waits for) from admission to answer."""
+    def start_generation(
+        self,
+        model: str | None,
+        prompt: str,
+        params_for: Callable[[GenerationConfig], SamplingParams],
+        trace: RequestTrace | None = None,
+    ) -> Generation:
+        """Admits and queues a generation. The returned handle holds an in-flight slot (what
+        a drain waits for) until its stream ends or it is closed."""
+        self._enter()
+        try:
+            served = self.resolve(model) if model else self.default_model("generate")
+            _name(trace, served)
+            seq = served.generate(prompt, params_for(served.config.generation))
+        except BaseException:
+            self._leave()
+            raise
+        return Generation(seq, served.model, served.version, self._leave)
+
+    def _enter(self) -> None:
         if not self.accepting:
             raise UnavailableError("the server is shutting down", retry_after_s=1.0)
         self._memory.check()
@@ -440,12 +460,20 @@ class ModelManager:
             )
         self._in_flight += 1
         self._no_in_flight.clear()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._no_in_flight.set()
+
+    @asynccontextmanager
+    async def _admit(self) -> AsyncIterator[None]:
+        """Counts a request as in flight (what a drain waits for) from admission to answer."""
+        self._enter()
         try:
             yield
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._no_in_flight.set()
+            self._leave()
 
     @property
     def in_flight(self) -> int:

@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from inferd.batching.batcher import BatchRecord
+from inferd.generation.observer import GenerationObserver, NoGenerationObserver
 from inferd.observability.stats import VersionStats
 
 log = logging.getLogger(__name__)
 
 
-class EngineObserver(Protocol):
+class EngineObserver(GenerationObserver, Protocol):
     def on_batch(self, model: str, version: str, record: BatchRecord) -> None: ...
 
     def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None: ...
@@ -27,7 +28,7 @@ class EngineObserver(Protocol):
     ) -> None: ...
 
 
-class NoObserver:
+class NoObserver(NoGenerationObserver):
     def on_batch(self, model: str, version: str, record: BatchRecord) -> None:
         return None
 

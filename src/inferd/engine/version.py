@@ -28,6 +28,9 @@ from inferd.engine.observer import (
 from inferd.engine.text import Classified, Embeddings, TextPipeline
 from inferd.engine.validation import validate_feeds
 from inferd.errors import InvalidInputError, UnavailableError
+from inferd.generation.params import SamplingParams
+from inferd.generation.scheduler import Scheduler
+from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.stats import VersionStats
 from inferd.observability.trace import RequestTrace
 from inferd.runtime.pool import InstancePool
@@ -76,6 +79,7 @@ class ServedVersion:
         self.base: ServedVersion | None = None
         self._pool: InstancePool | None = None
         self._batcher: DynamicBatcher | None = None
+        self.generator: Scheduler | None = None
         self.stats = VersionStats(model, version)
         self._observer: EngineObserver = observer or NoObserver()
 
@@ -98,7 +102,11 @@ class ServedVersion:
     # -- becoming ready ------------------------------------------------------------------
 
     def attach(self, loaded: LoadedModel) -> None:
-        """On the event loop: builds and starts the batcher, then marks the version ready."""
+        """On the event loop: builds and starts the batcher (the scheduler for a decoder), then
+        marks the version ready."""
+        if loaded.generation is not None:
+            self._attach_generator(loaded)
+            return
         config = self.config
         batching = config.dynamic_batching
         pad_values = {o.name: o.pad_value for o in config.inputs if o.pad_value is not None}
@@ -144,6 +152,29 @@ class ServedVersion:
         self.providers = loaded.pool.first.providers
         self.load_s = loaded.load_s
         self.state = VersionState.READY
+
+    def _attach_generator(self, loaded: LoadedModel) -> None:
+        parts = loaded.generation
+        if parts is None:
+            raise ValueError("not a generation model")
+        self.generator = Scheduler(
+            loaded.pool.run, parts.shape, parts.tokenizer, self.config.generation, parts.eos_id,
+            parts.pad_id, model=self.model, version=str(self.version), observer=self._observer,
+        )  # fmt: skip
+        self.generator.start()
+        self._pool = loaded.pool
+        self.model_inputs = loaded.inputs
+        self.inputs, self.outputs = loaded.inputs, loaded.outputs
+        self.providers = loaded.pool.first.providers
+        self.load_s = loaded.load_s
+        self.state = VersionState.READY
+
+    def generate(self, prompt: str, params: SamplingParams) -> Seq:
+        """Tokenizes and queues a generation (4002 over the window, 4290 when full)."""
+        self._check_ready()
+        if self.generator is None:
+            raise InvalidInputError(f"model '{self.model}' does not generate text")
+        return self.generator.submit(self.generator.encode(prompt), params)
 
     async def attach_zero_shot(self, base: ServedVersion) -> None:
         """Embeds the label descriptions with `base` and marks this classifier ready."""
@@ -257,6 +288,10 @@ class ServedVersion:
                 raise InvalidInputError(
                     f"unknown output(s) {unknown}; the model gives {sorted(known)}"
                 )
+        if self.generator is not None:
+            raise InvalidInputError(
+                f"model '{self.model}' generates text: use POST /generate or /v1/completions"
+            )
         if self.text is not None or self.zero_shot is not None:
             outputs = await self._infer_texts(feeds, deadline, trace)
         else:
@@ -301,11 +336,15 @@ class ServedVersion:
     # -- shutdown ------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> bool:
+        if self.generator is not None:
+            return await self.generator.drain(timeout_s)
         if self._batcher is None:
             return True
         return await self._batcher.drain(timeout_s)
 
     async def close(self) -> None:
+        if self.generator is not None:
+            await self.generator.close()
         if self._batcher is not None:
             await self._batcher.close()
         if self._pool is not None:

@@ -171,6 +171,44 @@ class Metrics:
             "inferd_drift_psi", "Population stability index, recent window against reference",
             ["model", "feature"], registry=r,
         )  # fmt: skip
+        self.first_token = Histogram(
+            "inferd_generation_time_to_first_token_seconds",
+            "From a generation's arrival to its first token (queue and prefill)", ["model"],
+            buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.inter_token = Histogram(
+            "inferd_generation_inter_token_seconds", "Between a sequence's consecutive tokens",
+            ["model"], buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.generated = Counter(
+            "inferd_generation_tokens", "Tokens by kind: prompt (prefilled) or completion "
+            "(generated); rate() of completion is tokens per second", ["model", "kind"],
+            registry=r,
+        )  # fmt: skip
+        self.generation_finished = Counter(
+            "inferd_generation_finished", "Generations by finish reason",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
+        self.generation_step = Histogram(
+            "inferd_generation_step_seconds", "One prefill or decode step of the batch",
+            ["model", "kind"], buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.generation_rows = Histogram(
+            "inferd_generation_step_rows", "Sequences in one prefill or decode step",
+            ["model", "kind"], buckets=SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.sequences = Gauge(
+            "inferd_generation_sequences", "Sequences running (in the batch) or waiting",
+            ["model", "version", "state"], registry=r,
+        )  # fmt: skip
+        self.kv_tokens = Gauge(
+            "inferd_generation_kv_cache_tokens", "Token slots the KV cache holds, padding included",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
+        self.kv_limit = Gauge(
+            "inferd_generation_kv_cache_limit_tokens", "The KV cache budget (max_kv_tokens)",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_MemoryLimitCollector())
         r.register(_EngineCollector(lambda: self._view))
@@ -230,6 +268,40 @@ class Metrics:
         label = self.model_label(model)
         self.oom_events.labels(label, version).inc()
         self.batch_limit.labels(label, version).set(limit)
+
+    def on_generation_step(
+        self, model: str, version: str, kind: str, rows: int, seconds: float, running: int,
+        waiting: int, kv_tokens: int, kv_limit: int,
+    ) -> None:  # fmt: skip
+        label = self.model_label(model)
+        if kind != "idle":
+            self.generation_step.labels(label, kind).observe(seconds)
+            self.generation_rows.labels(label, kind).observe(rows)
+        self.sequences.labels(label, version, "running").set(running)
+        self.sequences.labels(label, version, "waiting").set(waiting)
+        self.kv_tokens.labels(label, version).set(kv_tokens)
+        self.kv_limit.labels(label, version).set(kv_limit)
+
+    def on_generation_tokens(
+        self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
+    ) -> None:
+        label = self.model_label(model)
+        if first_token_s:
+            first = self.first_token.labels(label)
+            for seconds in first_token_s:
+                first.observe(seconds)
+        if inter_token_s:
+            gap = self.inter_token.labels(label)
+            for seconds in inter_token_s:
+                gap.observe(seconds)
+
+    def on_generation_finished(
+        self, model: str, reason: str, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        label = self.model_label(model)
+        self.generation_finished.labels(label, reason).inc()
+        self.generated.labels(label, "prompt").inc(prompt_tokens)
+        self.generated.labels(label, "completion").inc(completion_tokens)
 
     def on_texts(
         self,

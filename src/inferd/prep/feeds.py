@@ -77,7 +77,7 @@ def encoder_feeds(input_names: list[str], vocab: int) -> Callable[..., Feeds]:
 
 
 def decoder_feeds(layers: int, heads: int, head_dim: int, vocab: int) -> Callable[..., Feeds]:
-    from inferd.prep.decoder_names import PAST, cache_names
+    from inferd.runtime.kv_names import PAST, cache_names
 
     past_names = cache_names(layers, PAST)
 

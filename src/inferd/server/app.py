@@ -20,7 +20,7 @@ from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
-from inferd.server.routes import health, openai, repository, tasks, v2
+from inferd.server.routes import completions, generate, health, openai, repository, tasks, v2
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def create_app(
         metrics.attach(manager)
     install_error_handlers(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    for module in (health, v2, tasks, openai, metrics_route, repository):
+    for module in (health, v2, tasks, generate, openai, completions, metrics_route, repository):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(

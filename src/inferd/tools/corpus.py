@@ -15,6 +15,19 @@ MODULES = [
     "urllib.parse", "asyncio.queues", "threading", "subprocess", "difflib", "inspect",
 ]  # fmt: skip
 
+MORE_MODULES = [
+    "typing", "unittest", "io", "re", "socket", "sqlite3", "xml.etree.ElementTree", "pickle",
+    "copy", "enum", "dataclasses", "contextlib", "operator", "html", "http.server", "smtplib",
+    "tarfile", "gzip", "configparser", "optparse", "pdb", "doctest", "ast", "dis", "tokenize",
+    "multiprocessing", "concurrent.futures", "asyncio", "email", "mailbox", "imaplib", "ssl",
+    "selectors", "sched", "queue", "weakref", "types", "abc", "numbers", "cmath", "locale",
+    "gettext", "codecs", "unicodedata", "stringprep", "struct", "array", "pprint", "reprlib",
+    "graphlib", "zoneinfo", "ipaddress", "hashlib", "hmac", "secrets", "uuid", "base64", "binascii",
+    "quopri", "mimetypes", "wave", "colorsys", "shlex", "cmd", "code", "codeop", "timeit", "trace",
+    "tracemalloc", "warnings", "traceback", "gc", "site", "sysconfig", "importlib", "pkgutil",
+    "modulefinder", "runpy", "zipimport", "glob", "fnmatch", "filecmp", "linecache", "stat",
+]  # fmt: skip
+
 HARD_CASES = [
     "Party time 🎉🚀✨ with emoji everywhere 😀",
     "東京は日本の首都です。今日はいい天気ですね。",
@@ -45,4 +58,29 @@ def sentences(count: int) -> list[str]:
                 found.append(first)
                 if len(found) >= count:
                     return found
+    return found
+
+
+def docstrings(max_chars: int) -> list[str]:
+    """Whole docstrings (paragraphs joined, as prose) of stdlib modules and their members,
+    distinct, in a stable order, up to about `max_chars` characters in all: the demo
+    generator's training text."""
+    found: list[str] = []
+    seen: set[str] = set()
+    total = 0
+    for module_name in MODULES + MORE_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a stripped-down Python may lack a module or two
+            continue
+        members = [module, *(m for _, m in sorted(inspect.getmembers(module), key=lambda m: m[0]))]
+        for member in members:
+            doc = inspect.getdoc(member) if callable(member) or member is module else None
+            if not doc or len(doc) < 40 or doc in seen:
+                continue
+            seen.add(doc)
+            found.append(doc.strip())
+            total += len(doc)
+            if total >= max_chars:
+                return found
     return found

@@ -1,4 +1,4 @@
-"""The tensor names of an exported decoder's KV cache, shared by export and generation."""
+"""The tensor names of a decoder's KV cache: what `inferd export` writes and generation drives."""
 
 from __future__ import annotations
 

@@ -1,0 +1,95 @@
+"""A decoder's ONNX interface as the scheduler drives it: which inputs carry the KV cache, its
+shape, and the feeds for a prefill (a past of length 0) or a decode step (one token a row)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from inferd.runtime.kv_names import PAST, PRESENT, cache_names
+from inferd.runtime.protocol import Array, TensorSpec
+
+TOKENS, MASK, POSITIONS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
+
+
+class DecoderShapeError(ValueError):
+    """The model does not have the decoder interface inferd drives (see inferd.prep.decoder)."""
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    layers: int
+    heads: int
+    head_dim: int
+    dtype: np.dtype
+    past_names: tuple[str, ...]
+    present_names: tuple[str, ...]
+
+    @staticmethod
+    def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
+        names = {s.name: s for s in inputs}
+        out_names = {s.name for s in outputs}
+        missing = [n for n in (TOKENS, MASK, POSITIONS) if n not in names]
+        if missing or LOGITS not in out_names:
+            raise DecoderShapeError(
+                f"a text-generation model needs inputs {TOKENS}, {MASK}, {POSITIONS} and the "
+                f"output {LOGITS}; missing {missing or [LOGITS]}"
+            )
+        layers = 0
+        while cache_names(layers + 1, PAST)[-1] in names:
+            layers += 1
+        if layers == 0:
+            first = PAST.format(layer=0, kind="key")
+            raise DecoderShapeError(f"no KV cache inputs named like {first}")
+        past = cache_names(layers, PAST)
+        present = cache_names(layers, PRESENT)
+        if any(n not in out_names for n in present):
+            raise DecoderShapeError(f"the model lacks the KV cache outputs {present}")
+        spec = names[past[0]]
+        if spec.rank != 4 or spec.shape[1] <= 0 or spec.shape[3] <= 0:
+            raise DecoderShapeError(
+                f"{past[0]} must be [batch, heads, past, head_dim] with fixed heads and head_dim"
+            )
+        dtype = np.dtype(np.float16) if spec.datatype == "FP16" else np.dtype(np.float32)
+        heads, head_dim = spec.shape[1], spec.shape[3]
+        return DecoderShape(layers, heads, head_dim, dtype, tuple(past), tuple(present))
+
+    def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
+        return [np.zeros((rows, self.heads, length, self.head_dim), dtype=self.dtype)
+                for _ in self.past_names]  # fmt: skip
+
+    @property
+    def output_names(self) -> list[str]:
+        return [LOGITS, *self.present_names]
+
+
+def prefill_feeds(
+    shape: DecoderShape, prompts: Sequence[Sequence[int]], pad_id: int
+) -> dict[str, Array]:
+    """Prompts left-padded to the longest (so every row's last position is a real token)."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(prompts), width), dtype=np.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+    feeds: dict[str, Array] = {TOKENS: ids, MASK: mask, POSITIONS: positions}
+    feeds.update(zip(shape.past_names, shape.empty_cache(len(prompts)), strict=True))
+    return feeds
+
+
+def decode_feeds(
+    shape: DecoderShape, tokens: Array, positions: Array, mask: Array, cache: Sequence[Array]
+) -> dict[str, Array]:
+    """One new token per row at its own position; the mask covers the cache plus that token."""
+    rows = tokens.shape[0]
+    feeds: dict[str, Array] = {
+        TOKENS: tokens.reshape(rows, 1).astype(np.int64),
+        MASK: np.concatenate([mask, np.ones((rows, 1), dtype=np.int64)], axis=1),
+        POSITIONS: positions.reshape(rows, 1).astype(np.int64),
+    }
+    feeds.update(zip(shape.past_names, cache, strict=True))
+    return feeds

@@ -1,0 +1,81 @@
+"""A request's generation parameters, checked against the model's limits (4004 when out of
+range, 4002 when the prompt does not fit the context window)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferd.config.model import GenerationConfig
+from inferd.errors import InputTooLongError, InvalidInputError
+
+MAX_STOP_SEQUENCES = 8
+MAX_STOP_CHARS = 200
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0
+    """0 means greedy (always the most likely token)."""
+    top_k: int = 0
+    """0 means no top-k cut."""
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def build_params(
+    config: GenerationConfig,
+    *,
+    max_new_tokens: int | None,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    repetition_penalty: float | None,
+    seed: int | None,
+    stop: str | list[str] | None,
+    ignore_eos: bool = False,
+) -> SamplingParams:
+    """Defaults filled in, every value range-checked (InvalidInputError names the field)."""
+    new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if not 1 <= new <= config.max_new_tokens_limit:
+        raise InvalidInputError(
+            f"max_length must be between 1 and {config.max_new_tokens_limit}; got {new}"
+        )
+    t = 1.0 if temperature is None else temperature
+    if not 0.0 <= t <= 5.0:
+        raise InvalidInputError(f"temperature must be between 0 and 5; got {t}")
+    k = 0 if top_k is None else top_k
+    if k < 0:
+        raise InvalidInputError(f"top_k must be 0 (off) or positive; got {k}")
+    p = 1.0 if top_p is None else top_p
+    if not 0.0 < p <= 1.0:
+        raise InvalidInputError(f"top_p must be in (0, 1]; got {p}")
+    r = 1.0 if repetition_penalty is None else repetition_penalty
+    if not 0.0 < r <= 10.0:
+        raise InvalidInputError(f"repetition_penalty must be in (0, 10]; got {r}")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise InvalidInputError(f"seed must be between 0 and 2**63 - 1; got {seed}")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise InvalidInputError(f"at most {MAX_STOP_SEQUENCES} stop sequences; got {len(stops)}")
+    for i, s in enumerate(stops):
+        if not s or len(s) > MAX_STOP_CHARS:
+            raise InvalidInputError(f"stop sequence {i} must have 1 to {MAX_STOP_CHARS} characters")
+    return SamplingParams(new, t, k, p, r, seed, stops, ignore_eos)
+
+
+def check_prompt(prompt_tokens: int, context_length: int) -> None:
+    if prompt_tokens == 0:
+        raise InvalidInputError("the prompt encodes to no tokens")
+    if prompt_tokens >= context_length:
+        raise InputTooLongError(
+            f"the prompt has {prompt_tokens} tokens; the context window is {context_length} "
+            "and at least one new token must fit"
+        )

@@ -1,0 +1,313 @@
+"""Iteration-level (continuous) batching for a decoder.
+
+At every step the scheduler admits waiting requests (a batched prefill of their prompts, whose
+KV rows then join the running batch), runs one decode step for every running sequence, samples
+each sequence's next token, and retires the finished and the cancelled at once, freeing their
+KV rows. Admission is first come, first served, under `max_running` sequences and a KV budget:
+the tokens every admitted sequence may come to hold (prompt + max new tokens) stay within
+`max_kv_tokens`, and so does the padded cache right after the join.
+
+Each row has its own attention mask and positions, so a sequence's output never depends on
+what else shares the batch. `scheduling: static` is the conventional baseline the benchmark
+compares against: a batch is formed from the waiting requests, closed to newcomers, and runs
+until its longest sequence ends; a finished sequence is answered at once, but its row keeps
+being computed (and discarded) until the batch ends, as with a padded `generate()` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from inferd.config.model import GenerationConfig
+from inferd.errors import (
+    InferdError,
+    InputTooLongError,
+    InternalError,
+    QueueFullError,
+    UnavailableError,
+)  # fmt: skip
+from inferd.generation.decoder import MASK, DecoderShape, decode_feeds, prefill_feeds
+from inferd.generation.kvcache import KVBatch
+from inferd.generation.observer import GenerationObserver, NoGenerationObserver
+from inferd.generation.params import SamplingParams, check_prompt
+from inferd.generation.sampling import sample_batch
+from inferd.generation.sequence import Sequence as Seq
+from inferd.runtime.protocol import Array
+
+log = logging.getLogger(__name__)
+
+RunStep = Callable[[dict[str, Array], Sequence[str]], Awaitable[dict[str, Array]]]
+
+
+class Scheduler:
+    def __init__(
+        self, run: RunStep, shape: DecoderShape, tokenizer: Tokenizer, config: GenerationConfig,
+        eos_id: int | None, pad_id: int, *, model: str = "", version: str = "",
+        observer: GenerationObserver | None = None,
+    ) -> None:  # fmt: skip
+        self._run = run
+        self._shape = shape
+        self._tokenizer = tokenizer
+        self._config = config
+        self._eos = eos_id
+        self._pad = pad_id
+        self._model, self._version = model, version
+        self._observer: GenerationObserver = observer or NoGenerationObserver()
+        self._waiting: deque[Seq] = deque()
+        self._running: list[Seq] = []
+        """The sequences still generating."""
+        self._rows: list[Seq] = []
+        """The batch's rows in order: the running, and finished ones not yet compacted away."""
+        self._batch = KVBatch()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.steps = 0
+
+    # -- the client side ---------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self._batch.padded_tokens
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self._tokenizer.encode(prompt).ids)
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Seq:
+        """Queues a sequence (4002 when it cannot fit, 4290 when the queue is full)."""
+        if self._closing:
+            raise UnavailableError("the model is shutting down; not taking new generations")
+        config = self._config
+        check_prompt(len(prompt_ids), config.context_length)
+        if len(prompt_ids) + 1 > config.max_kv_tokens:
+            raise InputTooLongError(
+                f"the prompt has {len(prompt_ids)} tokens; the KV cache holds "
+                f"{config.max_kv_tokens}"
+            )
+        room = min(params.max_new_tokens, config.context_length - len(prompt_ids),
+                   config.max_kv_tokens - len(prompt_ids))  # fmt: skip
+        if room < params.max_new_tokens:  # ends with finish_reason "length" at the window
+            params = SamplingParams(**{**params.__dict__, "max_new_tokens": room})
+        if len(self._waiting) >= config.max_waiting:
+            raise QueueFullError(
+                f"{len(self._waiting)} generations already wait for a slot; retry later"
+            )
+        seq = Seq(prompt_ids, params, self._tokenizer, self._eos, config.context_length)
+        self._waiting.append(seq)
+        self._idle.clear()
+        self._wake.set()
+        return seq
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="inferd-generate")
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Stops taking new work; waits for the admitted sequences to finish."""
+        self._closing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        self._closing = True
+        for seq in [*self._waiting, *self._running]:
+            seq.fail(UnavailableError("the model was unloaded"))
+        self._waiting.clear()
+        self._running, self._rows, self._batch = [], [], KVBatch()
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            self._drop_cancelled_waiting()
+            if not self._running and not self._waiting:
+                self._rows, self._batch = [], KVBatch()
+                self._report("idle", 0, 0.0)
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            admitted = self._choose()
+            if admitted:
+                await self._guarded(self._prefill, admitted)
+                self._retire()
+            if self._running:
+                await self._guarded(self._decode, self._rows)
+                self._retire()
+            await asyncio.sleep(0)  # let the streams send what this step produced
+
+    def _choose(self) -> list[Seq]:
+        config = self._config
+        static = config.scheduling == "static"
+        if static and self._running:
+            return []
+        limit = config.max_running if static else config.prefill_chunk
+        chosen: list[Seq] = []
+        reserved = sum(s.budget for s in self._running)
+        longest = self._batch.length
+        while self._waiting and len(chosen) < limit:
+            if len(self._running) + len(chosen) >= config.max_running:
+                break
+            seq = self._waiting[0]
+            width = max(longest, len(seq.prompt_ids))
+            rows = max(len(self._rows), len(self._running) + len(chosen) + 1)
+            padded = rows * (width + 1)
+            if reserved + seq.budget > config.max_kv_tokens or padded > config.max_kv_tokens:
+                break  # first come, first served: the head waits for room
+            self._waiting.popleft()
+            chosen.append(seq)
+            reserved += seq.budget
+            longest = width
+        return chosen
+
+    async def _guarded(self, step: Callable[[list[Seq]], Awaitable[None]], seqs: list[Seq]) -> None:
+        """A failing step fails its sequences (with a stable code), never the scheduler."""
+        try:
+            await step(seqs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("generation step failed", extra={"model": self._model})
+            error = exc if isinstance(exc, InferdError) else InternalError(
+                f"the generation step failed: {type(exc).__name__}")  # fmt: skip
+            for seq in [*seqs, *self._rows]:
+                seq.fail(error)
+            self._rows, self._running, self._batch = [], [], KVBatch()
+
+    async def _prefill(self, seqs: list[Seq]) -> None:
+        shape = self._shape
+        feeds = prefill_feeds(shape, [s.prompt_ids for s in seqs], self._pad)
+        started = time.perf_counter()
+        out = await self._run(feeds, shape.output_names)
+        now = time.perf_counter()
+        # new sequences take the rows of finished ones first, then new rows at the end
+        free = [i for i, s in enumerate(self._rows) if s.done]
+        slots = (free + list(range(len(self._rows), len(self._rows) + len(seqs))))[: len(seqs)]
+        self._batch.place(slots, [out[n] for n in shape.present_names], feeds[MASK])
+        for slot, seq in zip(slots, seqs, strict=True):
+            if slot < len(self._rows):
+                self._rows[slot] = seq
+            else:
+                self._rows.append(seq)
+        self._running = [*self._running, *seqs]
+        tokens = _sample(out["logits"][:, -1, :], seqs)
+        firsts = []
+        for seq, token in zip(seqs, tokens, strict=True):
+            seq.cached = len(seq.prompt_ids)
+            seq.accept(token, now)
+            firsts.append(now - seq.created)
+        self._observer.on_generation_tokens(self._model, firsts, ())
+        self._report("prefill", len(seqs), now - started)
+
+    async def _decode(self, rows: list[Seq]) -> None:
+        shape, batch = self._shape, self._batch
+        tokens = np.array([s.last_token if s.generated else self._pad for s in rows],
+                          dtype=np.int64)  # fmt: skip
+        # a finished row left in the batch may run past the window: its output is unused, but
+        # its position must stay a valid index
+        last = self._config.context_length - 1
+        positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
+        feeds = decode_feeds(shape, tokens, positions, batch.mask, batch.cache)
+        started = time.perf_counter()
+        out = await self._run(feeds, shape.output_names)
+        now = time.perf_counter()
+        batch.advance([out[n] for n in shape.present_names])
+        live = []
+        for row, seq in enumerate(rows):
+            seq.cached += 1
+            if not (seq.done or seq.cancelled):  # a finished row still in the batch: unused
+                live.append(row)
+        gaps = []
+        if live:
+            chosen = _sample(out["logits"][live, -1, :], [rows[r] for r in live])
+            for row, token in zip(live, chosen, strict=True):
+                since = rows[row].accept(token, now)
+                if since is not None:
+                    gaps.append(since)
+        self.steps += 1
+        self._observer.on_generation_tokens(self._model, (), gaps)
+        self._report("decode", len(rows), now - started)
+
+    def _retire(self) -> None:
+        """Answers what finished (or was cancelled). Their rows stay as free slots for the next
+        admissions; the batch is compacted (one copy) when half of its rows are free or a
+        quarter of its columns unused; under static scheduling only when all of it is done."""
+        now = time.perf_counter()
+        still = []
+        for seq in self._running:
+            if seq.cancelled and not seq.done:
+                seq.finish("cancelled", now)
+            if seq.done:
+                finished = seq.finished
+                if finished is not None:
+                    self._observer.on_generation_finished(
+                        self._model, finished.reason, finished.prompt_tokens,
+                        finished.completion_tokens,
+                    )  # fmt: skip
+            else:
+                still.append(seq)
+        self._running = still
+        if len(still) == len(self._rows):
+            return
+        if not still:
+            self._rows = []
+            self._batch.keep([])
+            return
+        if self._config.scheduling == "static":
+            return  # the whole batch runs until its last sequence ends
+        live = [i for i, s in enumerate(self._rows) if not s.done]
+        batch = self._batch
+        wasted = batch.unused_columns(live)
+        if 2 * len(live) <= len(self._rows) or wasted >= max(16, batch.length // 4):
+            batch.keep(live)
+            self._rows = [self._rows[i] for i in live]
+
+    def _drop_cancelled_waiting(self) -> None:
+        if any(s.cancelled for s in self._waiting):
+            now = time.perf_counter()
+            for seq in self._waiting:
+                if seq.cancelled:
+                    seq.finish("cancelled", now)
+            self._waiting = deque(s for s in self._waiting if not s.cancelled)
+
+    def _report(self, kind: str, rows: int, seconds: float) -> None:
+        try:
+            self._observer.on_generation_step(
+                self._model, self._version, kind, rows, seconds, len(self._running),
+                len(self._waiting), self._batch.padded_tokens, self._config.max_kv_tokens,
+            )  # fmt: skip
+        except Exception:
+            log.exception("generation observer failed; generation is unaffected")
+
+
+def _sample(logits: Array, seqs: list[Seq]) -> list[int]:
+    return sample_batch(logits, [s.params for s in seqs], [s.rng for s in seqs],
+                        [s.seen for s in seqs])  # fmt: skip

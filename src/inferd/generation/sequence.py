@@ -1,0 +1,137 @@
+"""One generation request as it runs: its tokens, its text so far, and the events its client
+reads (text deltas, then the end: a `Finished` or an error)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from inferd.generation.params import SamplingParams
+from inferd.generation.text import IncrementalText
+
+
+@dataclass(frozen=True)
+class Finished:
+    text: str
+    reason: str  # "stop" (EOS or a stop sequence), "length", "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    first_token_s: float | None
+    total_s: float
+
+
+Event = str | Finished | BaseException
+
+
+class Sequence:
+    def __init__(
+        self, prompt_ids: list[int], params: SamplingParams, tokenizer: Tokenizer,
+        eos_id: int | None, context_length: int,
+    ) -> None:  # fmt: skip
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.generated: list[int] = []
+        self.cached = 0
+        """Real tokens of this sequence in the KV cache."""
+        self.seen = set(prompt_ids)
+        """Token ids the repetition penalty applies to."""
+        self.rng = np.random.default_rng(params.seed)
+        self._text = IncrementalText(tokenizer, params.stop)
+        self._eos = None if params.ignore_eos else eos_id
+        self._context = context_length
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.created = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.cancelled = False
+        self.finished: Finished | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
+
+    @property
+    def last_token(self) -> int:
+        return self.generated[-1]
+
+    @property
+    def budget(self) -> int:
+        """KV tokens this sequence may come to hold: prompt plus every new token it may get."""
+        return len(self.prompt_ids) + self.params.max_new_tokens
+
+    def cancel(self) -> None:
+        """From the client side (disconnect): the scheduler retires it at the next step."""
+        self.cancelled = True
+
+    def accept(self, token: int, now: float) -> float | None:
+        """Takes the next token (sampled by the scheduler); returns the time since the previous
+        token (None for the first), for the inter-token metric."""
+        since = None if self.last_token_at is None else now - self.last_token_at
+        if self.first_token_at is None:
+            self.first_token_at = now
+        self.last_token_at = now
+        if token == self._eos:
+            self.finish("stop", now)
+            return since
+        self.generated.append(token)
+        self.seen.add(token)
+        delta = self._text.push(token)
+        if delta:
+            self.events.put_nowait(delta)
+        if self._text.stopped:
+            self.finish("stop", now)
+        else:
+            total = len(self.prompt_ids) + len(self.generated)
+            if len(self.generated) >= self.params.max_new_tokens or total >= self._context:
+                self.finish("length", now)
+        return since
+
+    def finish(self, reason: str, now: float) -> None:
+        if self.finished is not None:
+            return
+        if reason != "cancelled":
+            rest = self._text.flush()
+            if rest:
+                self.events.put_nowait(rest)
+        first = None if self.first_token_at is None else self.first_token_at - self.created
+        self.finished = Finished(self._text.text, reason, len(self.prompt_ids),
+                                 len(self.generated), first, now - self.created)  # fmt: skip
+        self.events.put_nowait(self.finished)
+
+    def fail(self, error: BaseException) -> None:
+        if self.finished is None:
+            self.finished = Finished(self._text.text, "error", len(self.prompt_ids),
+                                     len(self.generated), None, 0.0)  # fmt: skip
+            self.events.put_nowait(error)
+
+    async def stream(self) -> AsyncIterator[str | Finished]:
+        """Text groups (every delta ready when the client reads, joined), then the Finished.
+        Raises the error when the sequence failed."""
+        while True:
+            event: Event | None = await self.events.get()
+            parts: list[str] = []
+            while isinstance(event, str):
+                parts.append(event)
+                if self.events.empty():
+                    event = None
+                    break
+                event = self.events.get_nowait()
+            if parts:
+                yield "".join(parts)
+            if event is None:
+                continue
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+            return
+
+    async def result(self) -> Finished:
+        async for event in self.stream():
+            if isinstance(event, Finished):
+                return event
+        raise RuntimeError("a sequence ended without finishing")  # unreachable by construction

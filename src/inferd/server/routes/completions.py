@@ -1,0 +1,197 @@
+"""OpenAI-compatible `POST /v1/completions`, whole or streamed (`data: {...}` chunks, then
+`data: [DONE]`), with `usage`; the `openai` Python client works against it unchanged.
+
+Several prompts in one request are generated side by side (one choice each, by index);
+`n` > 1, `best_of` > 1, `echo`, `logprobs`, `suffix` and non-zero presence or frequency
+penalties are refused with 4004 rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from inferd.config.model import GenerationConfig
+from inferd.engine.generation import Generation
+from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
+from inferd.generation.params import SamplingParams, build_params
+from inferd.generation.sequence import Finished
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.errors import request_id_of
+from inferd.server.jsonbody import openapi_body
+from inferd.server.observe import read_traced_body
+from inferd.server.routes.generate import check_prompt_text, error_event, usage
+from inferd.server.sse import sse, sse_response
+from inferd.server.state import manager_of, settings_of
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+MAX_PROMPTS = 16
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | list[str] = Field(description="A prompt or a list of prompts.")
+    model: str | None = Field(None, description="A model id from /v1/models.")
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    best_of: int | None = None
+    echo: bool | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+    user: str | None = None
+    # not OpenAI's, but what open servers take too
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool = False
+
+
+def _refuse_unsupported(body: CompletionRequest) -> None:
+    unsupported = {
+        "n": body.n not in (None, 1), "best_of": body.best_of not in (None, 1),
+        "echo": bool(body.echo), "logprobs": body.logprobs is not None,
+        "suffix": body.suffix is not None,
+        "presence_penalty": body.presence_penalty not in (None, 0, 0.0),
+        "frequency_penalty": body.frequency_penalty not in (None, 0, 0.0),
+    }  # fmt: skip
+    named = [k for k, v in unsupported.items() if v]
+    if named:
+        raise InvalidInputError(
+            f"not supported here: {', '.join(named)} (use repetition_penalty for repeats)"
+        )
+
+
+def _prompts(value: str | list[str]) -> list[str]:
+    prompts = [value] if isinstance(value, str) else list(value)
+    if not prompts:
+        raise EmptyInputError("prompt is an empty list")
+    if len(prompts) > MAX_PROMPTS:
+        raise TooManyItemsError(f"{len(prompts)} prompts; the limit is {MAX_PROMPTS}")
+    for i, prompt in enumerate(prompts):
+        check_prompt_text(prompt, f"prompt {i}" if len(prompts) > 1 else "prompt")
+    return prompts
+
+
+@router.post(
+    "/completions", summary="Completions (OpenAI)", openapi_extra=openapi_body(CompletionRequest)
+)
+async def completions(request: Request) -> Response:
+    settings = settings_of(request)
+    body, trace = await read_traced_body(request, CompletionRequest, settings.log_payloads)
+    _refuse_unsupported(body)
+    prompts = _prompts(body.prompt)
+
+    def params_for(config: GenerationConfig) -> SamplingParams:
+        return build_params(
+            config, max_new_tokens=body.max_tokens, temperature=body.temperature,
+            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
+            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
+        )  # fmt: skip
+
+    manager = manager_of(request)
+    generations: list[Generation] = []
+    try:
+        for prompt in prompts:
+            generations.append(manager.start_generation(body.model, prompt, params_for, trace))
+    except BaseException:
+        for g in generations:
+            g.close()
+        raise
+    head = {
+        "id": f"cmpl-{request_id_of(request) or int(time.time() * 1000)}",
+        "created": int(time.time()),
+        "model": generations[0].model,
+    }
+    if body.stream:
+        with_usage = body.stream_options is not None and body.stream_options.include_usage
+        return sse_response(_chunks(generations, head, with_usage, request_id_of(request)))
+    try:
+        async with cancel_on_disconnect(request.receive):
+            results = await asyncio.gather(*(g.result() for g in generations))
+    finally:
+        for g in generations:
+            g.close()
+    choices = [
+        {"text": done.text, "index": i, "logprobs": None, "finish_reason": _reason(done)}
+        for i, done in enumerate(results)
+    ]
+    payload = {**head, "object": "text_completion", "choices": choices,
+               "usage": _total_usage(results)}  # fmt: skip
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+def _reason(done: Finished) -> str:
+    return "length" if done.reason == "length" else "stop"
+
+
+def _total_usage(results: list[Finished]) -> dict[str, int]:
+    total = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for done in results:
+        for key, value in usage(done).items():
+            total[key] += value
+    return total
+
+
+async def _chunks(
+    generations: list[Generation], head: dict[str, object], with_usage: bool, request_id: str
+) -> AsyncIterator[bytes]:
+    """Every generation's events, merged as they come, as OpenAI completion chunks."""
+    queue: asyncio.Queue[tuple[int, str | Finished | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, generation: Generation) -> None:
+        try:
+            async for event in generation.stream():
+                queue.put_nowait((index, event))
+        except Exception as exc:
+            queue.put_nowait((index, exc))
+        finally:
+            queue.put_nowait((index, None))
+
+    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(generations)]
+    results: list[Finished] = []
+    open_streams = len(generations)
+    try:
+        while open_streams:
+            index, event = await queue.get()
+            if event is None:
+                open_streams -= 1
+                continue
+            if isinstance(event, BaseException):
+                yield sse(error_event(event, request_id))
+                return
+            if isinstance(event, Finished):
+                results.append(event)
+                choice = {"text": "", "index": index, "logprobs": None,
+                          "finish_reason": _reason(event)}  # fmt: skip
+            else:
+                choice = {"text": event, "index": index, "logprobs": None, "finish_reason": None}
+            yield sse({**head, "object": "text_completion", "choices": [choice]})
+        if with_usage:
+            yield sse({**head, "object": "text_completion", "choices": [],
+                       "usage": _total_usage(results)})  # fmt: skip
+        yield sse(b"[DONE]")
+    finally:
+        for task in tasks:
+            task.cancel()
+        for g in generations:
+            g.close()

@@ -1,0 +1,124 @@
+"""`POST /generate`: text generation, whole or streamed as server-sent events.
+
+Streamed: `event: token` events, each carrying the text generated since the previous one (the
+tokens of one step, or of several when the client reads slower than the model writes), then
+one `event: done` with the whole text, the finish reason and usage; an error after the stream
+began arrives as `event: error` with inferd's error shape. A client that disconnects stops its
+generation; its KV cache rows are freed at the next step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from inferd.config.model import GenerationConfig
+from inferd.engine.generation import Generation
+from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
+from inferd.generation.params import SamplingParams, build_params
+from inferd.generation.sequence import Finished
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.errors import request_id_of
+from inferd.server.jsonbody import openapi_body
+from inferd.server.observe import read_traced_body
+from inferd.server.sse import sse, sse_response
+from inferd.server.state import manager_of, settings_of
+
+router = APIRouter(tags=["generation"])
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prompt: str = Field(description="The text to continue.")
+    model: str | None = Field(None, description="Default: the one generation model served.")
+    max_length: int | None = Field(None, description="Most new tokens (model default if unset).")
+    temperature: float | None = Field(None, description="0 is greedy; default 1.")
+    top_p: float | None = Field(None, description="Nucleus sampling mass, (0, 1].")
+    top_k: int | None = Field(None, description="Sample among the k most likely; 0 is off.")
+    repetition_penalty: float | None = Field(None, description="Above 1 discourages repeats.")
+    stop: str | list[str] | None = Field(None, description="Text that ends the generation.")
+    seed: int | None = Field(None, description="Same seed, same prompt: same text.")
+    stream: bool = Field(False, description="Server-sent events instead of one answer.")
+    ignore_eos: bool = Field(False, description="Keep going past EOS (fixed-length output).")
+
+
+def check_prompt_text(prompt: str, where: str = "prompt") -> None:
+    if not prompt:
+        raise EmptyInputError(f"{where} is empty")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodingError(f"{where} holds an unpaired surrogate") from None
+
+
+def usage(done: Finished) -> dict[str, int]:
+    return {
+        "prompt_tokens": done.prompt_tokens,
+        "completion_tokens": done.completion_tokens,
+        "total_tokens": done.prompt_tokens + done.completion_tokens,
+    }
+
+
+def error_event(exc: BaseException, request_id: str) -> dict[str, object]:
+    error = exc if isinstance(exc, InferdError) else InternalError("generation failed")
+    return {"error": error.message, "code": int(error.code), "request_id": request_id}
+
+
+@router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
+async def generate(request: Request) -> Response:
+    started = time.perf_counter()
+    settings = settings_of(request)
+    body, trace = await read_traced_body(request, GenerateRequest, settings.log_payloads)
+    check_prompt_text(body.prompt)
+
+    def params_for(config: GenerationConfig) -> SamplingParams:
+        return build_params(
+            config, max_new_tokens=body.max_length, temperature=body.temperature,
+            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
+            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
+        )  # fmt: skip
+
+    generation = manager_of(request).start_generation(body.model, body.prompt, params_for, trace)
+    if body.stream:
+        return sse_response(_events(generation, started, request_id_of(request)))
+    try:
+        async with cancel_on_disconnect(request.receive):
+            done = await generation.result()
+    finally:
+        generation.close()
+    return Response(orjson.dumps(_final(generation, done, started)), media_type="application/json")
+
+
+def _final(generation: Generation, done: Finished, started: float) -> dict[str, object]:
+    return {
+        "text": done.text,
+        "tokens": done.completion_tokens,
+        "finish_reason": done.reason,
+        "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+        "time_to_first_token_ms": None if done.first_token_s is None
+        else round(done.first_token_s * 1000, 2),
+        "model": generation.model,
+        "version": str(generation.version),
+        "usage": usage(done),
+    }  # fmt: skip
+
+
+async def _events(generation: Generation, started: float, request_id: str) -> AsyncIterator[bytes]:
+    tokens = 0
+    try:
+        async for event in generation.stream():
+            if isinstance(event, Finished):
+                yield sse(_final(generation, event, started), "done")
+            else:
+                tokens = len(generation.seq.generated)
+                yield sse({"text": event, "tokens": tokens}, "token")
+    except Exception as exc:  # headers are sent: the error travels as an event
+        yield sse(error_event(exc, request_id), "error")
+    finally:
+        generation.close()

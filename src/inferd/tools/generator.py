@@ -1,0 +1,159 @@
+"""The demo text generator, built offline by our own script: a byte-level BPE tokenizer and a
+small GPT-2-architecture model trained for a short while on the docstrings of Python's standard
+library (present on every machine), then exported with `inferd export` (parity-checked) into a
+repository. Its output reads like docstring prose; it knows nothing else.
+
+Needs the `export` extra (torch, transformers); `steps=0` leaves the weights random (for tests
+that need a real decoder, not a good one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from inferd.tools.corpus import docstrings
+
+log = logging.getLogger(__name__)
+
+EOS = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class GeneratorShape:
+    layers: int = 4
+    heads: int = 4
+    hidden: int = 128
+    context: int = 256
+    vocab: int = 4096
+    train_window: int = 64
+    train_batch: int = 24
+
+
+def train_tokenizer(texts: list[str], vocab: int) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=[EOS], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+Progress = Callable[[int, float], None]
+"""(step, loss) after each training step."""
+
+
+def _train(
+    model: Any, ids: list[int], shape: GeneratorShape, steps: int, seed: int,
+    progress: Progress | None,
+) -> float:  # fmt: skip
+    import torch
+
+    torch.manual_seed(seed)
+    data = torch.tensor(ids, dtype=torch.long)
+    window, batch = min(shape.train_window, shape.context), shape.train_batch
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    warmup = max(1, steps // 20)
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    model.train()
+    loss_value = float("nan")
+    started = time.monotonic()
+    for step in range(steps):
+        starts = torch.randint(0, len(data) - window - 1, (batch,))
+        x = torch.stack([data[s : s + window] for s in starts])
+        loss = model(input_ids=x, labels=x).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = loss.item()
+        if progress is not None:
+            progress(step, loss_value)
+        if step % 200 == 0 or step == steps - 1:
+            log.info("training the demo generator", extra={
+                "step": step, "loss": round(loss_value, 3),
+                "elapsed_s": round(time.monotonic() - started, 1)})  # fmt: skip
+    model.eval()
+    return loss_value
+
+
+def build_generator(
+    repo: Path, name: str = "docgen", *, steps: int = 900, shape: GeneratorShape | None = None,
+    seed: int = 0, corpus_chars: int = 2_000_000, config: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Trains (or with steps=0 only initializes) the model and exports it as `repo/name/1`;
+    returns facts for the caller (final loss, parameters)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from inferd.prep.console import Reporter
+    from inferd.prep.exporting import run_export
+
+    shape = shape or GeneratorShape()
+    texts = docstrings(corpus_chars)
+    tokenizer = train_tokenizer(texts, shape.vocab)
+    eos = tokenizer.token_to_id(EOS)
+    if eos is None:
+        raise RuntimeError(f"the tokenizer lost its {EOS} token")
+    torch.manual_seed(seed)
+    model_config = GPT2Config(
+        n_layer=shape.layers, n_head=shape.heads, n_embd=shape.hidden, n_positions=shape.context,
+        vocab_size=tokenizer.get_vocab_size(), bos_token_id=eos, eos_token_id=eos,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        initializer_range=0.02 if steps else 0.2,  # random weights: peaked logits, clear argmax
+    )  # fmt: skip
+    model = GPT2LMHeadModel(model_config)
+    loss = None
+    if steps:
+        ids: list[int] = []
+        for encoding in tokenizer.encode_batch(texts):
+            ids.extend(encoding.ids)
+            ids.append(eos)
+        loss = _train(model, ids, shape, steps, seed, progress)
+    with tempfile.TemporaryDirectory(prefix="inferd-generator-") as tmp:
+        folder = Path(tmp)
+        model.save_pretrained(folder)
+        tokenizer.save(str(folder / "tokenizer.json"))
+        if (repo / name / "config.yaml").exists():
+            (repo / name / "config.yaml").unlink()
+        code = run_export(str(folder), repo, name, None, opset=17, atol=1e-4, version=None,
+                          reporter=Reporter())  # fmt: skip
+    if code != 0:
+        raise RuntimeError(f"exporting the demo generator failed (exit {code})")
+    config_file = repo / name / "config.yaml"
+    written = yaml.safe_load(config_file.read_text())
+    written["generation"].update({"max_new_tokens": 64, "max_running": 16,
+                                  "max_kv_tokens": 16 * shape.context})  # fmt: skip
+    written["tokenizer"] = {"max_tokens": shape.context}
+    written.update(config or {})
+    config_file.write_text(yaml.safe_dump(written, sort_keys=False))
+    facts = {"loss": loss, "steps": steps, "parameters": sum(p.numel() for p in model.parameters()),
+             "corpus_chars": sum(map(len, texts)), "random_weights": steps == 0}  # fmt: skip
+    (repo / name / "TRAINING.json").write_text(json.dumps(facts, indent=2) + "\n")
+    return facts
+
+
+def remove(repo: Path, name: str) -> None:
+    shutil.rmtree(repo / name, ignore_errors=True)

@@ -1,0 +1,211 @@
+"""Text generation served by a real inferd on 127.0.0.1 (a random-weight GPT-2 exported by
+`inferd export`): /generate whole and streamed, the `openai` client on /v1/completions, stop
+sequences, a disconnect mid-stream freeing its slot, batch independence, parameter errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.generator_model import MODEL, build_generator_repo
+from tests.integration.server import RunningServer, start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    repo = build_generator_repo(tmp_path_factory.mktemp("gen-repo"))
+    running = start_server(repo, tmp_path_factory.mktemp("gen-logs") / "server.log")
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+@pytest.fixture
+def http(server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        yield client
+
+
+def generate(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = http.post("/generate", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def stream_events(http: httpx.Client, **body: Any) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    with http.stream("POST", "/generate", json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        name = None
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name or "", json.loads(line[6:])))
+    return events
+
+
+def metric(http: httpx.Client, pattern: str) -> float:
+    text = http.get("/metrics").text
+    found = re.search(pattern + r" ([0-9.e+-]+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+SAMPLED = {"prompt": "Return the number of items", "max_length": 40, "temperature": 0.9,
+           "top_k": 50, "top_p": 0.95, "seed": 1234, "ignore_eos": True}  # fmt: skip
+
+
+def test_streaming_and_whole_give_the_same_text_for_a_seed(http: httpx.Client) -> None:
+    whole = generate(http, **SAMPLED)
+    assert whole["tokens"] == 40 and whole["finish_reason"] == "length"
+    assert whole["model"] == MODEL and whole["usage"]["completion_tokens"] == 40
+    events = stream_events(http, **SAMPLED)
+    tokens = [data for name, data in events if name == "token"]
+    done = [data for name, data in events if name == "done"]
+    assert len(done) == 1 and events[-1][0] == "done"
+    assert "".join(t["text"] for t in tokens) == done[0]["text"] == whole["text"]
+    assert done[0]["usage"] == whole["usage"]
+    assert [t["tokens"] for t in tokens] == sorted(t["tokens"] for t in tokens)
+    assert generate(http, **{**SAMPLED, "seed": 99})["text"] != whole["text"]
+
+
+def test_the_openai_client_on_completions(server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    kwargs: dict[str, Any] = {"model": MODEL, "prompt": "Open the file", "max_tokens": 20,
+                              "temperature": 0.0, "extra_body": {"ignore_eos": True}}  # fmt: skip
+    whole = client.completions.create(**kwargs)
+    assert whole.object == "text_completion" and whole.model == MODEL
+    assert whole.choices[0].finish_reason == "length"
+    assert whole.usage is not None and whole.usage.completion_tokens == 20
+    chunks = list(client.completions.create(**kwargs, stream=True,
+                                            stream_options={"include_usage": True}))  # fmt: skip
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert (
+        chunks[-1].usage is not None and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    )
+    several = client.completions.create(**{**kwargs, "prompt": ["Open the file", "Close it"]})
+    assert [c.index for c in several.choices] == [0, 1]
+    assert several.choices[0].text == whole.choices[0].text
+
+
+def test_stop_sequences_end_the_text_before_them(http: httpx.Client) -> None:
+    body = {"prompt": "The module provides", "max_length": 60, "temperature": 0,
+            "ignore_eos": True}  # fmt: skip
+    full = generate(http, **body)["text"]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    cut = full[: full.index(stop)]
+    stopped = generate(http, **body, stop=[stop, "never-there"])
+    assert stopped["text"] == cut and stopped["finish_reason"] == "stop"
+    events = stream_events(http, **body, stop=stop)
+    assert "".join(d["text"] for n, d in events if n == "token") == cut
+    assert events[-1][1]["finish_reason"] == "stop"
+
+
+def test_greedy_is_identical_alone_and_under_concurrent_load(http: httpx.Client) -> None:
+    body = {"prompt": "Create a new socket", "max_length": 50, "temperature": 0,
+            "ignore_eos": True}  # fmt: skip
+    alone = generate(http, **body)["text"]
+    noise = [{"prompt": "x " * (5 + 7 * i), "max_length": 20 + 15 * i, "temperature": 1.0,
+              "seed": i, "ignore_eos": True} for i in range(10)]  # fmt: skip
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(generate, http, **n) for n in noise[:5]]
+        target = pool.submit(generate, http, **body)
+        futures += [pool.submit(generate, http, **n) for n in noise[5:]]
+        assert target.result()["text"] == alone
+        assert all(f.result()["finish_reason"] == "length" for f in futures)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(
+    http: httpx.Client, server: RunningServer
+) -> None:
+    cancelled_before = metric(
+        http, r'inferd_generation_finished_total\{model="tinygen",reason="cancelled"\}'
+    )
+    with httpx.Client(base_url=server.url, timeout=30) as other, other.stream(
+        "POST", "/generate", json={"prompt": "Go on", "max_length": 1000, "temperature": 0,
+                                   "ignore_eos": True, "stream": True}
+    ) as response:  # fmt: skip
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break  # one token group read; then the client goes away
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = metric(
+            http, r'inferd_generation_sequences\{model="tinygen",state="running",version="1"\}'
+        )
+        cancelled = metric(
+            http, r'inferd_generation_finished_total\{model="tinygen",reason="cancelled"\}'
+        )
+        if running == 0 and cancelled == cancelled_before + 1:
+            break
+        time.sleep(0.05)
+    assert running == 0 and cancelled == cancelled_before + 1
+    assert metric(http, r'inferd_generation_kv_cache_tokens\{model="tinygen",version="1"\}') == 0
+    assert generate(http, prompt="Still here", max_length=3)["tokens"] <= 3
+
+
+def test_generation_metrics(http: httpx.Client) -> None:
+    generate(http, prompt="Count the tokens", max_length=10, ignore_eos=True)
+    assert (
+        metric(http, r'inferd_generation_time_to_first_token_seconds_count\{model="tinygen"\}') > 0
+    )
+    assert metric(http, r'inferd_generation_inter_token_seconds_count\{model="tinygen"\}') > 0
+    assert (
+        metric(http, r'inferd_generation_tokens_total\{kind="completion",model="tinygen"\}') >= 10
+    )
+    assert (
+        metric(http, r'inferd_generation_kv_cache_limit_tokens\{model="tinygen",version="1"\}')
+        == 4096
+    )
+
+
+def error(response: httpx.Response, status: int, code: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == code, body
+    return str(body["error"])
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "message"),
+    [
+        ({"prompt": "x", "temperature": -1}, 400, 4004, "temperature"),
+        ({"prompt": "x", "top_p": 0}, 400, 4004, "top_p"),
+        ({"prompt": "x", "top_k": -3}, 400, 4004, "top_k"),
+        ({"prompt": "x", "max_length": 0}, 400, 4004, "max_length"),
+        ({"prompt": "x", "max_length": 5000}, 400, 4004, "max_length"),
+        ({"prompt": "x", "seed": -1}, 400, 4004, "seed"),
+        ({"prompt": "x", "temperature": "hot"}, 400, 4004, "temperature"),
+        ({"prompt": "x", "unknown": 1}, 400, 4004, "unknown"),
+        ({"prompt": ""}, 400, 4001, "empty"),
+        ({"prompt": "word " * 600}, 400, 4002, "context window is 512"),
+        ({"prompt": "x", "model": "nope"}, 404, 4040, "nope"),
+        ({"max_length": 3}, 400, 4004, "prompt"),
+    ],
+)  # fmt: skip
+def test_bad_parameters_get_their_codes(
+    http: httpx.Client, body: dict[str, Any], status: int, code: int, message: str
+) -> None:
+    assert message in error(http.post("/generate", json=body), status, code)
+
+
+def test_openai_parameters_we_do_not_support_are_refused(http: httpx.Client) -> None:
+    assert "n" in error(http.post("/v1/completions", json={"prompt": "x", "n": 2}), 400, 4004)
+    response = http.post("/v1/completions", json={"prompt": "x", "logprobs": 2})
+    assert "logprobs" in error(response, 400, 4004)
+    assert "4001" not in error(http.post("/v1/completions", json={"prompt": []}), 400, 4001)
+
+
+def test_v2_infer_points_to_the_generation_endpoints(http: httpx.Client) -> None:
+    body = {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 1], "data": [1]}]}
+    assert "/generate" in error(http.post(f"/v2/models/{MODEL}/infer", json=body), 400, 4004)

@@ -1,0 +1,82 @@
+"""Incremental detokenization (deltas, multi-byte characters, stop sequences) with a real
+byte-level BPE tokenizer, and the padded KV batch (join, advance, keep)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from inferd.generation.kvcache import KVBatch
+from inferd.generation.text import IncrementalText
+from inferd.tools.corpus import docstrings
+from inferd.tools.generator import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_tokenizer(docstrings(100_000), 400)
+
+
+def feed(tokenizer: Tokenizer, text: str, stop: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    inc = IncrementalText(tokenizer, stop)
+    deltas = []
+    for token in tokenizer.encode(text).ids:
+        deltas.append(inc.push(token))
+        if inc.stopped:
+            break
+    deltas.append(inc.flush())
+    return deltas, inc.text
+
+
+def test_deltas_add_up_to_the_text(tokenizer: Tokenizer) -> None:
+    text = "Return the number of items in the container."
+    deltas, whole = feed(tokenizer, text)
+    assert "".join(deltas) == whole == text
+
+
+def test_a_multibyte_character_is_never_split(tokenizer: Tokenizer) -> None:
+    text = "naïve café 😀 東京 done"
+    deltas, _ = feed(tokenizer, text)
+    assert "".join(deltas) == text
+    assert not any("\ufffd" in d for d in deltas)
+    assert len(tokenizer.encode("😀").ids) > 1  # the emoji really spans several tokens
+
+
+def test_a_stop_sequence_ends_the_text_before_it(tokenizer: Tokenizer) -> None:
+    deltas, whole = feed(tokenizer, "Open the file. Then close it.", stop=("Then",))
+    assert whole == "Open the file. "
+    assert "".join(deltas) == whole
+    assert not any("Th" in d for d in deltas)  # the start of the stop was held back
+
+
+def test_a_partial_stop_that_does_not_complete_is_released(tokenizer: Tokenizer) -> None:
+    deltas, whole = feed(tokenizer, "The Thing is here", stop=("Then",))
+    assert "".join(deltas) == whole == "The Thing is here"
+
+
+def cache(rows: int, length: int, value: float) -> list[np.ndarray]:
+    return [np.full((rows, 2, length, 4), value, dtype=np.float32) for _ in range(2)]
+
+
+def test_rows_are_slots_placed_left_padded_and_compacted_on_demand() -> None:
+    batch = KVBatch()
+    batch.place([0], cache(1, 3, 1.0), np.ones((1, 3), dtype=np.int64))
+    batch.place([1, 2], cache(2, 5, 2.0), np.ones((2, 5), dtype=np.int64))
+    assert (batch.rows, batch.length, batch.padded_tokens) == (3, 5, 15)
+    assert batch.mask[0].tolist() == [0, 0, 1, 1, 1]
+    assert batch.cache[0][0, 0, :2].sum() == 0 and batch.cache[0][0, 0, 2:].min() == 1.0
+    batch.advance(cache(3, 6, 3.0))
+    assert batch.length == 6 and batch.mask[:, -1].tolist() == [1, 1, 1]
+    # row 1 finished: a new sequence takes its slot, nothing else moves
+    before = batch.cache[0]
+    batch.place([1], cache(1, 2, 4.0), np.ones((1, 2), dtype=np.int64))
+    assert batch.cache[0] is before and batch.rows == 3
+    assert batch.mask[1].tolist() == [0, 0, 0, 0, 1, 1]
+    assert batch.cache[0][1, 0, 4:].min() == 4.0
+    assert batch.unused_columns([1]) == 4 and batch.unused_columns([0, 1]) == 2
+    batch.keep([1])  # compaction: one row left, its unused leading columns cut
+    assert (batch.rows, batch.length) == (1, 2)
+    assert batch.mask.tolist() == [[1, 1]] and batch.cache[0].min() == 4.0
+    batch.keep([])
+    assert batch.rows == 0 and batch.padded_tokens == 0
