@@ -1,15 +1,16 @@
 """Continuous vs static batching for text generation, on one machine, in one run.
 
-A GPT-2-architecture decoder of the demo generator's shape (4 layers, hidden 128, vocabulary
-4096, context 256; random weights, so that with `ignore_eos` every request runs to exactly its
-own max_new_tokens) is served twice by inferd: `scheduling: continuous` and `scheduling:
-static`, both with max_running 16. A closed-loop client keeps 16 streaming requests in flight,
-each with a prompt of 8-64 tokens, the same requests for both modes, in two mixes of output
-lengths: uniform over 8-256, and log-uniform over 8-256 (as many 8-16 as 128-256: short
-answers common, as in chat traffic). Reported per mix and mode (median of the rounds, modes
-interleaved): generated tokens per second, time to first token p50/p99 (client side: to the
-first streamed token), request latency p50/p99. Also the raw ceiling: ONNX Runtime in process
-running decode steps of 16 rows over a 128-token cache, no server, no sampling.
+Two GPT-2-architecture decoders, the demo generator's shape (4 layers, hidden 128, vocabulary
+4096) and a larger one (6 layers, hidden 512), with random weights so that with `ignore_eos`
+every request runs to exactly its own max_new_tokens, are each served twice by inferd:
+`scheduling: continuous` and `scheduling: static`, both with max_running 16. A closed-loop
+client keeps 16 streaming requests in flight, each with a prompt of 8-64 tokens, the same
+requests for both modes, in two mixes of output lengths: uniform over 8-256, and log-uniform
+over 8-256 (as many 8-16 as 128-256: short answers common, as in chat traffic). Reported per
+mix and mode (median of the rounds, modes interleaved): generated tokens per second, time to
+first token p50/p99 (client side: to the first streamed token), request latency p50/p99. Also
+the raw ceiling: ONNX Runtime in process running decode steps of 16 rows over a 128-token
+cache, no server, no sampling.
 
     python benchmarks/generate_bench.py            # writes the "generate" section of RESULTS.md
     python benchmarks/generate_bench.py --quick
@@ -39,8 +40,22 @@ from common import Server, machine_description, median_of, publish
 from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
 
-SHAPE = GeneratorShape()  # the demo generator's
 MODEL = "bench-gen"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    shape: GeneratorShape
+    requests: int
+    rounds: int
+
+
+CASES = (
+    Case("demo shape: 4 layers, hidden 128 (1.4M parameters)", GeneratorShape(), 160, 3),
+    Case("6 layers, hidden 512 (21M parameters)",
+         GeneratorShape(layers=6, heads=8, hidden=512, context=512), 96, 2),
+)  # fmt: skip
 CONCURRENCY = 16
 MIXES = ("uniform", "log-uniform")
 MODES = ("continuous", "static")
@@ -119,7 +134,8 @@ async def closed_loop(url: str, bodies: list[dict[str, object]]) -> RoundResult:
                        len(latencies), errors)  # fmt: skip
 
 
-def raw_ceiling(model_file: Path, rows: int = CONCURRENCY, past: int = 128) -> float:
+def raw_ceiling(model_file: Path, shape: GeneratorShape, rows: int = CONCURRENCY,
+                past: int = 128) -> float:  # fmt: skip
     """Tokens/s of bare decode steps (rows x 1 token over a `past`-token cache) in process."""
     import onnxruntime as ort
 
@@ -129,11 +145,11 @@ def raw_ceiling(model_file: Path, rows: int = CONCURRENCY, past: int = 128) -> f
         "attention_mask": np.ones((rows, past + 1), dtype=np.int64),
         "position_ids": np.full((rows, 1), past, dtype=np.int64),
     }
-    head_dim = SHAPE.hidden // SHAPE.heads
-    for i in range(SHAPE.layers):
+    head_dim = shape.hidden // shape.heads
+    for i in range(shape.layers):
         for kind in ("key", "value"):
             feeds[f"past_key_values.{i}.{kind}"] = np.random.default_rng(i).standard_normal(
-                (rows, SHAPE.heads, past, head_dim)).astype(np.float32)  # fmt: skip
+                (rows, shape.heads, past, head_dim)).astype(np.float32)  # fmt: skip
     for _ in range(5):
         session.run(None, feeds)
     times = []
@@ -144,13 +160,13 @@ def raw_ceiling(model_file: Path, rows: int = CONCURRENCY, past: int = 128) -> f
     return rows / float(np.median(times))
 
 
-def build_repo(root: Path) -> Path:
-    build_generator(root, MODEL, steps=0, shape=SHAPE, corpus_chars=400_000, config={
-        "generation": {"context_length": SHAPE.context, "max_new_tokens": 64,
-                       "max_new_tokens_limit": 256, "max_running": CONCURRENCY,
-                       "max_kv_tokens": CONCURRENCY * (SHAPE.context + 64), "eos_token_id": 0,
-                       "max_waiting": 1024},
-    })  # fmt: skip
+def build_repo(root: Path, shape: GeneratorShape) -> Path:
+    build_generator(root, MODEL, steps=0, shape=shape, corpus_chars=400_000, init_std=0.02,
+                    config={"generation": {
+        "context_length": shape.context, "max_new_tokens": 64, "max_new_tokens_limit": 256,
+        "max_running": CONCURRENCY, "max_kv_tokens": CONCURRENCY * (shape.context + 64),
+        "eos_token_id": 0, "max_waiting": 1024,
+    }})  # fmt: skip
     return root
 
 
@@ -161,20 +177,17 @@ def set_scheduling(root: Path, mode: str) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
-    args = parser.parse_args()
-    requests = 48 if args.quick else 160
-    rounds = 1 if args.quick else 3
+Results = dict[tuple[str, str], list[RoundResult]]
+
+
+def run_case(case: Case, quick: bool) -> tuple[Results, float]:
+    requests = 48 if quick else case.requests
     bodies = {mix: workload(requests, mix=mix) for mix in MIXES}
+    results: Results = {(mix, mode): [] for mix in MIXES for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="inferd-genbench-") as tmp:
-        root = build_repo(Path(tmp))
-        ceiling = raw_ceiling(root / MODEL / "1" / "model.onnx")
-        results: dict[tuple[str, str], list[RoundResult]] = {
-            (mix, mode): [] for mix in MIXES for mode in MODES
-        }
-        for _ in range(rounds):
+        root = build_repo(Path(tmp), case.shape)
+        ceiling = raw_ceiling(root / MODEL / "1" / "model.onnx", case.shape)
+        for _ in range(1 if quick else case.rounds):
             for mode in MODES:
                 set_scheduling(root, mode)
                 server = Server(root)
@@ -183,15 +196,36 @@ def main() -> None:
                     for mix in MIXES:
                         result = asyncio.run(closed_loop(server.url, bodies[mix]))
                         results[(mix, mode)].append(result)
-                        print(mix, mode, result, flush=True)
+                        print(case.name, mix, mode, result, flush=True)
                 finally:
                     server.stop()
-    publish("generate", report(results, ceiling, requests, rounds), args.quick)
+    return results, ceiling
 
 
-def report(
-    results: dict[tuple[str, str], list[RoundResult]], ceiling: float, requests: int, rounds: int
-) -> str:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
+    args = parser.parse_args()
+    sections = [
+        "## Text generation: continuous vs static batching (issue 8)",
+        "",
+        f"Machine: {machine_description()}",
+        "",
+        "Command: `python benchmarks/generate_bench.py` (GPT-2 architecture, random weights, "
+        f"`ignore_eos`; closed loop of {CONCURRENCY} streaming clients, prompts 8-64 tokens, "
+        f"temperature 0.8, top-k 50; max_running {CONCURRENCY}; medians of the rounds, modes "
+        "interleaved). max_new_tokens over 8-256: uniform, or log-uniform (as many 8-16 as "
+        "128-256).",
+    ]
+    for case in CASES:
+        results, ceiling = run_case(case, args.quick)
+        rounds = 1 if args.quick else case.rounds
+        requests = 48 if args.quick else case.requests
+        sections += ["", report(case, results, ceiling, requests, rounds)]
+    publish("generate", "\n".join(sections), args.quick)
+
+
+def report(case: Case, results: Results, ceiling: float, requests: int, rounds: int) -> str:
     def med(mix: str, mode: str, field: str) -> float:
         return median_of([getattr(r, field) for r in results[(mix, mode)]])
 
@@ -213,14 +247,9 @@ def report(
             f"{med(mix, 'continuous', 'tokens_per_s') / ceiling:.0%} of the raw ceiling."
         )
     return "\n".join([
-        "## Text generation: continuous vs static batching (issue 8)",
+        f"### {case.name}",
         "",
-        f"Machine: {machine_description()}",
-        "",
-        "Command: `python benchmarks/generate_bench.py` (GPT-2 shape of the demo generator: 4 "
-        "layers, hidden 128, vocab 4096, random weights, `ignore_eos`; closed loop of "
-        f"{CONCURRENCY} streaming clients, {requests} requests per mix, prompts 8-64 tokens; "
-        f"max_running {CONCURRENCY}; medians of {rounds} rounds, modes interleaved).",
+        f"{requests} requests per mix, {rounds} round(s).",
         "",
         "| max_new_tokens | scheduling | tokens/s | TTFT p50 ms | TTFT p99 ms | latency p50 ms "
         "| latency p99 ms | errors |",
