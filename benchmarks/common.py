@@ -7,7 +7,6 @@ in-process ONNX Runtime on the same machine, and written with the command that p
 from __future__ import annotations
 
 import os
-import platform
 import re
 import resource
 import shutil
@@ -25,30 +24,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
-from tests.integration.server import start_server
+from inferd.bench.machine import describe
+from inferd.bench.server import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def machine_description() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import onnxruntime
-
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (
-        f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB; {platform.system()} "
-        f"{platform.release()}; Python {platform.python_version()}; "
-        f"onnxruntime {onnxruntime.__version__}; numpy {np.__version__}"
-    )
+machine_description = describe
 
 
 def process_cpu_s() -> float:

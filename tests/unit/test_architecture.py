@@ -30,6 +30,8 @@ FORBIDDEN = {
     "tools": ["inferd.server", "inferd.engine", "fastapi", "starlette", "uvicorn"],
     "prep": ["inferd.server", "inferd.engine", "inferd.batching", "fastapi", "starlette",
              "uvicorn"],
+    "bench": ["inferd.server", "inferd.engine", "inferd.batching", "inferd.runtime",
+              "inferd.generation", "onnxruntime", "fastapi", "starlette", "uvicorn"],
 }  # fmt: skip
 
 

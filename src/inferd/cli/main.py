@@ -59,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--no-load", action="store_true", help="check layout and configs only; skip ONNX Runtime"
     )
+    from inferd.cli.bench import add_bench_commands
     from inferd.cli.prep import add_prep_commands
 
     add_prep_commands(commands)
+    add_bench_commands(commands)
     return parser
 
 
@@ -113,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _demo_generator(built, args.force)
             print(f"demo repository ready in {built}")
             return 0
+        if args.command == "bench":
+            from inferd.cli.bench import run_bench_command
+
+            return run_bench_command(args)
         if args.command in ("export", "optimize", "quantize"):
             from inferd.cli.prep import run_prep_command
 

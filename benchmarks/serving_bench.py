@@ -1,0 +1,228 @@
+"""inferd against the limit (raw in-process ONNX Runtime) and against the common tutorial
+baseline (a FastAPI app, one request one run: benchmarks/naive_server.py), driven by
+`inferd bench`'s own sweep, on two models:
+
+- the demo model (all-MiniLM-L6-v2, 6 layers, hidden 384), one text a request, texts of
+  8-100 words (log-uniform);
+- a BERT-base-sized encoder (12 layers, hidden 768, 12 heads, random weights), one text a
+  request, every text cut to 128 tokens.
+
+Raw ONNX Runtime runs the same texts, tokenized and padded per batch, at batch 1, 8 and 32;
+its best is the limit. The servers get a closed-loop sweep (concurrency 1, 4, 16, 64, each step
+8 s or 400 requests); the client shares the machine with them. Written: a table per model, the
+knee of each server, and the plots (benchmarks/results/<model>/).
+
+    python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
+    python benchmarks/serving_bench.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import onnxruntime as ort
+import yaml
+from rich.console import Console
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import ROOT, Server, machine_description, publish
+from inferd.bench.knee import Knee, find_knee
+from inferd.bench.report import write_report
+from inferd.bench.server import free_port
+from inferd.bench.steps import Step
+from inferd.bench.sweep import SweepSettings, run_sweep
+from inferd.bench.workload import Lengths, build_workload, generate_texts
+from inferd.tools.demo import build_demo
+from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
+
+BATCHES = (1, 8, 32)
+PLOTS = ROOT / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Subject:
+    key: str
+    title: str
+    model: str
+    lengths: str
+    max_tokens: int
+
+
+SUBJECTS = (
+    Subject("minilm", "Demo model (all-MiniLM-L6-v2), texts of 8-100 words", "minilm",
+            "loguniform:8-100", 256),
+    Subject("bert-base", "BERT-base-sized encoder (12 layers, hidden 768, random weights), "
+            "128 tokens", "bert-base", "fixed:120", 128),
+)  # fmt: skip
+
+
+def build_repo(root: Path) -> Path:
+    build_demo(root)
+    tokenizer = root / "minilm" / "1" / "tokenizer.json"
+    shape = EncoderShape(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522,
+                         max_positions=512, layer_norm_eps=1e-12)  # fmt: skip
+    version = root / "bert-base" / "1"
+    version.mkdir(parents=True)
+    onnx.save(build_encoder(random_weights(shape), shape), str(version / "model.onnx"))  # type: ignore[arg-type]
+    (version / "tokenizer.json").write_bytes(tokenizer.read_bytes())
+    config = yaml.safe_load((root / "minilm" / "config.yaml").read_text())
+    config["tokenizer"] = {"max_tokens": 128, "truncate": True}
+    (root / "bert-base" / "config.yaml").write_text(yaml.safe_dump(config))
+    for name in ("sentiment", "topics"):  # the zero-shot models would only cost memory here
+        for f in (root / name).iterdir():
+            f.unlink()
+        (root / name).rmdir()
+    return root
+
+
+def raw_best(model_file: Path, tokenizer_file: Path, texts: list[str], max_tokens: int,
+             seconds: float) -> tuple[float, int]:  # fmt: skip
+    """(items/s, batch) of the best batch size: texts tokenized and padded per batch."""
+    session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    tokenizer.enable_truncation(max_tokens)
+    tokenizer.enable_padding()
+    best = (0.0, 1)
+    for batch in BATCHES:
+        groups = [texts[i : i + batch] for i in range(0, len(texts) - batch + 1, batch)]
+        feeds = []
+        for group in groups:
+            enc = tokenizer.encode_batch(group)
+            feeds.append({"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+                          "attention_mask": np.array([e.attention_mask for e in enc],
+                                                     dtype=np.int64)})  # fmt: skip
+        session.run(["last_hidden_state"], feeds[0])
+        items, start, i = 0, time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            session.run(["last_hidden_state"], feeds[i % len(feeds)])
+            items += batch
+            i += 1
+        rate = items / (time.perf_counter() - start)
+        best = max(best, (rate, batch))
+    return best
+
+
+class Naive:
+    def __init__(self, model: Path, tokenizer: Path, max_tokens: int) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "naive_server.py"), "--model", str(model),
+             "--tokenizer", str(tokenizer), "--max-tokens", str(max_tokens), "--port", str(port)],
+        )  # fmt: skip
+        for _ in range(600):
+            try:
+                if httpx.post(self.url + "/embed", json={"texts": ["warm"]}).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("the naive server did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+Measured = tuple[dict[str, list[Step]], dict[str, Knee], float, int]
+
+
+def measure(subject: Subject, root: Path, settings: SweepSettings, console: Console,
+            seconds: float) -> Measured:  # fmt: skip
+    version = root / subject.model / "1"
+    texts = generate_texts(256, Lengths.parse(subject.lengths), seed=0)
+    raw, raw_batch = raw_best(version / "model.onnx", version / "tokenizer.json", texts,
+                              subject.max_tokens, seconds)  # fmt: skip
+    series: dict[str, list[Step]] = {}
+    server = Server(root)
+    try:
+        workload = build_workload(server.url, "embed", subject.model, inputs=None,
+                                  lengths=Lengths.parse(subject.lengths), count=256, batch=1,
+                                  max_new_tokens=0, v2_length=0, seed=0)  # fmt: skip
+        series["inferd"] = run_sweep(server.url, workload, settings, subject.model, console,
+                                     "inferd ")  # fmt: skip
+    finally:
+        server.stop()
+    naive = Naive(version / "model.onnx", version / "tokenizer.json", subject.max_tokens)
+    try:
+        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console,
+                                            "naive ")  # fmt: skip
+    finally:
+        naive.stop()
+    knees = {name: find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps])
+             for name, steps in series.items()}  # fmt: skip
+    return series, knees, raw, raw_batch
+
+
+def table(subject: Subject, series: dict[str, list[Step]], knees: dict[str, Knee], raw: float,
+          raw_batch: int) -> str:  # fmt: skip
+    inferd, naive = series["inferd"], series["naive FastAPI"]
+    rows = [
+        f"| {a.level:g} | {a.requests_per_s:.1f} | {a.p50_ms:.0f} | {a.p99_ms:.0f} | "
+        f"{b.requests_per_s:.1f} | {b.p50_ms:.0f} | {b.p99_ms:.0f} | "
+        f"{a.requests_per_s / b.requests_per_s:.2f}x |"
+        for a, b in zip(inferd, naive, strict=True)
+    ]
+    best_inferd = max(s.requests_per_s for s in inferd)
+    best_naive = max(s.requests_per_s for s in naive)
+    ki, kn = inferd[knees["inferd"].index], naive[knees["naive FastAPI"].index]
+    return "\n".join([
+        f"### {subject.title}",
+        "",
+        "| concurrency | inferd req/s | p50 ms | p99 ms | naive req/s | p50 ms | p99 ms "
+        "| inferd / naive |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Raw ONNX Runtime (the limit): {raw:.1f} texts/s at batch {raw_batch}. inferd's best: "
+        f"{best_inferd:.1f} req/s = **{best_inferd / raw:.0%} of raw**; the naive server's "
+        f"best: {best_naive:.1f} req/s = {best_naive / raw:.0%} of raw. Recommended operating "
+        f"points (knee): inferd at concurrency {ki.level:g} ({ki.requests_per_s:.1f} req/s, "
+        f"p99 {ki.p99_ms:.0f} ms), naive at {kn.level:g} ({kn.requests_per_s:.1f} req/s, p99 "
+        f"{kn.p99_ms:.0f} ms).",
+        "",
+        f"![throughput](results/{subject.key}/throughput.png) "
+        f"![latency](results/{subject.key}/latency.png)",
+    ])  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short steps, RESULTS.md kept")
+    args = parser.parse_args()
+    settings = SweepSettings(levels=(1, 4, 16, 64), duration_s=3 if args.quick else 8,
+                             max_requests=100 if args.quick else 400, warmup_s=2)  # fmt: skip
+    console = Console()
+    sections = [
+        "## Serving: inferd vs raw ONNX Runtime vs a naive FastAPI server (issue 7)",
+        "",
+        f"Machine: {machine_description()}",
+        "",
+        "Command: `python benchmarks/serving_bench.py` (closed-loop sweeps by `inferd bench`'s "
+        "own code, concurrency 1/4/16/64, each step 8 s or 400 requests; one text a request; "
+        "the Python client shares the 2 cores with the server).",
+    ]
+    with tempfile.TemporaryDirectory(prefix="inferd-serving-") as tmp:
+        root = build_repo(Path(tmp) / "repo")
+        for subject in SUBJECTS:
+            series, knees, raw, raw_batch = measure(subject, root, settings, console,
+                                                    2 if args.quick else 6)  # fmt: skip
+            out = PLOTS / subject.key if not args.quick else Path(tmp) / subject.key
+            write_report(out, subject.title, series, knees, {"raw ONNX Runtime": f"{raw:.1f}/s"})
+            sections += ["", table(subject, series, knees, raw, raw_batch)]
+    publish("serving", "\n".join(sections), args.quick)
+
+
+if __name__ == "__main__":
+    main()

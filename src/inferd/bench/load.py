@@ -1,0 +1,128 @@
+"""The two ways `inferd bench` loads a server.
+
+Closed loop: `concurrency` clients, each sending its next request when its last one is
+answered (what most benchmark tools do; the client slows down with the server, which hides
+queueing). Open loop: requests arrive at a fixed rate with Poisson gaps, whether or not the
+server keeps up, and each latency is measured from the moment the request was due, so queueing
+(in the server or in the client) is counted honestly.
+
+Both stop at `duration_s` or `max_requests`, whichever comes first, and wait for what is
+in flight (up to a grace period, then those count as timeouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+CLIENT_ERROR = -1
+"""The code recorded when no HTTP answer came (connection refused, reset, timeout)."""
+MAX_OUTSTANDING = 10_000
+
+
+@dataclass(frozen=True)
+class Sample:
+    latency_s: float
+    status: int
+    code: int
+    """inferd's error code from the body (0 on success), or CLIENT_ERROR."""
+
+
+@dataclass
+class LoadRun:
+    samples: list[Sample]
+    elapsed_s: float
+    dropped: int = 0
+    """Open loop only: arrivals not sent because the client had MAX_OUTSTANDING in flight."""
+
+
+Tick = Callable[[int], None]
+
+
+async def _send(http: httpx.AsyncClient, path: str, body: bytes, started: float) -> Sample:
+    try:
+        response = await http.post(path, content=body,
+                                   headers={"content-type": "application/json"})  # fmt: skip
+        await response.aread()
+    except httpx.HTTPError:
+        return Sample(time.perf_counter() - started, 0, CLIENT_ERROR)
+    latency = time.perf_counter() - started
+    code = 0
+    if response.status_code != 200:
+        try:
+            code = int(orjson.loads(response.content).get("code", response.status_code))
+        except (ValueError, AttributeError):
+            code = response.status_code
+    return Sample(latency, response.status_code, code)
+
+
+def client(url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits)
+
+
+async def closed_loop(
+    url: str, path: str, next_body: Callable[[], bytes], concurrency: int, duration_s: float,
+    max_requests: int, tick: Tick | None = None, timeout_s: float = 60.0,
+) -> LoadRun:  # fmt: skip
+    samples: list[Sample] = []
+    sent = 0
+    async with client(url, concurrency, timeout_s) as http:
+        start = time.perf_counter()
+        stop_at = start + duration_s
+
+        async def worker() -> None:
+            nonlocal sent
+            while sent < max_requests and time.perf_counter() < stop_at:
+                sent += 1
+                sample = await _send(http, path, next_body(), time.perf_counter())
+                samples.append(sample)
+                if tick is not None:
+                    tick(len(samples))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return LoadRun(samples, elapsed)
+
+
+async def open_loop(
+    url: str, path: str, next_body: Callable[[], bytes], rate: float, duration_s: float,
+    max_requests: int, seed: int = 0, tick: Tick | None = None, timeout_s: float = 60.0,
+) -> LoadRun:  # fmt: skip
+    rng = random.Random(seed)
+    samples: list[Sample] = []
+    tasks: set[asyncio.Task[None]] = set()
+    dropped = 0
+    async with client(url, MAX_OUTSTANDING, timeout_s) as http:
+
+        async def one(body: bytes, due: float) -> None:
+            samples.append(await _send(http, path, body, due))
+            if tick is not None:
+                tick(len(samples))
+
+        start = time.perf_counter()
+        due = start
+        for _ in range(max_requests):
+            due += rng.expovariate(rate)
+            if due - start > duration_s:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if len(tasks) >= MAX_OUTSTANDING:
+                dropped += 1
+                continue
+            task = asyncio.create_task(one(next_body(), due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(set(tasks), timeout=timeout_s)
+        elapsed = time.perf_counter() - start
+        for task in list(tasks):
+            task.cancel()
+    return LoadRun(samples, elapsed, dropped)

@@ -1,0 +1,116 @@
+"""A sweep: warm-up, then one load step per level (concurrency or arrival rate), each bounded
+in time and requests, with the server's metrics scraped around it and a live progress bar;
+optionally stopped early once the knee is passed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)  # fmt: skip
+
+from inferd.bench.knee import GAIN, P99_RISE, past_knee
+from inferd.bench.load import closed_loop, open_loop
+from inferd.bench.scrape import scrape, server_view
+from inferd.bench.server import start_server
+from inferd.bench.steps import Step, summarize
+from inferd.bench.workload import Workload
+
+CLOSED_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    mode: str = "closed"
+    levels: tuple[float, ...] = CLOSED_LEVELS
+    duration_s: float = 10.0
+    max_requests: int = 2000
+    warmup_s: float = 2.0
+    seed: int = 0
+    stop_at_knee: bool = False
+    p99_rise: float = P99_RISE
+    gain: float = GAIN
+    timeout_s: float = 60.0
+
+
+def run_sweep(
+    url: str, workload: Workload, settings: SweepSettings, model: str | None, console: Console,
+    label: str = "",
+) -> list[Step]:  # fmt: skip
+    next_body = workload.cycle()
+    if settings.warmup_s > 0:
+        asyncio.run(closed_loop(url, workload.path, next_body, 2, settings.warmup_s,
+                                10**9, timeout_s=settings.timeout_s))  # fmt: skip
+    steps: list[Step] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    for level in settings.levels:
+        before = scrape(url)
+        unit = "concurrency" if settings.mode == "closed" else "rate"
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task(f"{label}{unit} {level:g}", total=settings.max_requests)
+
+            def tick(done: int, task: TaskID = task, progress: Progress = progress) -> None:
+                progress.update(task, completed=done)
+
+            if settings.mode == "closed":
+                run = asyncio.run(closed_loop(
+                    url, workload.path, next_body, int(level), settings.duration_s,
+                    settings.max_requests, tick, settings.timeout_s))  # fmt: skip
+            else:
+                run = asyncio.run(open_loop(
+                    url, workload.path, next_body, float(level), settings.duration_s,
+                    settings.max_requests, settings.seed, tick, settings.timeout_s))  # fmt: skip
+        after = scrape(url)
+        step = summarize(settings.mode, float(level), run, workload.items_per_request,
+                         server_view(before, after, model))  # fmt: skip
+        steps.append(step)
+        console.print(f"  {label}{unit} {level:g}: {step.requests_per_s:.1f} req/s, "
+                      f"p99 {step.p99_ms:.1f} ms, {step.requests - step.ok} errors")  # fmt: skip
+        if settings.stop_at_knee and past_knee(
+            [s.requests_per_s for s in steps], [s.p99_ms for s in steps],
+            settings.p99_rise, settings.gain,
+        ):  # fmt: skip
+            console.print(f"  {label}past the knee: sweep stopped")
+            break
+    return steps
+
+
+def is_url(target: str) -> bool:
+    return target.startswith(("http://", "https://"))
+
+
+@contextlib.contextmanager
+def target_url(target: str, serve_args: tuple[str, ...] = ()) -> Iterator[str]:
+    """A URL as it is; a repository path served by a fresh `inferd serve` for the duration."""
+    if is_url(target):
+        try:
+            httpx.get(target.rstrip("/") + "/health", timeout=5)
+        except httpx.HTTPError as exc:
+            raise ConnectionError(f"{target}: not reachable ({exc})") from exc
+        yield target.rstrip("/")
+        return
+    repo = Path(target)
+    if not repo.is_dir():
+        raise FileNotFoundError(f"{target}: neither a URL nor a repository folder")
+    logs = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
+    server = start_server(repo, logs / "server.log", "--log-level", "warning", *serve_args)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(logs, ignore_errors=True)
