@@ -17,16 +17,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from inferd.config.model import GenerationConfig
 from inferd.engine.generation import Generation
 from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
-from inferd.generation.params import SamplingParams, build_params
 from inferd.generation.sequence import Finished
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.jsonbody import openapi_body
 from inferd.server.observe import read_traced_body
-from inferd.server.routes.generate import check_prompt_text, error_event, usage
+from inferd.server.routes.generate import check_prompt_text, error_event, sampling_for, usage
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import manager_of, settings_of
 
@@ -100,13 +98,7 @@ async def completions(request: Request) -> Response:
     body, trace = await read_traced_body(request, CompletionRequest, settings.log_payloads)
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
-
-    def params_for(config: GenerationConfig) -> SamplingParams:
-        return build_params(
-            config, max_new_tokens=body.max_tokens, temperature=body.temperature,
-            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
-            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
-        )  # fmt: skip
+    params_for = sampling_for(body, body.max_tokens)
 
     manager = manager_of(request)
     generations: list[Generation] = []

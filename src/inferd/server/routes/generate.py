@@ -10,7 +10,8 @@ generation; its KV cache rows are freed at the next step.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import orjson
 from fastapi import APIRouter, Request
@@ -57,6 +58,32 @@ def check_prompt_text(prompt: str, where: str = "prompt") -> None:
         raise EncodingError(f"{where} holds an unpaired surrogate") from None
 
 
+class SamplingFields(Protocol):
+    temperature: float | None
+    top_k: int | None
+    top_p: float | None
+    repetition_penalty: float | None
+    seed: int | None
+    stop: str | list[str] | None
+    ignore_eos: bool
+
+
+def sampling_for(
+    body: SamplingFields, max_new_tokens: int | None
+) -> Callable[[GenerationConfig], SamplingParams]:
+    """The request's sampling fields, checked against the model's generation limits once the
+    model is known (both /generate and /v1/completions take the same fields)."""
+
+    def params_for(config: GenerationConfig) -> SamplingParams:
+        return build_params(
+            config, max_new_tokens=max_new_tokens, temperature=body.temperature,
+            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
+            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
+        )  # fmt: skip
+
+    return params_for
+
+
 def usage(done: Finished) -> dict[str, int]:
     return {
         "prompt_tokens": done.prompt_tokens,
@@ -76,14 +103,7 @@ async def generate(request: Request) -> Response:
     settings = settings_of(request)
     body, trace = await read_traced_body(request, GenerateRequest, settings.log_payloads)
     check_prompt_text(body.prompt)
-
-    def params_for(config: GenerationConfig) -> SamplingParams:
-        return build_params(
-            config, max_new_tokens=body.max_length, temperature=body.temperature,
-            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
-            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
-        )  # fmt: skip
-
+    params_for = sampling_for(body, body.max_length)
     generation = manager_of(request).start_generation(body.model, body.prompt, params_for, trace)
     if body.stream:
         return sse_response(_events(generation, started, request_id_of(request)))
