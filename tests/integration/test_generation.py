@@ -212,25 +212,27 @@ def test_v2_infer_points_to_the_generation_endpoints(http: httpx.Client) -> None
     assert "/generate" in error(http.post(f"/v2/models/{MODEL}/infer", json=body), 400, 4004)
 
 
-def test_sigterm_lets_running_generations_finish_and_refuses_new_ones(
+def test_sigterm_lets_running_generations_finish(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """Refusing new work after the grace delay is tested on a slow tensor model
+    (test_slow_model); here: streams admitted before SIGTERM run to their end."""
     repo = build_generator_repo(tmp_path_factory.mktemp("drain-gen"))
     log = tmp_path_factory.mktemp("drain-gen-logs") / "server.log"
     server = start_server(repo, log, "--drain-grace-s", "0.2", "--drain-timeout-s", "30")
-    body = {"prompt": "Keep going", "max_length": 400, "temperature": 0, "ignore_eos": True,
+    body = {"prompt": "Keep going", "max_length": 480, "temperature": 0, "ignore_eos": True,
             "stream": True}  # fmt: skip
-    with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(4) as pool:
-        streams = [pool.submit(stream_events, http, **body) for _ in range(3)]
-        deadline = time.monotonic() + 10
-        while http.get("/ready").json()["in_flight"] < 3:  # all three are generating
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        server.process.send_signal(signal.SIGTERM)
-        time.sleep(0.4)  # past the grace delay: a new generation is refused
-        late = httpx.post(server.url + "/generate", json={"prompt": "late"}, timeout=10)
-        assert late.status_code == 503 and late.json()["code"] == 5030
-        for future in streams:
-            events = future.result(timeout=60)
-            assert events[-1][0] == "done" and events[-1][1]["tokens"] == 400
-    assert server.process.wait(30) == 0, server.log()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(4) as pool:
+            streams = [pool.submit(stream_events, http, **body) for _ in range(3)]
+            deadline = time.monotonic() + 10
+            while http.get("/ready").json()["in_flight"] < 3:  # all three are generating
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            server.process.send_signal(signal.SIGTERM)
+            for future in streams:
+                events = future.result(timeout=60)
+                assert events[-1][0] == "done" and events[-1][1]["tokens"] == 480
+        assert server.process.wait(30) == 0, server.log()
+    finally:
+        server.stop()
