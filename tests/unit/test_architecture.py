@@ -92,3 +92,18 @@ def test_every_module_has_a_docstring() -> None:
         if ast.get_docstring(ast.parse(p.read_text())) is None
     ]
     assert not missing, missing
+
+
+def test_the_cli_starts_without_the_optional_extras() -> None:
+    """`inferd serve` on the core install: building the parser imports no extra's package."""
+    import subprocess
+    import sys
+
+    extras = ["httpx", "rich", "matplotlib", "torch", "transformers", "onnx", "locust"]
+    code = (
+        "import sys; from inferd.cli.main import build_parser; build_parser(); "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {extras!r}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert result.stdout.strip() == "[]", result.stdout

@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import orjson
 
+from inferd.bench.endpoints import ENDPOINTS
 from inferd.tools.corpus import sentences
 
-ENDPOINTS = ("embed", "predict", "v1-embeddings", "generate", "v2")
 V2_NUMPY = {
     "FP32": np.float32, "FP64": np.float64, "FP16": np.float16, "INT64": np.int64,
     "INT32": np.int32, "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_,

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inferd.bench.endpoints import ENDPOINTS
 from inferd.bench.knee import GAIN, P99_RISE
-from inferd.bench.workload import ENDPOINTS
 
 
 def _levels(text: str) -> tuple[float, ...]:

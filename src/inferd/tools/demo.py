@@ -87,8 +87,13 @@ def build_demo(out: Path, force: bool = False) -> Path:
     """Writes the demo repository under `out` (skipped when already built, unless `force`)."""
     if is_built(out) and not force:
         return out
-    import onnx
-    from safetensors.numpy import load_file
+    try:
+        import onnx
+        from safetensors.numpy import load_file
+    except ImportError as exc:
+        raise DemoUnavailable(
+            f"the demo is built with the demo extra: pip install 'inferd[demo]' ({exc})"
+        ) from exc
 
     from inferd.tools.encoder_graph import EncoderShape, build_encoder
 
