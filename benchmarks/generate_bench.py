@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, publish
+from inferd.runtime.kv_names import PAST, cache_names
 from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
 
@@ -142,10 +143,9 @@ def raw_ceiling(model_file: Path, shape: GeneratorShape, rows: int = CONCURRENCY
         "position_ids": np.full((rows, 1), past, dtype=np.int64),
     }
     head_dim = shape.hidden // shape.heads
-    for i in range(shape.layers):
-        for kind in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kind}"] = np.random.default_rng(i).standard_normal(
-                (rows, shape.heads, past, head_dim)).astype(np.float32)  # fmt: skip
+    for i, name in enumerate(cache_names(shape.layers, PAST)):
+        feeds[name] = np.random.default_rng(i).standard_normal(
+            (rows, shape.heads, past, head_dim)).astype(np.float32)  # fmt: skip
     for _ in range(5):
         session.run(None, feeds)
     times = []

@@ -14,9 +14,9 @@ from inferd.bench.compare import comparison_rows, print_comparison
 from inferd.bench.knee import find_knee
 from inferd.bench.report import print_table, write_report
 from inferd.bench.steps import Step
-from inferd.bench.sweep import SweepSettings, is_url, run_sweep, target_url
+from inferd.bench.sweep import SweepSettings, run_sweep, served, target_url
 from inferd.bench.tune import print_trials, recommend, tune
-from inferd.bench.variants import variant, write_settings
+from inferd.bench.variants import write_settings
 from inferd.bench.workload import Lengths, Workload, build_workload
 
 
@@ -84,16 +84,9 @@ def compare(targets: tuple[str, str], overrides: tuple[dict[str, Any], dict[str,
             " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else "")  # fmt: skip
         names.append(name)
         console.print(f"[bold]{name}[/bold]")
-        if extra and not is_url(target):
-            if repo_model is None:
-                raise ValueError("settings for a repository target need --model")
-            with variant(Path(target), repo_model, extra) as root, target_url(str(root)) as url:
-                workload = spec.build(url)
-                series[name] = run_sweep(url, workload, settings, spec.model, console)
-        else:
-            with target_url(target) as url:
-                workload = spec.build(url)
-                series[name] = run_sweep(url, workload, settings, spec.model, console)
+        with served(target, repo_model, extra) as url:
+            workload = spec.build(url)
+            series[name] = run_sweep(url, workload, settings, spec.model, console)
     a, b = series[names[0]], series[names[1]]
     knees = {n: _knee(s, settings) for n, s in series.items()}
     for n, s in series.items():

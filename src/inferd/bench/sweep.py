@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -28,6 +29,7 @@ from inferd.bench.load import closed_loop, open_loop
 from inferd.bench.scrape import scrape, server_view
 from inferd.bench.server import start_server
 from inferd.bench.steps import Step, summarize
+from inferd.bench.variants import variant
 from inferd.bench.workload import Workload
 
 CLOSED_LEVELS = (1, 2, 4, 8, 16, 32, 64)
@@ -92,6 +94,20 @@ def run_sweep(
 
 def is_url(target: str) -> bool:
     return target.startswith(("http://", "https://"))
+
+
+@contextlib.contextmanager
+def served(target: str, model: str | None, settings: dict[str, Any]) -> Iterator[str]:
+    """`target_url`, with `settings` applied to the repository's `model` first (a URL takes
+    no settings: they are a server's, not the tool's)."""
+    if not settings or is_url(target):
+        with target_url(target) as url:
+            yield url
+        return
+    if model is None:
+        raise ValueError("settings for a repository target need --model")
+    with variant(Path(target), model, settings) as root, target_url(str(root)) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -16,8 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferd.bench.steps import Step
-from inferd.bench.sweep import SweepSettings, run_sweep, target_url
-from inferd.bench.variants import variant
+from inferd.bench.sweep import SweepSettings, run_sweep, served
 from inferd.bench.workload import Workload
 
 DEFAULT_GRID: dict[str, list[Any]] = {
@@ -54,7 +53,7 @@ def tune(
     for combo in combinations(grid):
         label = ", ".join(f"{k}={v}" for k, v in combo.items())
         console.print(f"[bold]{label}[/bold]")
-        with variant(repo, model, combo) as root, target_url(str(root)) as url:
+        with served(str(repo), model, combo) as url:
             steps = run_sweep(url, make_workload(url), sweep, model, console, "  ")
         trials.append(Trial(combo, steps, within_budget(steps, budget_ms)))
     return trials

@@ -72,7 +72,7 @@ def _demo_generator(repo: Path, force: bool) -> int:
         print(f"demo repository ready in {repo} (docgen already trained)")
         return 0
     try:
-        from inferd.tools.generator import build_generator, remove
+        from inferd.tools.generator import DEMO_STEPS, build_generator, remove
     except ImportError as exc:
         print(f"inferd: the demo generator needs the export extra: pip install 'inferd[export]' "
               f"({exc})", file=sys.stderr)  # fmt: skip
@@ -81,12 +81,12 @@ def _demo_generator(repo: Path, force: bool) -> int:
 
     remove(repo, "docgen")
     with Progress() as bar:
-        task = bar.add_task("training docgen on stdlib docstrings", total=900)
+        task = bar.add_task("training docgen on stdlib docstrings", total=DEMO_STEPS)
 
         def advance(step: int, loss: float) -> None:
             bar.update(task, completed=step + 1, description=f"training docgen (loss {loss:.2f})")
 
-        facts = build_generator(repo, "docgen", steps=900, progress=advance)
+        facts = build_generator(repo, "docgen", progress=advance)
     print(f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
           f"{facts['loss']:.2f} ({facts['parameters']:,} parameters)")  # fmt: skip
     return 0

@@ -51,10 +51,10 @@ class KVBatch:
             for k, array in enumerate(self.cache):
                 array[slot, :, length - width :] = cache[k][i]
 
-    def advance(self, cache: Sequence[Array]) -> None:
-        """After a decode step: the model's present cache, one column longer."""
-        self.cache = list(cache)
-        self.mask = np.concatenate([self.mask, np.ones((self.rows, 1), dtype=np.int64)], axis=1)
+    def advance(self, cache: Sequence[Array], mask: Array) -> None:
+        """After a decode step: the model's present cache and the step's mask (the old one
+        with a column for the new token), one column longer."""
+        self.cache, self.mask = list(cache), mask
 
     def unused_columns(self, live: Sequence[int]) -> int:
         """Leading columns that none of the `live` rows uses."""

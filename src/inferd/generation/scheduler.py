@@ -72,7 +72,6 @@ class Scheduler:
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
-        self.steps = 0
 
     # -- the client side ---------------------------------------------------------------------
 
@@ -239,7 +238,7 @@ class Scheduler:
         started = time.perf_counter()
         out = await self._run(feeds, shape.output_names)
         now = time.perf_counter()
-        batch.advance([out[n] for n in shape.present_names])
+        batch.advance([out[n] for n in shape.present_names], feeds[MASK])
         live = []
         for row, seq in enumerate(rows):
             seq.cached += 1
@@ -252,7 +251,6 @@ class Scheduler:
                 since = rows[row].accept(token, now)
                 if since is not None:
                     gaps.append(since)
-        self.steps += 1
         self._observer.on_generation_tokens(self._model, (), gaps)
         self._report("decode", len(rows), now - started)
 

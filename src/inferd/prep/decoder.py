@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inferd.prep.feeds import FeedPlan
+from inferd.prep.sources import Source, SourceError, tokenizer_dir
 from inferd.prep.spec import BATCH_AXIS
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
-
-if TYPE_CHECKING:
-    from inferd.prep.sources import Source
 
 
 def wrap_decoder(model: Any, layers: int) -> Any:
@@ -66,8 +64,6 @@ def wrap_decoder(model: Any, layers: int) -> Any:
 
 def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     from transformers import AutoModelForCausalLM
-
-    from inferd.prep.sources import Source, SourceError, _tokenizer_dir
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -118,7 +114,7 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "generation": generation,
             "runtime": {"allow_spinning": True},
         },
-        tokenizer_dir=_tokenizer_dir(folder),
+        tokenizer_dir=tokenizer_dir(folder),
         metadata={
             "inferd.architecture": "gpt2",
             "inferd.num_heads": str(heads),

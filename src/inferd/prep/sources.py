@@ -172,7 +172,7 @@ def _hf_source(folder: Path) -> Source:
     )
 
 
-def _tokenizer_dir(folder: Path) -> Path | None:
+def tokenizer_dir(folder: Path) -> Path | None:
     return folder if (folder / "tokenizer.json").is_file() else None
 
 
@@ -274,7 +274,7 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         plan=plan,
         description=description,
         config=config,
-        tokenizer_dir=_tokenizer_dir(folder),
+        tokenizer_dir=tokenizer_dir(folder),
         metadata={
             "inferd.architecture": "bert",
             "inferd.num_heads": str(raw.get("num_attention_heads", 0)),

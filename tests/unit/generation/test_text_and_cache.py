@@ -66,7 +66,7 @@ def test_rows_are_slots_placed_left_padded_and_compacted_on_demand() -> None:
     assert (batch.rows, batch.length, batch.padded_tokens) == (3, 5, 15)
     assert batch.mask[0].tolist() == [0, 0, 1, 1, 1]
     assert batch.cache[0][0, 0, :2].sum() == 0 and batch.cache[0][0, 0, 2:].min() == 1.0
-    batch.advance(cache(3, 6, 3.0))
+    batch.advance(cache(3, 6, 3.0), np.concatenate([batch.mask, np.ones((3, 1), np.int64)], 1))
     assert batch.length == 6 and batch.mask[:, -1].tolist() == [1, 1, 1]
     # row 1 finished: a new sequence takes its slot, nothing else moves
     before = batch.cache[0]
