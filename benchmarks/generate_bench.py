@@ -2,7 +2,8 @@
 
 Two GPT-2-architecture decoders, the demo generator's shape (4 layers, hidden 128, vocabulary
 4096) and a larger one (6 layers, hidden 512), with random weights so that with `ignore_eos`
-every request runs to exactly its own max_new_tokens, are each served twice by inferd:
+every request runs to exactly its own max_new_tokens, each exported in both KV cache layouts
+(`--kv-cache inplace` and the default `concat`), are each served twice by inferd:
 `scheduling: continuous` and `scheduling: static`, both with max_running 16. A closed-loop
 client keeps 16 requests in flight (whole answers, not streamed: a Python client parsing every
 token event would share the 2 cores with the server and blur both modes alike), each with a
@@ -16,6 +17,7 @@ steps of 16 rows over a 128-token cache, no server, no sampling.
 
     python benchmarks/generate_bench.py            # writes the "generate" section of RESULTS.md
     python benchmarks/generate_bench.py --quick
+    python benchmarks/generate_bench.py --kv-cache inplace
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ CASES = (
 CONCURRENCY = 16
 MIXES = ("uniform", "log-uniform")
 MODES = ("continuous", "static")
+LAYOUTS = ("inplace", "concat")
 
 
 @dataclass(frozen=True)
@@ -131,34 +134,54 @@ async def closed_loop(url: str, bodies: list[dict[str, object]]) -> RoundResult:
                        len(latencies), errors)  # fmt: skip
 
 
-def raw_ceiling(model_file: Path, shape: GeneratorShape, rows: int = CONCURRENCY,
+def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int = CONCURRENCY,
                 past: int = 128) -> float:  # fmt: skip
-    """Tokens/s of bare decode steps (rows x 1 token over a `past`-token cache) in process."""
+    """Tokens/s of bare decode steps (rows x 1 token over a `past`-token cache) in process;
+    in place: the cache buffers bound as both past and present (IO binding), as served."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
-    feeds: dict[str, np.ndarray] = {
-        "input_ids": np.ones((rows, 1), dtype=np.int64),
-        "attention_mask": np.ones((rows, past + 1), dtype=np.int64),
-        "position_ids": np.full((rows, 1), past, dtype=np.int64),
-    }
     head_dim = shape.hidden // shape.heads
-    for i, name in enumerate(cache_names(shape.layers, PAST)):
-        feeds[name] = np.random.default_rng(i).standard_normal(
-            (rows, shape.heads, past, head_dim)).astype(np.float32)  # fmt: skip
+    length = shape.context if layout == "inplace" else past
+    cache = {name: np.random.default_rng(i).standard_normal(
+                 (rows, shape.heads, length, head_dim)).astype(np.float32)
+             for i, name in enumerate(cache_names(shape.layers, PAST))}  # fmt: skip
+    tokens = np.ones((rows, 1), dtype=np.int64)
+    positions = np.full((rows, 1), past, dtype=np.int64)
+    if layout == "inplace":
+        binding = session.io_binding()
+        binding.bind_cpu_input("input_ids", tokens)
+        binding.bind_cpu_input("position_ids", positions)
+        binding.bind_cpu_input("seqlens_k", np.full(rows, past, dtype=np.int32))
+        binding.bind_cpu_input("total_sequence_length", np.array(past + 1, dtype=np.int32))
+        binding.bind_output("logits")
+        for name, array in cache.items():
+            value = ort.OrtValue.ortvalue_from_numpy(array)
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
+
+        def step() -> None:
+            session.run_with_iobinding(binding)
+    else:
+        feeds = {"input_ids": tokens, "attention_mask": np.ones((rows, past + 1), np.int64),
+                 "position_ids": positions, **cache}  # fmt: skip
+
+        def step() -> None:
+            session.run(None, feeds)
+
     for _ in range(5):
-        session.run(None, feeds)
+        step()
     times = []
     for _ in range(30):
         start = time.perf_counter()
-        session.run(None, feeds)
+        step()
         times.append(time.perf_counter() - start)
     return rows / float(np.median(times))
 
 
-def build_repo(root: Path, shape: GeneratorShape) -> Path:
+def build_repo(root: Path, shape: GeneratorShape, layout: str) -> Path:
     build_generator(root, MODEL, steps=0, shape=shape, corpus_chars=400_000, init_std=0.02,
-                    config={"generation": {
+                    kv_cache=layout, config={"generation": {
         "context_length": shape.context, "max_new_tokens": 64, "max_new_tokens_limit": 256,
         "max_running": CONCURRENCY, "max_kv_tokens": CONCURRENCY * (shape.context + 64),
         "eos_token_id": 0, "max_waiting": 1024,
@@ -173,35 +196,42 @@ def set_scheduling(root: Path, mode: str) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-Results = dict[tuple[str, str], list[RoundResult]]
+Results = dict[tuple[str, str, str], list[RoundResult]]
+"""(layout, mix, mode) -> the rounds."""
 
 
-def run_case(case: Case, quick: bool) -> tuple[Results, float]:
+def run_case(case: Case, quick: bool, layouts: tuple[str, ...]) -> tuple[Results, dict[str, float]]:
     requests = 48 if quick else case.requests
     bodies = {mix: workload(requests, mix=mix) for mix in MIXES}
-    results: Results = {(mix, mode): [] for mix in MIXES for mode in MODES}
+    results: Results = {(kv, mix, mode): [] for kv in layouts for mix in MIXES for mode in MODES}
+    ceilings = {}
     with tempfile.TemporaryDirectory(prefix="inferd-genbench-") as tmp:
-        root = build_repo(Path(tmp), case.shape)
-        ceiling = raw_ceiling(root / MODEL / "1" / "model.onnx", case.shape)
+        roots = {kv: build_repo(Path(tmp) / kv, case.shape, kv) for kv in layouts}
+        for kv, root in roots.items():
+            ceilings[kv] = raw_ceiling(root / MODEL / "1" / "model.onnx", case.shape, kv)
         for _ in range(1 if quick else case.rounds):
-            for mode in MODES:
-                set_scheduling(root, mode)
-                server = Server(root)
-                try:
-                    asyncio.run(closed_loop(server.url, bodies["uniform"][:16]))  # warm-up
-                    for mix in MIXES:
-                        result = asyncio.run(closed_loop(server.url, bodies[mix]))
-                        results[(mix, mode)].append(result)
-                        print(case.name, mix, mode, result, flush=True)
-                finally:
-                    server.stop()
-    return results, ceiling
+            for kv, root in roots.items():
+                for mode in MODES:
+                    set_scheduling(root, mode)
+                    server = Server(root)
+                    try:
+                        asyncio.run(closed_loop(server.url, bodies["uniform"][:16]))  # warm-up
+                        for mix in MIXES:
+                            result = asyncio.run(closed_loop(server.url, bodies[mix]))
+                            results[(kv, mix, mode)].append(result)
+                            print(case.name, kv, mix, mode, result, flush=True)
+                    finally:
+                        server.stop()
+    return results, ceilings
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
+    parser.add_argument("--kv-cache", choices=[*LAYOUTS, "both"], default="both",
+                        help="the decoders' KV cache layout(s)")  # fmt: skip
     args = parser.parse_args()
+    layouts = LAYOUTS if args.kv_cache == "both" else (args.kv_cache,)
     sections = [
         "## Text generation: continuous vs static batching (issue 8)",
         "",
@@ -212,51 +242,65 @@ def main() -> None:
         "token as the server reports it), prompts 8-64 tokens, "
         f"temperature 0.8, top-k 50; max_running {CONCURRENCY}; medians of the rounds, modes "
         "interleaved). max_new_tokens over 8-256: uniform, or log-uniform (as many 8-16 as "
-        "128-256).",
+        "128-256). KV cache layouts: `inplace` (`inferd export --kv-cache inplace`: a fixed "
+        "buffer written in place, attention over each row's own length) and `concat` (past + "
+        "new concatenated each step, attention over the batch's longest row).",
     ]
     for case in CASES:
-        results, ceiling = run_case(case, args.quick)
+        results, ceilings = run_case(case, args.quick, layouts)
         rounds = 1 if args.quick else case.rounds
         requests = 48 if args.quick else case.requests
-        sections += ["", report(case, results, ceiling, requests, rounds)]
+        sections += ["", report(case, results, ceilings, requests, rounds)]
     publish("generate", "\n".join(sections), args.quick)
 
 
-def report(case: Case, results: Results, ceiling: float, requests: int, rounds: int) -> str:
-    def med(mix: str, mode: str, field: str) -> float:
-        return median_of([getattr(r, field) for r in results[(mix, mode)]])
+def report(case: Case, results: Results, ceilings: dict[str, float], requests: int,
+           rounds: int) -> str:  # fmt: skip
+    def med(kv: str, mix: str, mode: str, field: str) -> float:
+        return median_of([getattr(r, field) for r in results[(kv, mix, mode)]])
 
     rows, verdicts = [], []
-    for mix in MIXES:
-        for mode in MODES:
-            rows.append(
-                f"| {mix} | {mode} | {med(mix, mode, 'tokens_per_s'):.0f} | "
-                f"{med(mix, mode, 'ttft_p50_ms'):.0f} | {med(mix, mode, 'ttft_p99_ms'):.0f} | "
-                f"{med(mix, mode, 'latency_p50_ms'):.0f} | "
-                f"{med(mix, mode, 'latency_p99_ms'):.0f} | "
-                f"{sum(r.errors for r in results[(mix, mode)])} |"
+    for kv in ceilings:
+        for mix in MIXES:
+            for mode in MODES:
+                rows.append(
+                    f"| {kv} | {mix} | {mode} | {med(kv, mix, mode, 'tokens_per_s'):.0f} | "
+                    f"{med(kv, mix, mode, 'ttft_p50_ms'):.0f} | "
+                    f"{med(kv, mix, mode, 'ttft_p99_ms'):.0f} | "
+                    f"{med(kv, mix, mode, 'latency_p50_ms'):.0f} | "
+                    f"{med(kv, mix, mode, 'latency_p99_ms'):.0f} | "
+                    f"{sum(r.errors for r in results[(kv, mix, mode)])} |"
+                )
+            fast = med(kv, mix, "continuous", "tokens_per_s")
+            speed = fast / med(kv, mix, "static", "tokens_per_s")
+            ttft = med(kv, mix, "static", "ttft_p99_ms") / med(kv, mix, "continuous",
+                                                                "ttft_p99_ms")  # fmt: skip
+            verdicts.append(
+                f"- {kv}, {mix}: continuous batching gives **{speed:.2f}x** the tokens per "
+                f"second of static batching, with a **{ttft:.1f}x** lower p99 time to first "
+                f"token; {fast / ceilings[kv]:.0%} of the raw ceiling."
             )
-        speed = med(mix, "continuous", "tokens_per_s") / med(mix, "static", "tokens_per_s")
-        ttft = med(mix, "static", "ttft_p99_ms") / med(mix, "continuous", "ttft_p99_ms")
-        verdicts.append(
-            f"- {mix}: continuous batching gives **{speed:.2f}x** the tokens per second of "
-            f"static batching, with a **{ttft:.1f}x** lower p99 time to first token; "
-            f"{med(mix, 'continuous', 'tokens_per_s') / ceiling:.0%} of the raw ceiling."
-        )
+    if len(ceilings) == 2:
+        for mix in MIXES:
+            gain = (med("inplace", mix, "continuous", "tokens_per_s")
+                    / med("concat", mix, "continuous", "tokens_per_s"))  # fmt: skip
+            verdicts.append(f"- {mix}, continuous: the in-place KV cache gives **{gain:.2f}x** "
+                            "the tokens per second of the concatenating one.")  # fmt: skip
+    ceiling_text = ", ".join(f"{kv} {c:.0f}" for kv, c in ceilings.items())
     return "\n".join([
         f"### {case.name}",
         "",
         f"{requests} requests per mix, {rounds} round(s).",
         "",
-        "| max_new_tokens | scheduling | tokens/s | TTFT p50 ms | TTFT p99 ms | latency p50 ms "
-        "| latency p99 ms | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| KV cache | max_new_tokens | scheduling | tokens/s | TTFT p50 ms | TTFT p99 ms "
+        "| latency p50 ms | latency p99 ms | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         *verdicts,
         "",
         f"Raw ceiling: ONNX Runtime in process, decode steps of {CONCURRENCY} rows over a "
-        f"128-token cache, no sampling, no server: {ceiling:.0f} tokens/s.",
+        f"128-token cache, no sampling, no server (tokens/s): {ceiling_text}.",
     ])  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """Text generation served by a real inferd on 127.0.0.1 (a random-weight GPT-2 exported by
 `inferd export`): /generate whole and streamed, the `openai` client on /v1/completions, stop
-sequences, a disconnect mid-stream freeing its slot, batch independence, parameter errors."""
+sequences, a disconnect mid-stream freeing its slot, batch independence, parameter errors; in
+both KV cache layouts."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from tests.generator_model import MODEL, build_generator_repo
 from tests.integration.server import RunningServer, start_server
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    repo = build_generator_repo(tmp_path_factory.mktemp("gen-repo"))
+@pytest.fixture(scope="module", params=["concat", "inplace"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """Served in both KV cache layouts (concatenated, in place): every test runs on each."""
+    repo = build_generator_repo(tmp_path_factory.mktemp("gen-repo"), kv_cache=request.param)
     running = start_server(repo, tmp_path_factory.mktemp("gen-logs") / "server.log")
     yield running
     assert running.stop() == 0, running.log()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -91,6 +92,8 @@ def test_a_looser_bound_is_a_flag(tmp_path: Path) -> None:
         ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--opset", "12"],
          "below 13"),
         ("/", [], "not a model folder"),
+        ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--kv-cache", "inplace"],
+         "GPT-2 decoders only"),
         ("no/such/thing", [], "neither an existing model folder"),
     ],
 )  # fmt: skip
@@ -162,6 +165,45 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     step = session.run(None, {"input_ids": ids[:, 3:], "attention_mask": np.ones((1, 4), np.int64),
                               "position_ids": np.array([[3]]), **past})  # fmt: skip
     np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
+
+
+def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export(
+    tmp_path: Path, tiny_gpt2: Path
+) -> None:
+    assert export(tmp_path, "gpt", str(tiny_gpt2), "--kv-cache", "inplace") == 0
+    result = report(tmp_path, "gpt", "export-1.json")
+    assert result["parity"]["ok"] and result["inplace_kv_max_abs_diff"] < 1e-4
+    path = tmp_path / "gpt" / "1" / "model.onnx"
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    assert names[:4] == ["input_ids", "position_ids", "seqlens_k", "total_sequence_length"]
+    assert names[4:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert "GroupQueryAttention" in ops and "Concat" not in ops
+    # one pass over a whole text equals a prefill then a decode step into the same buffer
+    buffers = [np.zeros((1, 2, 64, 16), np.float32) for _ in names[4:]]
+    ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
+
+    def run(tokens: np.ndarray, start: int, fresh: bool) -> np.ndarray:
+        binding = session.io_binding()
+        length = start + tokens.shape[1]
+        binding.bind_cpu_input("input_ids", tokens)
+        binding.bind_cpu_input("position_ids", np.arange(start, length)[None])
+        binding.bind_cpu_input("seqlens_k", np.array([length - 1], np.int32))
+        binding.bind_cpu_input("total_sequence_length", np.array(length, np.int32))
+        binding.bind_output("logits")
+        for i, name in enumerate(names[4:]):
+            value = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(buffers[i]) if fresh
+                                                     else buffers[i])  # fmt: skip
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
+        session.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy()
+
+    full = run(ids, 0, fresh=True)
+    run(ids[:, :3], 0, fresh=False)
+    step = run(ids[:, 3:], 3, fresh=False)
+    np.testing.assert_allclose(step[0, -1], full[0, -1], atol=1e-5)
 
 
 def test_gpt2_optimize_keeps_parity_and_reports_node_counts(

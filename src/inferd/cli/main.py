@@ -86,7 +86,7 @@ def _demo_generator(repo: Path, force: bool) -> int:
         def advance(step: int, loss: float) -> None:
             bar.update(task, completed=step + 1, description=f"training docgen (loss {loss:.2f})")
 
-        facts = build_generator(repo, "docgen", progress=advance)
+        facts = build_generator(repo, "docgen", progress=advance, kv_cache="inplace")
     print(f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
           f"{facts['loss']:.2f} ({facts['parameters']:,} parameters)")  # fmt: skip
     return 0

@@ -32,6 +32,12 @@ def add_prep_commands(commands: Any) -> None:
     export.add_argument(
         "--atol", type=float, default=DEFAULT_ATOL, help="parity bound (max |diff|)"
     )
+    export.add_argument(
+        "--kv-cache", choices=["concat", "inplace"], default="concat",
+        help="decoders: 'inplace' writes the KV cache into a fixed buffer per step (ONNX "
+        "Runtime GroupQueryAttention; CPU provider; faster generation); 'concat' (default) "
+        "copies past + new each step, and runs on any provider",
+    )  # fmt: skip
 
     optimize = commands.add_parser(
         "optimize", help="offline graph optimization and transformer fusions, as a new version"
@@ -95,7 +101,7 @@ def run_prep_command(args: argparse.Namespace) -> int:
                 spec = ModuleSpec(tuple(parse_input(t) for t in args.inputs), tuple(args.outputs))
             return run_export(
                 args.source, args.repo, args.model, spec, opset=args.opset, atol=args.atol,
-                version=args.version, reporter=reporter,
+                version=args.version, reporter=reporter, kv_cache=args.kv_cache,
             )  # fmt: skip
         if args.command == "optimize":
             from inferd.prep.optimize import run_optimize

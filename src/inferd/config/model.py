@@ -255,7 +255,9 @@ class GenerationConfig(_Strict):
     max_kv_tokens: int = Field(
         32768, ge=16,
         description="Most tokens held in the KV cache over all running sequences, padding "
-        "included; a waiting request joins when its prompt and output fit.",
+        "included; a waiting request joins when its prompt and output fit. An in-place decoder "
+        "(`inferd export --kv-cache inplace`) holds context_length positions a row, allocated "
+        "once for min(max_running, max_kv_tokens / context_length) rows.",
     )  # fmt: skip
     max_waiting: int = Field(
         256, ge=1, description="Most requests waiting to join the batch (4290 above)."

@@ -10,7 +10,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from inferd.config.model import ModelConfig
-from inferd.generation.decoder import DecoderShape, prefill_feeds
+from inferd.generation.decoder import DecoderShape, DecoderShapeError
+from inferd.generation.kvstore import kv_store
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.pool import InstancePool
@@ -30,10 +31,17 @@ class GenerationParts:
 
 def load_generation(
     config: ModelConfig, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-    version_folder: Path,
+    version_folder: Path, providers: Sequence[str] = ("CPUExecutionProvider",),
 ) -> GenerationParts:  # fmt: skip
     """Blocking (a worker thread): checks the interface, reads the tokenizer."""
     shape = DecoderShape.of(inputs, outputs)
+    if shape.inplace and providers[0] != "CPUExecutionProvider":
+        # the cache buffers are host memory bound as both past and present; on a GPU they
+        # would have to be device buffers (not built yet)
+        raise DecoderShapeError(
+            f"a decoder with an in-place KV cache runs on the CPU provider only, not "
+            f"{providers[0]}; export it without --kv-cache inplace for a GPU"
+        )
     path = find_tokenizer(config.tokenizer, version_folder, version_folder.parent)
     try:
         tokenizer = Tokenizer.from_file(str(path))
@@ -48,10 +56,14 @@ def load_generation(
     return GenerationParts(shape, tokenizer, eos, eos if eos is not None else 0)
 
 
-def warm_up_decoder(pool: InstancePool, parts: GenerationParts, sizes: Sequence[int]) -> None:
+def warm_up_decoder(
+    pool: InstancePool, parts: GenerationParts, config: ModelConfig, sizes: Sequence[int]
+) -> None:
+    store = kv_store(parts.shape, config.generation)
     for rows in sizes:
-        prompts = [[parts.pad_id, parts.pad_id]] * max(1, rows)
-        pool.run_sync(prefill_feeds(parts.shape, prompts, parts.pad_id))
+        rows = max(1, min(rows, config.generation.max_running))
+        step = store.prefill([[parts.pad_id, parts.pad_id]] * rows, range(rows), parts.pad_id)
+        pool.run_sync(step.feeds, step.into)
 
 
 class Generation:

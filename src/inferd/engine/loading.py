@@ -44,7 +44,8 @@ def load_instances(
         for _ in range(config.instance_count):
             instances.append(factory())
         first = instances[0]
-        batched = config.max_batch_size > 0
+        # a decoder's batch is the scheduler's (its scalar inputs have no batch axis)
+        batched = config.max_batch_size > 0 and config.task != "text-generation"
         inputs = apply_overrides(first.inputs, config.inputs, batched, "inputs")
         outputs = apply_overrides(first.outputs, config.outputs, batched, "outputs")
         if batched:
@@ -59,10 +60,10 @@ def load_instances(
         if config.task == "text-generation":
             if version_folder is None:
                 raise ValueError("a generation model needs its folder to find its tokenizer")
-            generation = load_generation(config, inputs, outputs, version_folder)
+            generation = load_generation(config, inputs, outputs, version_folder, first.providers)
         pool = InstancePool(instances)
         if generation is not None:
-            warm_up_decoder(pool, generation, config.warmup_batch_sizes)
+            warm_up_decoder(pool, generation, config, config.warmup_batch_sizes)
         for size in () if generation is not None else config.warmup_batch_sizes:
             rows = min(size, config.max_batch_size) if batched else 1
             pool.run_sync(synthetic_feeds(inputs, rows, batched))

@@ -1,5 +1,10 @@
 """A decoder's ONNX interface as the scheduler drives it: which inputs carry the KV cache, its
-shape, and the feeds for a prefill (a past of length 0) or a decode step (one token a row)."""
+shape, its layout, and the feeds for a prefill (a past of length 0) or a decode step (one token
+a row).
+
+Two layouts: *concatenated* (the past goes in, past + new comes out; an attention mask marks
+each row's real positions) and *in place* (inferd.prep.inplace_decoder: a fixed buffer bound as
+both past and present, each row's length given by `seqlens_k`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.runtime.protocol import Array, TensorSpec
 
 TOKENS, MASK, POSITIONS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
+SEQLENS, TOTAL = "seqlens_k", "total_sequence_length"
 
 
 class DecoderShapeError(ValueError):
@@ -26,16 +32,19 @@ class DecoderShape:
     dtype: np.dtype
     past_names: tuple[str, ...]
     present_names: tuple[str, ...]
+    inplace: bool = False
 
     @staticmethod
     def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
         names = {s.name: s for s in inputs}
         out_names = {s.name for s in outputs}
-        missing = [n for n in (TOKENS, MASK, POSITIONS) if n not in names]
+        inplace = SEQLENS in names
+        wanted = (TOKENS, POSITIONS, SEQLENS, TOTAL) if inplace else (TOKENS, MASK, POSITIONS)
+        missing = [n for n in wanted if n not in names]
         if missing or LOGITS not in out_names:
             raise DecoderShapeError(
-                f"a text-generation model needs inputs {TOKENS}, {MASK}, {POSITIONS} and the "
-                f"output {LOGITS}; missing {missing or [LOGITS]}"
+                f"a text-generation model needs inputs {', '.join(wanted)} and the output "
+                f"{LOGITS}; missing {missing or [LOGITS]}"
             )
         layers = 0
         while cache_names(layers + 1, PAST)[-1] in names:
@@ -54,7 +63,7 @@ class DecoderShape:
             )
         dtype = np.dtype(np.float16) if spec.datatype == "FP16" else np.dtype(np.float32)
         heads, head_dim = spec.shape[1], spec.shape[3]
-        return DecoderShape(layers, heads, head_dim, dtype, tuple(past), tuple(present))
+        return DecoderShape(layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace)
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
         return [np.zeros((rows, self.heads, length, self.head_dim), dtype=self.dtype)

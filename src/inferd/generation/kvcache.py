@@ -1,6 +1,6 @@
-"""The running batch's KV cache: one array per layer and kind, [rows, heads, length, head_dim],
-left-padded so that every row's newest token sits in the last column, with a mask that marks
-each row's real positions.
+"""The running batch's KV cache for a concatenating decoder: one array per layer and kind,
+[rows, heads, length, head_dim], left-padded so that every row's newest token sits in the last
+column, with a mask that marks each row's real positions.
 
 Rows are slots: a new sequence takes the slot of a finished one (only its own rows are
 written), so the batch is not copied whenever a sequence joins or leaves. It is copied only
@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from inferd.generation.decoder import LOGITS, MASK, DecoderShape, decode_feeds, prefill_feeds
+from inferd.generation.kvstore import Step
 from inferd.runtime.protocol import Array
 
 
@@ -85,3 +87,50 @@ class KVBatch:
                 out[i, :, length - old :] = array[row, :, array.shape[2] - old :]
             cache.append(out)
         self.cache, self.mask = cache, mask
+
+
+class PaddedKV:
+    """The KV store of a concatenating decoder: each step copies the cache (past + new), and
+    attends over the batch's longest row. Compaction is lazy (`KVBatch` above)."""
+
+    def __init__(self, shape: DecoderShape) -> None:
+        self._shape = shape
+        self.batch = KVBatch()
+
+    @property
+    def rows(self) -> int:
+        return self.batch.rows
+
+    @property
+    def held_tokens(self) -> int:
+        return self.batch.padded_tokens
+
+    def footprint(self, rows: int, longest_prompt: int) -> int:
+        return rows * (max(self.batch.length, longest_prompt) + 1)
+
+    def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
+        return Step(prefill_feeds(self._shape, prompts, pad_id), slots=tuple(slots))
+
+    def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
+        self.batch.place(step.slots, [out[n] for n in self._shape.present_names],
+                         step.feeds[MASK])  # fmt: skip
+        return out[LOGITS][:, -1, :]
+
+    def decode(self, tokens: Array, positions: Array) -> Step:
+        batch = self.batch
+        return Step(decode_feeds(self._shape, tokens, positions, batch.mask, batch.cache))
+
+    def after_decode(self, step: Step, out: dict[str, Array]) -> None:
+        self.batch.advance([out[n] for n in self._shape.present_names], step.feeds[MASK])
+
+    def compact(self, live: list[int]) -> list[int] | None:
+        """When half of the rows are free, or a quarter of the columns unused (at least 16)."""
+        batch = self.batch
+        wasted = batch.unused_columns(live)
+        if 2 * len(live) <= batch.rows or wasted >= max(16, batch.length // 4):
+            batch.keep(live)
+            return live
+        return None
+
+    def clear(self) -> None:
+        self.batch = KVBatch()

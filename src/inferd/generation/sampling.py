@@ -5,7 +5,9 @@ own logits, parameters and generator, never on what else is in the batch (candid
 ordered by score, then token id; cumulative sums, not pairwise ones, decide the draw), so a
 seed gives the same text alone or in a crowd.
 
-With top-k set, the work after the cut is done on the k best candidates, not the vocabulary."""
+With top-k set, the work after the cut is done on the k best candidates, not the vocabulary;
+the cut itself runs on the model's float32 logits (the same order as in float64: the widening is
+exact), and only the candidates are widened for the softmax."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 from inferd.generation.params import SamplingParams
 from inferd.runtime.protocol import Array
 
-Floats = np.ndarray[Any, np.dtype[np.float64]]
+Floats = np.ndarray[Any, np.dtype[np.floating[Any]]]
 
 
 def apply_repetition_penalty(logits: Floats, seen: Collection[int], penalty: float) -> Floats:
@@ -40,18 +42,21 @@ def sample_batch(
 ) -> list[int]:
     """One token per row of `logits` [rows, vocab]."""
     rows, _vocab = logits.shape
-    scores: Floats = logits.astype(np.float64)
-    for r, p in enumerate(params):
-        if p.repetition_penalty != 1.0:
-            scores[r] = apply_repetition_penalty(scores[r], seen[r], p.repetition_penalty)
+    scores: Floats = np.asarray(logits, dtype=np.float32)
+    penalized = [r for r, p in enumerate(params) if p.repetition_penalty != 1.0]
+    if penalized:
+        scores = scores.copy()  # the model's output stays as it came
+        for r in penalized:
+            scores[r] = apply_repetition_penalty(scores[r], seen[r], params[r].repetition_penalty)
     out = np.zeros(rows, dtype=np.int64)
     greedy = [r for r, p in enumerate(params) if p.greedy]
     if greedy:
-        out[greedy] = np.argmax(scores[greedy], axis=1)
+        out[greedy] = np.argmax(scores if len(greedy) == rows else scores[greedy], axis=1)
     drawn = [r for r, p in enumerate(params) if not p.greedy]
     if drawn:
-        out[drawn] = _draw(scores[drawn], [params[r] for r in drawn], [rngs[r] for r in drawn])
-    return [int(t) for t in out]
+        out[drawn] = _draw(scores if len(drawn) == rows else scores[drawn],
+                           [params[r] for r in drawn], [rngs[r] for r in drawn])  # fmt: skip
+    return out.tolist()
 
 
 def _draw(scores: Floats, params: list[SamplingParams], rngs: list[np.random.Generator]) -> Array:
@@ -63,7 +68,7 @@ def _draw(scores: Floats, params: list[SamplingParams], rngs: list[np.random.Gen
         candidates.sort(axis=1)  # by token id: a tie order that does not depend on kmax
     else:
         candidates = np.broadcast_to(np.arange(vocab), scores.shape)
-    values = np.take_along_axis(scores, candidates, axis=1)
+    values = np.take_along_axis(scores, candidates, axis=1).astype(np.float64)
     order = np.argsort(-values, axis=1, kind="stable")
     values = np.take_along_axis(values, order, axis=1)
     candidates = np.take_along_axis(candidates, order, axis=1)

@@ -34,8 +34,8 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )  # fmt: skip
-from inferd.generation.decoder import MASK, DecoderShape, decode_feeds, prefill_feeds
-from inferd.generation.kvcache import KVBatch
+from inferd.generation.decoder import DecoderShape
+from inferd.generation.kvstore import kv_store
 from inferd.generation.observer import GenerationObserver, NoGenerationObserver
 from inferd.generation.params import SamplingParams, check_prompt
 from inferd.generation.sampling import sample_batch
@@ -44,7 +44,7 @@ from inferd.runtime.protocol import Array
 
 log = logging.getLogger(__name__)
 
-RunStep = Callable[[dict[str, Array], Sequence[str]], Awaitable[dict[str, Array]]]
+RunStep = Callable[[dict[str, Array], Sequence[str], dict[str, str]], Awaitable[dict[str, Array]]]
 
 
 class Scheduler:
@@ -66,7 +66,7 @@ class Scheduler:
         """The sequences still generating."""
         self._rows: list[Seq] = []
         """The batch's rows in order: the running, and finished ones not yet compacted away."""
-        self._batch = KVBatch()
+        self._kv = kv_store(shape, config)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -85,7 +85,7 @@ class Scheduler:
 
     @property
     def kv_tokens(self) -> int:
-        return self._batch.padded_tokens
+        return self._kv.held_tokens
 
     def encode(self, prompt: str) -> list[int]:
         return list(self._tokenizer.encode(prompt).ids)
@@ -135,7 +135,8 @@ class Scheduler:
         for seq in [*self._waiting, *self._running]:
             seq.fail(UnavailableError("the model was unloaded"))
         self._waiting.clear()
-        self._running, self._rows, self._batch = [], [], KVBatch()
+        self._running, self._rows = [], []
+        self._kv.clear()
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
@@ -148,7 +149,8 @@ class Scheduler:
         while True:
             self._drop_cancelled_waiting()
             if not self._running and not self._waiting:
-                self._rows, self._batch = [], KVBatch()
+                self._rows = []
+                self._kv.clear()
                 self._report("idle", 0, 0.0)
                 self._idle.set()
                 self._wake.clear()
@@ -171,15 +173,15 @@ class Scheduler:
         limit = config.max_running if static else config.prefill_chunk
         chosen: list[Seq] = []
         reserved = sum(s.budget for s in self._running)
-        longest = self._batch.length
+        longest = 0
         while self._waiting and len(chosen) < limit:
             if len(self._running) + len(chosen) >= config.max_running:
                 break
             seq = self._waiting[0]
             width = max(longest, len(seq.prompt_ids))
             rows = max(len(self._rows), len(self._running) + len(chosen) + 1)
-            padded = rows * (width + 1)
-            if reserved + seq.budget > config.max_kv_tokens or padded > config.max_kv_tokens:
+            held = self._kv.footprint(rows, width)
+            if reserved + seq.budget > config.max_kv_tokens or held > config.max_kv_tokens:
                 break  # first come, first served: the head waits for room
             self._waiting.popleft()
             chosen.append(seq)
@@ -199,25 +201,25 @@ class Scheduler:
                 f"the generation step failed: {type(exc).__name__}")  # fmt: skip
             for seq in [*seqs, *self._rows]:
                 seq.fail(error)
-            self._rows, self._running, self._batch = [], [], KVBatch()
+            self._rows, self._running = [], []
+            self._kv.clear()
 
     async def _prefill(self, seqs: list[Seq]) -> None:
-        shape = self._shape
-        feeds = prefill_feeds(shape, [s.prompt_ids for s in seqs], self._pad)
-        started = time.perf_counter()
-        out = await self._run(feeds, shape.output_names)
-        now = time.perf_counter()
         # new sequences take the rows of finished ones first, then new rows at the end
         free = [i for i, s in enumerate(self._rows) if s.done]
         slots = (free + list(range(len(self._rows), len(self._rows) + len(seqs))))[: len(seqs)]
-        self._batch.place(slots, [out[n] for n in shape.present_names], feeds[MASK])
+        step = self._kv.prefill([s.prompt_ids for s in seqs], slots, self._pad)
+        started = time.perf_counter()
+        out = await self._run(step.feeds, self._shape.output_names, step.into)
+        now = time.perf_counter()
+        logits = self._kv.after_prefill(step, out)
         for slot, seq in zip(slots, seqs, strict=True):
             if slot < len(self._rows):
                 self._rows[slot] = seq
             else:
                 self._rows.append(seq)
         self._running = [*self._running, *seqs]
-        tokens = _sample(out["logits"][:, -1, :], seqs)
+        tokens = _sample(logits, seqs)
         firsts = []
         for seq, token in zip(seqs, tokens, strict=True):
             seq.cached = len(seq.prompt_ids)
@@ -227,18 +229,17 @@ class Scheduler:
         self._report("prefill", len(seqs), now - started)
 
     async def _decode(self, rows: list[Seq]) -> None:
-        shape, batch = self._shape, self._batch
         tokens = np.array([s.last_token if s.generated else self._pad for s in rows],
                           dtype=np.int64)  # fmt: skip
         # a finished row left in the batch may run past the window: its output is unused, but
         # its position must stay a valid index
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
-        feeds = decode_feeds(shape, tokens, positions, batch.mask, batch.cache)
+        step = self._kv.decode(tokens, positions)
         started = time.perf_counter()
-        out = await self._run(feeds, shape.output_names)
+        out = await self._run(step.feeds, self._shape.output_names, step.into)
         now = time.perf_counter()
-        batch.advance([out[n] for n in shape.present_names], feeds[MASK])
+        self._kv.after_decode(step, out)
         live = []
         for row, seq in enumerate(rows):
             seq.cached += 1
@@ -255,9 +256,9 @@ class Scheduler:
         self._report("decode", len(rows), now - started)
 
     def _retire(self) -> None:
-        """Answers what finished (or was cancelled). Their rows stay as free slots for the next
-        admissions; the batch is compacted (one copy) when half of its rows are free or a
-        quarter of its columns unused; under static scheduling only when all of it is done."""
+        """Answers what finished (or was cancelled). The KV store compacts the batch when it
+        chooses to (rows it keeps stay free slots for the next admissions); under static
+        scheduling only when all of it is done."""
         now = time.perf_counter()
         still = []
         for seq in self._running:
@@ -277,16 +278,13 @@ class Scheduler:
             return
         if not still:
             self._rows = []
-            self._batch.keep([])
+            self._kv.clear()
             return
         if self._config.scheduling == "static":
             return  # the whole batch runs until its last sequence ends
-        live = [i for i, s in enumerate(self._rows) if not s.done]
-        batch = self._batch
-        wasted = batch.unused_columns(live)
-        if 2 * len(live) <= len(self._rows) or wasted >= max(16, batch.length // 4):
-            batch.keep(live)
-            self._rows = [self._rows[i] for i in live]
+        order = self._kv.compact([i for i, s in enumerate(self._rows) if not s.done])
+        if order is not None:
+            self._rows = [self._rows[i] for i in order]
 
     def _drop_cancelled_waiting(self) -> None:
         if any(s.cancelled for s in self._waiting):
@@ -300,7 +298,7 @@ class Scheduler:
         try:
             self._observer.on_generation_step(
                 self._model, self._version, kind, rows, seconds, len(self._running),
-                len(self._waiting), self._batch.padded_tokens, self._config.max_kv_tokens,
+                len(self._waiting), self._kv.held_tokens, self._config.max_kv_tokens,
             )  # fmt: skip
         except Exception:
             log.exception("generation observer failed; generation is unaffected")

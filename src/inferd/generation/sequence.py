@@ -50,6 +50,8 @@ class Sequence:
         self.last_token_at: float | None = None
         self.cancelled = False
         self.finished: Finished | None = None
+        self._whole = False
+        """Set when the client waits for the whole answer: no text events are queued."""
 
     @property
     def done(self) -> bool:
@@ -81,7 +83,7 @@ class Sequence:
         self.generated.append(token)
         self.seen.add(token)
         delta = self._text.push(token)
-        if delta:
+        if delta and not self._whole:
             self.events.put_nowait(delta)
         if self._text.stopped:
             self.finish("stop", now)
@@ -96,7 +98,7 @@ class Sequence:
             return
         if reason != "cancelled":
             rest = self._text.flush()
-            if rest:
+            if rest and not self._whole:
                 self.events.put_nowait(rest)
         first = None if self.first_token_at is None else self.first_token_at - self.created
         self.finished = Finished(self._text.text, reason, len(self.prompt_ids),
@@ -131,6 +133,7 @@ class Sequence:
             return
 
     async def result(self) -> Finished:
+        self._whole = True  # one wake-up at the end, not one per token
         async for event in self.stream():
             if isinstance(event, Finished):
                 return event

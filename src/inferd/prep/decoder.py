@@ -100,6 +100,13 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         gen = json.loads(generation_file.read_text())
         if isinstance(gen.get("eos_token_id"), int) and 0 <= gen["eos_token_id"] < vocab:
             generation["eos_token_id"] = gen["eos_token_id"]
+
+    def inplace() -> Any:
+        from inferd.prep.inplace_decoder import build_inplace_decoder
+
+        weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        return build_inplace_decoder(weights, raw)
+
     return Source(
         module=wrap_decoder(model, layers),
         input_names=inputs,
@@ -120,4 +127,5 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "inferd.num_heads": str(heads),
             "inferd.hidden_size": str(hidden),
         },
+        inplace=inplace,
     )

@@ -10,7 +10,7 @@ import numpy as np
 from inferd.prep.console import Reporter, megabytes
 from inferd.prep.ort import runner, session
 from inferd.prep.parity import ParityReport, check_parity
-from inferd.prep.sources import TOKENIZER_FILES, load_source
+from inferd.prep.sources import TOKENIZER_FILES, Source, SourceError, load_source
 from inferd.prep.spec import ModuleSpec
 from inferd.prep.torch_export import export, to_eval, torch_runner
 from inferd.prep.writer import (
@@ -35,13 +35,15 @@ def parity_rows(report: ParityReport) -> list[list[str]]:
 
 def run_export(
     ref: str, repo: Path, model: str, spec: ModuleSpec | None, *, opset: int, atol: float,
-    version: int | None, reporter: Reporter,
+    version: int | None, reporter: Reporter, kv_cache: str = "concat",
 ) -> int:  # fmt: skip
     folder = model_folder(repo, model)
     target_version = next_version(folder, version)
     with reporter.step(f"loading {ref}"):
         source = load_source(ref, spec)
         lingering = to_eval(source.module)
+    if kv_cache == "inplace" and source.inplace is None:
+        raise SourceError(f"--kv-cache inplace applies to GPT-2 decoders only, not {ref}")
     for name in lingering:
         reporter.note(f"{name} is still in training mode after eval(): expect a parity failure")
     stage = staging(folder, target_version)
@@ -65,6 +67,14 @@ def run_export(
                 reporter.fail(line)
             reporter.fail(f"parity check failed; nothing written (report: {report_file})")
             return 1
+        if kv_cache == "inplace":
+            inplace_diff = _to_inplace(source, onnx_path, reporter)
+            result["inplace_kv_max_abs_diff"] = inplace_diff
+            write_report(folder, f"export-{target_version}.json", result)
+            if inplace_diff > atol:
+                reporter.fail(f"the in-place KV cache graph differs from the export by "
+                              f"{inplace_diff:.2e} > {atol:g}; nothing written")  # fmt: skip
+                return 1
         tokenizer = (
             copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
             if source.tokenizer_dir is not None else []
@@ -91,3 +101,25 @@ def run_export(
         ],
     )  # fmt: skip
     return 0
+
+
+def _to_inplace(source: Source, onnx_path: Path, reporter: Reporter) -> float:
+    """Replaces the exported (concatenating) decoder with its in-place KV cache graph, checked
+    against it through the KV stores that serve each; returns the largest |diff| of logits."""
+    import onnx
+
+    from inferd.prep.inplace_decoder import compare_with_concat
+
+    assert source.inplace is not None
+    inplace_path = onnx_path.with_name("inplace.onnx")
+    with reporter.step("in-place KV cache: building the graph and checking it"):
+        model = source.inplace()
+        for key, value in source.all_metadata.items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, value
+        onnx.save(model, inplace_path)
+        diff = compare_with_concat(onnx_path, inplace_path, source.plan.vocab,
+                                   source.plan.max_length)  # fmt: skip
+    reporter.note(f"in-place KV cache: max |diff| of logits vs the export {diff:.2e}")
+    inplace_path.replace(onnx_path)
+    return diff

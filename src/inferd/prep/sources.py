@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ class Source:
     tokenizer_dir: Path | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     """Stored in the ONNX file (architecture, heads, hidden size) for `inferd optimize`."""
+    inplace: Callable[[], Any] | None = None
+    """Decoders that can have an in-place KV cache: builds that graph (an onnx.ModelProto)."""
 
     @property
     def kind(self) -> str:

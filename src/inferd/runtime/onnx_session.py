@@ -8,7 +8,7 @@ into inferd's error tree at this one boundary.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import onnxruntime as ort
@@ -138,7 +138,10 @@ class OnnxSession:
     def providers(self) -> tuple[str, ...]:
         return self._providers
 
-    def run(self, feeds: Feeds, output_names: Sequence[str] | None = None) -> dict[str, Array]:
+    def run(
+        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array]:  # fmt: skip
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         run_options = None
         if (
@@ -147,6 +150,8 @@ class OnnxSession:
         ):
             run_options = self._shrink  # an unusually large batch: return its memory after
         try:
+            if into:
+                return self._run_into(feeds, names, into)
             results = self._session.run(names, dict(feeds), run_options)
         except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
             raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
@@ -156,6 +161,29 @@ class OnnxSession:
                 raise OutOfMemoryError("out of memory while running the model") from exc
             raise InternalError("the model failed while running") from exc
         return dict(zip(names, results, strict=True))
+
+    def _run_into(
+        self, feeds: Feeds, names: list[str], into: Mapping[str, str]
+    ) -> dict[str, Array]:
+        """Outputs in `into` (output -> input name) are written into that input's own array
+        (CPU memory, bound once as both), not returned; the others are returned as usual."""
+        binding = self._session.io_binding()
+        shared = {}
+        for name, array in feeds.items():
+            if name in into.values():
+                value = ort.OrtValue.ortvalue_from_numpy(array)  # the array's memory, no copy
+                binding.bind_ortvalue_input(name, value)
+                shared[name] = value
+            else:
+                binding.bind_cpu_input(name, array)
+        returned = [n for n in names if n not in into]
+        for name in returned:
+            binding.bind_output(name)
+        for output, source in into.items():
+            binding.bind_ortvalue_output(output, shared[source])
+        self._session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        return {name: values[i].numpy() for i, name in enumerate(returned)}
 
     def close(self) -> None:
         # InferenceSession frees its memory when dropped; drop our reference now.

@@ -7,7 +7,7 @@ while a batch runs here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime.protocol import Array, Feeds, Runtime
@@ -42,21 +42,24 @@ class InstancePool:
         return self._free
 
     async def run(
-        self, feeds: Feeds, output_names: Sequence[str] | None = None
-    ) -> dict[str, Array]:
+        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array]:  # fmt: skip
         free = self._free_queue()
         instance = await free.get()
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, instance.run, feeds, output_names)
+            return await loop.run_in_executor(
+                self._executor, instance.run, feeds, output_names, into
+            )
         finally:
             free.put_nowait(instance)
 
-    def run_sync(self, feeds: Feeds) -> dict[str, Array]:
+    def run_sync(self, feeds: Feeds, into: Mapping[str, str] | None = None) -> dict[str, Array]:
         """Runs on every instance in turn (warm-up), on the calling thread."""
         result: dict[str, Array] = {}
         for instance in self._instances:
-            result = instance.run(feeds)
+            result = instance.run(feeds, None, into)
         return result
 
     def close(self) -> None:

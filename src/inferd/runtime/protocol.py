@@ -44,6 +44,12 @@ class Runtime(Protocol):
     @property
     def providers(self) -> tuple[str, ...]: ...
 
-    def run(self, feeds: Feeds, output_names: Sequence[str] | None = None) -> dict[str, Array]: ...
+    def run(
+        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array]:  # fmt: skip
+        """`into` maps outputs to inputs whose arrays they are written into, in place (a
+        decoder's KV cache); those outputs are not returned."""
+        ...
 
     def close(self) -> None: ...

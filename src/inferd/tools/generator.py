@@ -104,7 +104,7 @@ def build_generator(
     repo: Path, name: str = "docgen", *, steps: int = DEMO_STEPS,
     shape: GeneratorShape | None = None, seed: int = 0, corpus_chars: int = 2_000_000,
     config: dict[str, Any] | None = None,
-    progress: Progress | None = None, init_std: float | None = None,
+    progress: Progress | None = None, init_std: float | None = None, kv_cache: str = "concat",
 ) -> dict[str, Any]:  # fmt: skip
     """Trains (or with steps=0 only initializes) the model and exports it as `repo/name/1`;
     returns facts for the caller (final loss, parameters)."""
@@ -143,7 +143,7 @@ def build_generator(
         if (repo / name / "config.yaml").exists():
             (repo / name / "config.yaml").unlink()
         code = run_export(str(folder), repo, name, None, opset=17, atol=1e-4, version=None,
-                          reporter=Reporter())  # fmt: skip
+                          reporter=Reporter(), kv_cache=kv_cache)  # fmt: skip
     if code != 0:
         raise RuntimeError(f"exporting the demo generator failed (exit {code})")
     config_file = repo / name / "config.yaml"

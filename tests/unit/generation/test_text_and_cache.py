@@ -1,5 +1,5 @@
 """Incremental detokenization (deltas, multi-byte characters, stop sequences) with a real
-byte-level BPE tokenizer, and the padded KV batch (join, advance, keep)."""
+byte-level BPE tokenizer, the padded KV batch (join, advance, keep) and the in-place slots."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from inferd.generation.decoder import DecoderShape
 from inferd.generation.kvcache import KVBatch
+from inferd.generation.slots import SlotKV
 from inferd.generation.text import IncrementalText
 from inferd.tools.corpus import docstrings
 from inferd.tools.generator import train_tokenizer
@@ -80,3 +82,35 @@ def test_rows_are_slots_placed_left_padded_and_compacted_on_demand() -> None:
     assert batch.mask.tolist() == [[1, 1]] and batch.cache[0].min() == 4.0
     batch.keep([])
     assert batch.rows == 0 and batch.padded_tokens == 0
+
+
+def test_in_place_slots_run_packed_and_move_only_the_last_rows_into_holes() -> None:
+    shape = DecoderShape(layers=1, heads=2, head_dim=4, dtype=np.dtype(np.float32),
+                         past_names=("past.key", "past.value"),
+                         present_names=("present.key", "present.value"), inplace=True)  # fmt: skip
+    store = SlotKV(shape, capacity=16, max_rows=4)
+    step = store.prefill([[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]], range(4), pad_id=0)
+    assert step.into == {"present.key": "past.key", "present.value": "past.value"}
+    assert step.feeds["seqlens_k"].tolist() == [2, 0, 1, 3]
+    assert step.feeds["input_ids"].tolist()[1] == [4, 0, 0, 0]  # right-padded
+    buffer = step.feeds["past.key"]
+    assert buffer.shape == (4, 2, 16, 4)
+    for row in range(4):  # what the model would write: each row's tokens, marked by its row
+        buffer[row, :, : step.lengths[row]] = row + 1
+    logits = store.after_prefill(step, {"logits": np.arange(4 * 4 * 3).reshape(4, 4, 3)})
+    assert logits[:, 0].tolist() == [6, 12, 27, 45]  # each prompt's own last position
+    assert (store.rows, store.held_tokens, store.footprint(4, 5)) == (4, 64, 64)
+    assert store.footprint(5, 5) > 1 << 40 and store.footprint(1, 16) > 1 << 40  # never fits
+    decode = store.decode(np.array([1, 1, 1, 1]), np.array([3, 1, 2, 15]))
+    assert decode.feeds["seqlens_k"].tolist() == [3, 1, 2, 15]
+    assert int(decode.feeds["total_sequence_length"]) == 16
+    assert decode.feeds["past.key"].base is not None  # a view of the buffer, not a copy
+    store.after_decode(decode, {})
+    # rows 0 and 2 leave: the last live row (3) moves into hole 0; row 1 stays where it is
+    assert store.compact([1, 3]) == [3, 1]
+    assert store.rows == 2
+    assert buffer[0, :, :4].min() == buffer[0, :, :4].max() == 4  # row 3's real tokens
+    assert buffer[1, :, :1].min() == 2
+    with pytest.raises(ValueError, match="join after the running rows"):
+        store.prefill([[1]], [0], pad_id=0)
+    assert store.prefill([[1]], [2], pad_id=0).feeds["past.key"].shape[0] == 1

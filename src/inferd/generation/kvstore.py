@@ -1,0 +1,73 @@
+"""Where the running batch's KV cache lives, as the scheduler sees it: the feeds of a prefill
+or a decode step, what to take from the outputs after it, and how the batch is compacted when
+sequences leave. Two stores, one per decoder layout (inferd.generation.decoder):
+`PaddedKV` (inferd.generation.kvcache) and `SlotKV` (inferd.generation.slots)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from inferd.config.model import GenerationConfig
+from inferd.generation.decoder import DecoderShape
+from inferd.runtime.protocol import Array
+
+
+@dataclass(frozen=True)
+class Step:
+    feeds: dict[str, Array]
+    into: dict[str, str] = field(default_factory=dict)
+    """Outputs the runtime writes into an input's array, in place (output -> input)."""
+    slots: tuple[int, ...] = ()
+    """A prefill's rows in the batch, one per prompt."""
+    lengths: tuple[int, ...] = ()
+    """A prefill's prompt lengths."""
+
+
+class KVStore(Protocol):
+    @property
+    def rows(self) -> int:
+        """Rows the batch runs: the live ones and finished ones not yet compacted away."""
+        ...
+
+    @property
+    def held_tokens(self) -> int:
+        """Token positions the cache holds for the batch, padding included."""
+        ...
+
+    def footprint(self, rows: int, longest_prompt: int) -> int:
+        """`held_tokens` once `rows` rows run, with a prompt of `longest_prompt` joining."""
+        ...
+
+    def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
+        """The prompts' step; their rows go to `slots` (free rows, or the next new ones)."""
+        ...
+
+    def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
+        """Takes the prompts' cache; returns each prompt's last-token logits [rows, vocab]."""
+        ...
+
+    def decode(self, tokens: Array, positions: Array) -> Step:
+        """One token a row at its own position (the row's real tokens so far)."""
+        ...
+
+    def after_decode(self, step: Step, out: dict[str, Array]) -> None: ...
+
+    def compact(self, live: list[int]) -> list[int] | None:
+        """When the store chooses to: keeps only the `live` rows, returning their new order
+        (old row indices); None when it leaves the batch as it is."""
+        ...
+
+    def clear(self) -> None: ...
+
+
+def kv_store(shape: DecoderShape, config: GenerationConfig) -> KVStore:
+    from inferd.generation.kvcache import PaddedKV
+    from inferd.generation.slots import SlotKV
+
+    if shape.inplace:
+        capacity = min(config.context_length, config.max_kv_tokens)
+        rows = max(1, min(config.max_running, config.max_kv_tokens // capacity))
+        return SlotKV(shape, capacity, rows)
+    return PaddedKV(shape)

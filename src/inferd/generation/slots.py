@@ -1,0 +1,121 @@
+"""The running batch's KV cache for an in-place decoder (inferd.prep.inplace_decoder): per
+layer and kind one buffer `[rows, heads, capacity, head_dim]`, allocated once, that the runtime
+binds as both the past input and the present output. A step writes only the new token's keys
+and values, at each row's own length, and attends over each row's own length: nothing is
+copied per step, and a short sequence does not pay for the longest one in the batch.
+
+The live rows are kept packed at the front, so a step runs on the contiguous view `[:rows]`;
+a prefill writes its prompts straight into the rows after them. When sequences leave, the
+last rows move into their places (one row's real tokens copied each), and the order of the
+rest is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from inferd.generation.decoder import LOGITS, POSITIONS, SEQLENS, TOKENS, TOTAL, DecoderShape
+from inferd.generation.kvstore import Step
+from inferd.runtime.protocol import Array
+
+
+class SlotKV:
+    def __init__(self, shape: DecoderShape, capacity: int, max_rows: int) -> None:
+        self._shape = shape
+        self.capacity = capacity
+        """Token positions a row holds: the most a sequence may reach."""
+        self.max_rows = max_rows
+        self._buffers: list[Array] = []
+        self._lengths = np.zeros(max_rows, dtype=np.int64)
+        """Real tokens in each row's cache."""
+        self._rows = 0
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def held_tokens(self) -> int:
+        return self._rows * self.capacity
+
+    def footprint(self, rows: int, longest_prompt: int) -> int:
+        if rows > self.max_rows or longest_prompt >= self.capacity:
+            return 1 << 62  # never fits
+        return rows * self.capacity
+
+    def _views(self, start: int, stop: int) -> dict[str, Array]:
+        if not self._buffers:  # on first use; kept until the store is cleared
+            size = (self.max_rows, self._shape.heads, self.capacity, self._shape.head_dim)
+            self._buffers = [np.zeros(size, self._shape.dtype) for _ in self._shape.past_names]
+        names = self._shape.past_names
+        return {n: buffer[start:stop] for n, buffer in zip(names, self._buffers, strict=True)}
+
+    def _step(self, feeds: dict[str, Array], start: int, stop: int, **extra: object) -> Step:
+        feeds.update(self._views(start, stop))
+        into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
+        return Step(feeds, into, **extra)  # type: ignore[arg-type]
+
+    def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
+        """Right-padded prompts, written into the rows right after the running ones."""
+        start = self._rows
+        if list(slots) != list(range(start, start + len(prompts))):
+            raise ValueError(f"prompts join after the running rows ({start}), not at {slots}")
+        if start + len(prompts) > self.max_rows:
+            raise ValueError(f"{start + len(prompts)} rows exceed the cache's {self.max_rows}")
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        ids = np.full((len(prompts), width), pad_id, dtype=np.int64)
+        for row, prompt in enumerate(prompts):
+            ids[row, : len(prompt)] = prompt
+        feeds: dict[str, Array] = {
+            TOKENS: ids,
+            POSITIONS: np.tile(np.arange(width, dtype=np.int64), (len(prompts), 1)),
+            SEQLENS: np.array(lengths, dtype=np.int32) - 1,
+            TOTAL: np.array(width, dtype=np.int32),
+        }
+        return self._step(feeds, start, start + len(prompts), slots=tuple(slots),
+                          lengths=tuple(lengths))  # fmt: skip
+
+    def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
+        rows = np.array(step.slots)
+        self._lengths[rows] = step.lengths
+        self._rows = max(self._rows, int(rows.max()) + 1)
+        return out[LOGITS][np.arange(len(rows)), np.array(step.lengths) - 1, :]
+
+    def decode(self, tokens: Array, positions: Array) -> Step:
+        """`positions` are the rows' real lengths (where each new token goes); a finished row
+        that keeps running (static batching) is held at the last position."""
+        rows = tokens.shape[0]
+        at = np.minimum(positions.astype(np.int64), self.capacity - 1)
+        feeds: dict[str, Array] = {
+            TOKENS: tokens.reshape(rows, 1).astype(np.int64),
+            POSITIONS: at.reshape(rows, 1),
+            SEQLENS: at.astype(np.int32),
+            TOTAL: np.array(int(at.max()) + 1, dtype=np.int32),
+        }
+        return self._step(feeds, 0, rows)
+
+    def after_decode(self, step: Step, out: dict[str, Array]) -> None:
+        rows = step.feeds[TOKENS].shape[0]
+        self._lengths[:rows] = np.minimum(step.feeds[SEQLENS] + 1, self.capacity)
+
+    def compact(self, live: list[int]) -> list[int] | None:
+        """Always, at once: each hole among the first len(live) rows takes a live row from the
+        end (only its real tokens are copied)."""
+        keep = set(live)
+        order = list(range(len(live)))
+        movers = [r for r in reversed(live) if r >= len(live)]
+        for hole in (r for r in range(len(live)) if r not in keep):
+            source = movers.pop()
+            order[hole] = source
+            used = int(self._lengths[source])
+            for buffer in self._buffers:
+                buffer[hole, :, :used] = buffer[source, :, :used]
+            self._lengths[hole] = used
+        self._rows = len(live)
+        return order
+
+    def clear(self) -> None:
+        self._rows = 0
+        self._lengths[:] = 0

@@ -1,0 +1,185 @@
+"""GPT-2 decoders with an in-place KV cache, written as an ONNX graph from the model's weights.
+
+The plain export (inferd.prep.decoder) concatenates each step's keys and values to the past,
+so every decode step copies the whole cache and attends over the batch's longest row. This
+graph uses ONNX Runtime's `GroupQueryAttention` instead: the cache is a fixed buffer
+`[batch, heads, capacity, head_dim]` per layer and kind that the runtime binds as both the past
+input and the present output, so a step writes only the new token's keys and values, at each
+row's own position, and attends over each row's own length (`seqlens_k`), not the longest.
+
+Inputs: `input_ids [batch, sequence]`, `position_ids [batch, sequence]`, `seqlens_k [batch]`
+(int32: each row's length after this step, minus one), `total_sequence_length` (int32 scalar:
+the longest of those lengths), `past_key_values.{i}.key|value`; outputs: `logits`,
+`present.{i}.key|value` (the same buffers). A prefill passes right-padded prompts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.runtime.kv_names import PAST, PRESENT, cache_names
+from inferd.runtime.protocol import Array
+
+LOGITS = "logits"
+
+SEQLENS, TOTAL = "seqlens_k", "total_sequence_length"
+ACTIVATIONS = {"gelu_new": "FastGelu", "gelu_pytorch_tanh": "FastGelu", "gelu": "Gelu"}
+
+
+class InplaceDecoderError(ValueError):
+    """The model has a setting this graph does not reproduce (named in the message)."""
+
+
+def check_config(raw: dict[str, Any]) -> None:
+    activation = raw.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise InplaceDecoderError(f"activation {activation!r} is not supported in place; "
+                                  f"supported: {', '.join(ACTIVATIONS)}")  # fmt: skip
+    for key, plain in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                       ("reorder_and_upcast_attn", False)):  # fmt: skip
+        if raw.get(key, plain) != plain:
+            raise InplaceDecoderError(f"{key}={raw[key]!r} is not supported in place")
+    if raw.get("tie_word_embeddings", True) is not True:
+        raise InplaceDecoderError("untied output embeddings are not supported in place")
+
+
+def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
+                          opset: int = 17) -> Any:  # fmt: skip
+    """The ONNX model (onnx.ModelProto) for a GPT-2 state dict (`transformer.*` names, float32
+    arrays) and its config.json."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    check_config(raw)
+    layers, heads = int(raw["n_layer"]), int(raw["n_head"])
+    hidden, vocab = int(raw["n_embd"]), int(raw["vocab_size"])
+    head_dim = hidden // heads
+    eps = float(raw.get("layer_norm_epsilon", 1e-5))
+    activation = ACTIVATIONS[raw.get("activation_function", "gelu_new")]
+
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def weight(name: str, array: np.ndarray | None = None) -> str:
+        value = weights[name] if array is None else array
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value, np.float32), name))
+        return name
+
+    def node(op: str, inputs: list[str], out: str, domain: str = "", **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [out], name=out, domain=domain, **attrs))
+        return out
+
+    def linear(x: str, prefix: str, out: str) -> str:
+        y = node("MatMul", [x, weight(f"{prefix}.weight")], f"{out}_mm")
+        return node("Add", [y, weight(f"{prefix}.bias")], out)
+
+    def norm(x: str, prefix: str, out: str) -> str:
+        return node("LayerNormalization",
+                    [x, weight(f"{prefix}.weight"), weight(f"{prefix}.bias")], out, axis=-1,
+                    epsilon=eps)  # fmt: skip
+
+    tokens = node("Gather", [weight("transformer.wte.weight"), "input_ids"], "tok_emb")
+    places = node("Gather", [weight("transformer.wpe.weight"), "position_ids"], "pos_emb")
+    x = node("Add", [tokens, places], "emb")
+    split = "qkv_split"
+    inits.append(numpy_helper.from_array(np.array([hidden] * 3, np.int64), split))
+    past, present = cache_names(layers, PAST), cache_names(layers, PRESENT)
+    for i in range(layers):
+        p = f"transformer.h.{i}"
+        h = norm(x, f"{p}.ln_1", f"h{i}_ln1")
+        qkv = linear(h, f"{p}.attn.c_attn", f"h{i}_qkv")
+        q, k, v = f"h{i}_q", f"h{i}_k", f"h{i}_v"
+        nodes.append(helper.make_node("Split", [qkv, split], [q, k, v], name=f"h{i}_split",
+                                      axis=2))  # fmt: skip
+        nodes.append(helper.make_node(
+            "GroupQueryAttention", [q, k, v, past[2 * i], past[2 * i + 1], SEQLENS, TOTAL],
+            [f"h{i}_attn", present[2 * i], present[2 * i + 1]], name=f"h{i}_gqa",
+            domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
+        ))  # fmt: skip
+        a = linear(f"h{i}_attn", f"{p}.attn.c_proj", f"h{i}_proj")
+        x = node("Add", [x, a], f"h{i}_res1")
+        h = norm(x, f"{p}.ln_2", f"h{i}_ln2")
+        f = linear(h, f"{p}.mlp.c_fc", f"h{i}_fc")
+        f = node(activation, [f], f"h{i}_act", domain="com.microsoft")
+        f = linear(f, f"{p}.mlp.c_proj", f"h{i}_mlp")
+        x = node("Add", [x, f], f"h{i}_res2")
+    x = norm(x, "transformer.ln_f", "final_ln")
+    head = weight("lm_head_t", np.ascontiguousarray(weights["transformer.wte.weight"].T))
+    node("MatMul", [x, head], "logits")
+
+    f32, i64, i32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+    cache_shape: list[str | int | None] = ["batch", heads, "capacity", head_dim]
+    graph = helper.make_graph(
+        nodes, "inferd-gpt2-inplace",
+        [helper.make_tensor_value_info("input_ids", i64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("position_ids", i64, ["batch", "sequence"]),
+         helper.make_tensor_value_info(SEQLENS, i32, ["batch"]),
+         helper.make_tensor_value_info(TOTAL, i32, []),
+         *(helper.make_tensor_value_info(n, f32, cache_shape) for n in past)],
+        [helper.make_tensor_value_info("logits", f32, ["batch", "sequence", vocab]),
+         *(helper.make_tensor_value_info(n, f32, cache_shape) for n in present)],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)],
+    )
+    model.ir_version = 8
+    return model
+
+
+def compare_with_concat(concat_path: Path, inplace_path: Path, vocab: int, context: int,
+                        seed: int = 0) -> float:  # fmt: skip
+    """The largest |difference| of logits between the two layouts of one model, both driven
+    by the KV stores that serve them: four prompts of different lengths prefilled together,
+    decode steps, then two sequences leaving (the stores compact their rows, each its own
+    way) and more steps."""
+    from inferd.config.model import GenerationConfig, RuntimeOptions
+    from inferd.generation.decoder import DecoderShape
+    from inferd.generation.kvstore import kv_store
+    from inferd.runtime.onnx_session import OnnxSession
+
+    rng = np.random.default_rng(seed)
+    lengths = [min(n, context // 2) for n in (5, 11, 3, 8)]
+    prompts = [[int(t) for t in rng.integers(1, vocab, n)] for n in lengths]
+    config = GenerationConfig(context_length=context, max_running=len(prompts),
+                              max_kv_tokens=len(prompts) * context)  # fmt: skip
+    worst = 0.0
+    per_layout: list[dict[int, list[Array]]] = []
+    for path in (concat_path, inplace_path):
+        session = OnnxSession(path, RuntimeOptions())
+        shape = DecoderShape.of(session.inputs, session.outputs)
+        store = kv_store(shape, config)
+        rows = list(range(len(prompts)))  # the sequence in each row
+        step = store.prefill(prompts, rows, 0)
+        logits = store.after_prefill(step, session.run(step.feeds, shape.output_names, step.into))
+        seen: dict[int, list[Array]] = {r: [logits[r]] for r in rows}
+        tokens = dict(enumerate(_reference_tokens(prompts, vocab, seed)))
+        for n in range(6):
+            if n == 3:  # sequences 0 and 2 leave
+                order = store.compact([i for i, r in enumerate(rows) if r in (1, 3)])
+                assert order is not None, "half of the rows left: both stores compact"
+                rows = [rows[i] for i in order]
+            fed = np.array([tokens[r][n] for r in rows], dtype=np.int64)
+            at = np.array([lengths[r] + n for r in rows], dtype=np.int64)
+            step = store.decode(fed, at)
+            out = session.run(step.feeds, shape.output_names, step.into)
+            store.after_decode(step, out)
+            for i, r in enumerate(rows):
+                seen[r].append(out[LOGITS][i, -1, :])
+        per_layout.append(seen)
+        session.close()
+    concat, inplace = per_layout
+    for seq, expected in concat.items():
+        for a, b in zip(expected, inplace[seq], strict=True):
+            diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+            worst = max(worst, float(np.abs(diff).max()))
+    return worst
+
+
+def _reference_tokens(prompts: list[list[int]], vocab: int, seed: int) -> list[list[int]]:
+    """The tokens fed at each decode step, per sequence: the same for both layouts."""
+    rng = np.random.default_rng(seed + 1)
+    return [[int(t) for t in rng.integers(1, vocab, 6)] for _ in prompts]
