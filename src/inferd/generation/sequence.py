@@ -51,7 +51,8 @@ class Sequence:
         self.cancelled = False
         self.finished: Finished | None = None
         self._whole = False
-        """Set when the client waits for the whole answer: no text events are queued."""
+        """Set when the client waits for the whole answer: no text events are queued, and
+        without stop sequences the text is decoded once, at the end."""
 
     @property
     def done(self) -> bool:
@@ -82,9 +83,12 @@ class Sequence:
             return since
         self.generated.append(token)
         self.seen.add(token)
-        delta = self._text.push(token)
-        if delta and not self._whole:
-            self.events.put_nowait(delta)
+        if self._whole and not self.params.stop:
+            self._text.append(token)  # nobody reads the text before the end: decoded then
+        else:
+            delta = self._text.push(token)
+            if delta and not self._whole:
+                self.events.put_nowait(delta)
         if self._text.stopped:
             self.finish("stop", now)
         else:

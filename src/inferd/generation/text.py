@@ -25,6 +25,10 @@ class IncrementalText:
         self.emitted = 0
         self.stopped = False
 
+    def append(self, token: int) -> None:
+        """Adds a token without decoding it yet (`flush` decodes what is pending)."""
+        self._ids.append(token)
+
     def push(self, token: int) -> str:
         """Adds a token; returns the text that is now safe to send (maybe empty)."""
         self._ids.append(token)

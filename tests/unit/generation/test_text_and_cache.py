@@ -45,6 +45,16 @@ def test_a_multibyte_character_is_never_split(tokenizer: Tokenizer) -> None:
     assert len(tokenizer.encode("😀").ids) > 1  # the emoji really spans several tokens
 
 
+def test_tokens_appended_undecoded_come_out_whole_at_the_end(tokenizer: Tokenizer) -> None:
+    text = "naïve café 😀 東京: pushed, then appended and decoded at the end"
+    ids = tokenizer.encode(text).ids
+    inc = IncrementalText(tokenizer, ())
+    pushed = "".join(inc.push(t) for t in ids[:5])
+    for token in ids[5:]:
+        inc.append(token)
+    assert pushed + inc.flush() == inc.text == text
+
+
 def test_a_stop_sequence_ends_the_text_before_it(tokenizer: Tokenizer) -> None:
     deltas, whole = feed(tokenizer, "Open the file. Then close it.", stop=("Then",))
     assert whole == "Open the file. "
