@@ -18,12 +18,23 @@ from inferd.engine.manager import ModelManager
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
+from inferd.server.hot import HotRoutes, hot_route
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.routes import completions, generate, health, openai, repository, tasks, v2
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
+
+HOT_ROUTES = (
+    ("/predict", tasks.predict),
+    ("/embed", tasks.embed),
+    ("/v1/embeddings", openai.embeddings),
+    ("/v2/models/{model}/infer", v2.infer),
+    ("/v2/models/{model}/versions/{version}/infer", v2.version_infer),
+)
+"""Served by `HotRoutes`, past FastAPI's per-request layers (inferd.server.hot); FastAPI
+registers them too, at the same paths, for the schema."""
 
 
 def create_app(
@@ -61,6 +72,9 @@ def create_app(
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     for module in (health, v2, tasks, generate, openai, completions, metrics_route, repository):
         app.include_router(module.router, responses=ERROR_RESPONSES)
+    # added first, so innermost: every middleware below still applies to the hot routes
+    routes = [hot_route(path, endpoint) for path, endpoint in HOT_ROUTES]
+    app.add_middleware(HotRoutes, routes=routes, handlers=app.exception_handlers)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AuthMiddleware,
