@@ -93,6 +93,10 @@ def token_cost(rows: int, extent: Extent) -> int:
     return rows * (math.prod(extent[0]) if extent else 1)
 
 
+DEEP_QUEUE_WASTE = 0.25
+"""The share of `max_padding_waste` a batch may pad when the queue is deeper than one batch."""
+
+
 def select_batch(
     candidates: Sequence[Candidate],
     max_rows: int,
@@ -106,7 +110,10 @@ def select_batch(
     batch's padded tokens stay within `max_tokens`, and the padded share of the batch stays
     within `max_padding_waste`. Candidates are considered in arrival order, or, with
     `group_by_length`, nearest length to the oldest item first, so that a batch gathers items
-    of similar length. `max_rows <= 0` means an unbatched model: one item per run.
+    of similar length; then, when more rows of the batch's kind wait than it can take (a deep
+    queue: the items left out will find partners of their own length), the padding bound is
+    a quarter of `max_padding_waste`. `max_rows <= 0` means an unbatched model: one item per
+    run.
     """
     if not candidates:
         return []
@@ -117,6 +124,9 @@ def select_batch(
     order: Sequence[int] = range(1, len(candidates))
     if group_by_length and head.sig.extent:
         order = sorted(order, key=lambda i: abs(_elements(candidates[i].sig.extent) - head_size))
+        waiting = sum(c.rows for c in candidates if c.sig.key == head.sig.key)
+        if waiting > max_rows:
+            max_padding_waste *= DEEP_QUEUE_WASTE
     chosen = [0]
     total = head.rows
     widest = head.sig.extent

@@ -58,7 +58,8 @@ class DynamicBatchingConfig(_Strict):
         ge=0,
         le=1,
         description="Items of different lengths share a batch only while padded elements stay "
-        "under this share of the batch.",
+        "under this share of the batch; a quarter of it when more rows wait than one batch "
+        "takes (with length_grouping: the items left out find partners of their own length).",
     )
 
     @model_validator(mode="after")
