@@ -204,6 +204,8 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
     run(ids[:, :3], 0, fresh=False)
     step = run(ids[:, 3:], 3, fresh=False)
     np.testing.assert_allclose(step[0, -1], full[0, -1], atol=1e-5)
+    # the later steps read the plain export's inputs: they say so instead of failing inside
+    assert main(["quantize", "--repo", str(tmp_path), "--model", "gpt"]) == 2
 
 
 def test_gpt2_optimize_keeps_parity_and_reports_node_counts(

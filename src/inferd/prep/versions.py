@@ -11,6 +11,7 @@ from typing import Any
 import onnx
 
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
+from inferd.prep.sources import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
 from inferd.prep.writer import copy_beside
 from inferd.repository.scan import MODEL_FILE
@@ -61,6 +62,11 @@ def _graph_plan(model: Any) -> FeedPlan:
 
 def read_version(path: Path) -> VersionModel:
     model = onnx.load(str(path))
+    if any(value.name == "seqlens_k" for value in model.graph.input):
+        raise SourceError(
+            f"{path.parent.name}/{path.name} is a decoder with an in-place KV cache; optimize "
+            "or quantize the plain export (without --kv-cache inplace) instead"
+        )
     metadata = {p.key: p.value for p in model.metadata_props}
     plan = (
         FeedPlan.from_json(metadata[METADATA_KEY]) if METADATA_KEY in metadata

@@ -1,0 +1,127 @@
+"""A/B of two versions of inferd's code on the demo model, interleaved in one run.
+
+Each variant is a git ref of this repository (checked out into a temporary worktree, its
+`src` first on the server's PYTHONPATH), optionally with model config overrides; every
+variant's server runs on the same demo repository copy, and the rounds alternate between them
+so the machine's drift (10-25% from minute to minute here) falls on all alike. Per variant:
+the median over rounds of requests/s, server CPU per request, and padding efficiency.
+
+    python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --concurrency 64
+    python benchmarks/ab_bench.py --variant w10=HEAD \
+        --variant w02=HEAD:dynamic_batching.max_padding_waste=0.02
+    python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --empty
+        (--empty: requests with no text, answered 4001 before any model work: the cost of
+        the HTTP and dispatch layers alone)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import yaml
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import Server, machine_description, median_of, require_wrk, run_wrk
+from inferd.tools.demo import build_demo
+from text_bench import make_texts, stats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    ref: str
+    overrides: dict[str, object]
+
+
+def parse_variant(text: str) -> Variant:
+    """NAME=REF[:dotted.key=value...]"""
+    name, _, rest = text.partition("=")
+    ref, *sets = rest.split(":")
+    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)}
+    return Variant(name, ref, overrides)
+
+
+def configure(repo: Path, overrides: dict[str, object]) -> None:
+    path = repo / "minilm" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    for dotted, value in overrides.items():
+        *parents, key = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    path.write_text(yaml.safe_dump(config))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", required=True, type=parse_variant)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--empty", action="store_true", help="bodies with no text (4001)")
+    args = parser.parse_args()
+    require_wrk()
+    with tempfile.TemporaryDirectory(prefix="inferd-ab-") as tmp:
+        base = build_demo(Path(tmp) / "demo")
+        tokenizer = Tokenizer.from_file(str(base / "minilm" / "1" / "tokenizer.json"))
+        tokenizer.no_padding()
+        texts = [[]] if args.empty else [[t] for t in make_texts(tokenizer, 1024)]
+        bodies = [orjson.dumps({"texts": t, "model": "minilm"}) for t in texts]
+        servers: dict[str, Server] = {}
+        try:
+            for v in args.variant:
+                tree = Path(tmp) / f"tree-{v.name}"
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
+                                str(tree), v.ref], check=True)  # fmt: skip
+                repo = Path(tmp) / f"repo-{v.name}"
+                shutil.copytree(base, repo)
+                configure(repo, v.overrides)
+                servers[v.name] = Server(repo, env={"PYTHONPATH": str(tree / "src")})
+            results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in servers}
+            for server in servers.values():
+                run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
+            for round_ in range(args.rounds):
+                for name, server in servers.items():
+                    before = stats(server)
+                    step = run_wrk(server, "/embed", bodies, args.concurrency, args.seconds)
+                    after = stats(server)
+                    padded = after["padded"] - before["padded"]
+                    padding = (after["real"] - before["real"]) / padded if padded else 1.0
+                    results[name].append((step.requests_per_s,
+                                          step.server_cpu_ms_per_request, padding))  # fmt: skip
+                    print(f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
+                          f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding "
+                          f"{padding:.1%}", flush=True)  # fmt: skip
+        finally:
+            for server in servers.values():
+                server.stop()
+            for v in args.variant:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(Path(tmp) / f"tree-{v.name}")], check=False)  # fmt: skip
+    print(f"\nMachine: {machine_description()}")
+    print(f"Command: python benchmarks/ab_bench.py {' '.join(sys.argv[1:])}\n")
+    print("| variant | req/s | server CPU ms/req | padding efficiency |")
+    print("|---|---:|---:|---:|")
+    for name, rows in results.items():
+        print(
+            f"| {name} | {median_of([r[0] for r in rows]):.1f} | "
+            f"{median_of([r[1] for r in rows]):.3f} | {median_of([r[2] for r in rows]):.1%} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
