@@ -22,7 +22,7 @@ import yaml
 log = logging.getLogger(__name__)
 
 DONE_MARKER = ".inferd-demo"
-DEMO_VERSION = "2"
+DEMO_VERSION = "3"
 
 SENTIMENT_LABELS = [
     {"name": "positive", "description": "A positive, happy, approving statement: I love it."},
@@ -61,10 +61,13 @@ def _minilm_config(max_tokens: int) -> dict[str, Any]:
     return {
         "task": "embedding",
         "max_batch_size": 32,
-        # `inferd bench tune` on a 2-core machine: two single-threaded instances serve 91
-        # texts/s against 64 for one instance on both cores (small batches of short texts
-        # do not split well across threads); re-tune on a machine with more cores
-        "instance_count": 2,
+        # on a 2-core machine, single-threaded instances: `inferd bench tune` found two serve
+        # 91 texts/s against 64 for one instance on both cores (small batches of short texts
+        # do not split well across threads), and `benchmarks/ab_bench.py` three rather than
+        # two: +12% at concurrency 8 and 32, +5% at 64 (one more instance than cores keeps a
+        # runtime thread ready while the event loop works; four gain nothing more). Re-tune
+        # on a machine with more cores
+        "instance_count": 3,
         "runtime": {"intra_op_threads": 1},
         "dynamic_batching": {
             "max_queue_delay_ms": 2,
