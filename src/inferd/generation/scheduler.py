@@ -5,13 +5,16 @@ KV rows then join the running batch), runs one decode step for every running seq
 each sequence's next token, and retires the finished and the cancelled at once, freeing their
 KV rows. Admission is first come, first served, under `max_running` sequences and a KV budget:
 the tokens every admitted sequence may come to hold (prompt + max new tokens) stay within
-`max_kv_tokens`, and so does the padded cache right after the join.
+`max_kv_tokens`, and so does what the KV store holds right after the join (padding
+included). The cache itself lives in a KV store (inferd.generation.kvstore), one per decoder
+layout: concatenated past + new, or written in place.
 
-Each row has its own attention mask and positions, so a sequence's output never depends on
-what else shares the batch. `scheduling: static` is the conventional baseline the benchmark
-compares against: a batch is formed from the waiting requests, closed to newcomers, and runs
-until its longest sequence ends; a finished sequence is answered at once, but its row keeps
-being computed (and discarded) until the batch ends, as with a padded `generate()` call.
+Each row has its own positions and its own length (an attention mask, or `seqlens_k`), so a
+sequence's output never depends on what else shares the batch. `scheduling: static` is the
+conventional baseline the benchmark compares against: a batch is formed from the waiting
+requests, closed to newcomers, and runs until its longest sequence ends; a finished sequence
+is answered at once, but its row keeps being computed (and discarded) until the batch ends, as
+with a padded `generate()` call.
 """
 
 from __future__ import annotations
