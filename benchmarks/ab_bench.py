@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, require_wrk, run_wrk
 from inferd.tools.demo import build_demo
-from text_bench import make_texts, stats
+from text_bench import apply_overrides, make_texts, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,14 +55,7 @@ def parse_variant(text: str) -> Variant:
 
 def configure(repo: Path, overrides: dict[str, object]) -> None:
     path = repo / "minilm" / "config.yaml"
-    config = yaml.safe_load(path.read_text())
-    for dotted, value in overrides.items():
-        *parents, key = dotted.split(".")
-        node = config
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[key] = value
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(apply_overrides(yaml.safe_load(path.read_text()), overrides)))
 
 
 def main() -> int:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, publish
-from inferd.runtime.kv_names import PAST, cache_names
+from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
 
@@ -155,10 +155,11 @@ def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int 
         binding.bind_cpu_input("seqlens_k", np.full(rows, past, dtype=np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(past + 1, dtype=np.int32))
         binding.bind_output("logits")
-        for name, array in cache.items():
+        presents = cache_names(shape.layers, PRESENT)
+        for (name, array), present in zip(cache.items(), presents, strict=True):
             value = ort.OrtValue.ortvalue_from_numpy(array)
             binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
+            binding.bind_ortvalue_output(present, value)
 
         def step() -> None:
             session.run_with_iobinding(binding)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -149,6 +150,17 @@ class ServedRow:
     reference_cpu_ms: float
 
 
+def apply_overrides(config: dict[str, Any], overrides: dict[str, object]) -> dict[str, Any]:
+    """Model config overrides by dotted key (dynamic_batching.max_padding_waste=0.1)."""
+    for dotted, value in overrides.items():
+        *parents, key = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    return config
+
+
 def serve_steps(
     repo: Path,
     bodies: list[bytes],
@@ -164,13 +176,7 @@ def serve_steps(
         pristine.write_text(config_path.read_text())
     config = yaml.safe_load(pristine.read_text())
     config["dynamic_batching"]["length_grouping"] = grouping
-    for dotted, value in (overrides or {}).items():
-        *parents, key = dotted.split(".")
-        node = config
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[key] = value
-    config_path.write_text(yaml.safe_dump(config))
+    config_path.write_text(yaml.safe_dump(apply_overrides(config, overrides or {})))
     server = Server(repo)
     rows = []
     try:

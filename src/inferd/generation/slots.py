@@ -51,10 +51,13 @@ class SlotKV:
         names = self._shape.past_names
         return {n: buffer[start:stop] for n, buffer in zip(names, self._buffers, strict=True)}
 
-    def _step(self, feeds: dict[str, Array], start: int, stop: int, **extra: object) -> Step:
+    def _step(self, feeds: dict[str, Array], start: int, stop: int,
+              prompt_lengths: tuple[int, ...] = ()) -> Step:  # fmt: skip
+        """The step on rows [start, stop): their buffer views as past, written as present."""
         feeds.update(self._views(start, stop))
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
-        return Step(feeds, into, **extra)  # type: ignore[arg-type]
+        slots = tuple(range(start, stop)) if prompt_lengths else ()
+        return Step(feeds, into, slots, prompt_lengths)
 
     def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
         """Right-padded prompts, written into the rows right after the running ones."""
@@ -74,8 +77,7 @@ class SlotKV:
             SEQLENS: np.array(lengths, dtype=np.int32) - 1,
             TOTAL: np.array(width, dtype=np.int32),
         }
-        return self._step(feeds, start, start + len(prompts), slots=tuple(slots),
-                          lengths=tuple(lengths))  # fmt: skip
+        return self._step(feeds, start, start + len(prompts), tuple(lengths))
 
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
         rows = np.array(step.slots)

@@ -20,16 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from inferd.generation.decoder import LOGITS, SEQLENS, TOTAL
+from inferd.prep.sources import SourceError
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.runtime.protocol import Array
 
-LOGITS = "logits"
-
-SEQLENS, TOTAL = "seqlens_k", "total_sequence_length"
 ACTIVATIONS = {"gelu_new": "FastGelu", "gelu_pytorch_tanh": "FastGelu", "gelu": "Gelu"}
 
 
-class InplaceDecoderError(ValueError):
+class InplaceDecoderError(SourceError):
     """The model has a setting this graph does not reproduce (named in the message)."""
 
 

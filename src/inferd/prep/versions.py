@@ -10,6 +10,7 @@ from typing import Any
 
 import onnx
 
+from inferd.generation.decoder import SEQLENS
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.sources import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
@@ -62,7 +63,7 @@ def _graph_plan(model: Any) -> FeedPlan:
 
 def read_version(path: Path) -> VersionModel:
     model = onnx.load(str(path))
-    if any(value.name == "seqlens_k" for value in model.graph.input):
+    if any(value.name == SEQLENS for value in model.graph.input):
         raise SourceError(
             f"{path.parent.name}/{path.name} is a decoder with an in-place KV cache; optimize "
             "or quantize the plain export (without --kv-cache inplace) instead"
