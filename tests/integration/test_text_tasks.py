@@ -70,6 +70,15 @@ def test_the_demo_repository_is_ready(http: httpx.Client) -> None:
     ids = {m["id"]: m["task"] for m in http.get("/v1/models").json()["data"]}
     assert ids["minilm"] == "embedding"
     assert ids["sentiment"] == ids["topics"] == "zero-shot-classification"
+    assert ids["sentiment-head"] == "tensor"
+
+
+def test_a_request_naming_no_model_goes_to_the_default(http: httpx.Client) -> None:
+    answer = http.post("/predict", json={"texts": ["I love it"]}).json()
+    assert answer["model"] == "sentiment" and answer["labels"] == ["positive"]
+    assert http.get("/v2").json()["defaults"]["predict"] == "sentiment"
+    models = {m["id"]: m["default_for"] for m in http.get("/v1/models").json()["data"]}
+    assert models["sentiment"] == ["predict"] and models["topics"] == []
 
 
 def test_embeddings_match_sentence_transformers(http: httpx.Client) -> None:
@@ -237,7 +246,8 @@ def test_unknown_model_is_404_and_wrong_task_is_4004(http: httpx.Client) -> None
     error(http.post("/embed", json={"model": "nope", "texts": ["x"]}), 404, 4040)
     error(http.post("/embed", json={"model": "sentiment", "texts": ["x"]}), 400, 4004)
     error(http.post("/predict", json={"model": "minilm", "texts": ["x"]}), 400, 4004)
-    error(http.post("/embed", json={"texts": ["x"]}), 400, 4004)  # two embedding models here
+    message = error(http.post("/embed", json={"texts": ["x"]}), 400, 4004)  # two, no default
+    assert "none is the default" in message and "default: true" in message
 
 
 def test_bad_requests_never_disturb_good_ones_beside_them(http: httpx.Client) -> None:

@@ -16,6 +16,15 @@ V2Datatype = Literal[
 ]  # fmt: skip
 
 
+PURPOSE_OF_TASK = {
+    "embedding": "embed",
+    "text-classification": "predict",
+    "zero-shot-classification": "predict",
+    "text-generation": "generate",
+}
+"""Task -> the task route family (`/embed`, `/predict`, `/generate`) it serves."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -312,6 +321,11 @@ class ModelConfig(_Strict):
     max_texts_per_request: int = Field(
         128, ge=1, description="Most texts one request may carry (4005 above)."
     )
+    default: bool = Field(
+        False,
+        description="Answer the task routes that name no model (`/predict`, `/embed`, "
+        "`/generate`, `/v1/...`) when several models serve the task; one default per task.",
+    )
 
     @model_validator(mode="after")
     def _unique_overrides(self) -> ModelConfig:
@@ -323,7 +337,14 @@ class ModelConfig(_Strict):
             raise ValueError("pad_value applies to inputs only")
         if (self.task == "zero-shot-classification") != (self.zero_shot is not None):
             raise ValueError("zero_shot is required for, and only for, zero-shot-classification")
+        if self.default and self.task == "tensor":
+            raise ValueError("default applies to task models (tensor models are always named)")
         return self
+
+    @property
+    def purpose(self) -> str | None:
+        """The task route that can answer with this model when a request names none."""
+        return PURPOSE_OF_TASK.get(self.task)
 
     @property
     def is_text(self) -> bool:

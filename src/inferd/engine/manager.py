@@ -24,6 +24,7 @@ from inferd.engine.observer import EngineObserver
 from inferd.engine.text import Classified, Embeddings
 from inferd.engine.version import ServedVersion, VersionState
 from inferd.errors import (
+    ConfigError,
     InferdError,
     InvalidInputError,
     NotFoundError,
@@ -32,7 +33,7 @@ from inferd.errors import (
 )
 from inferd.generation.params import SamplingParams
 from inferd.observability.trace import RequestTrace
-from inferd.repository.scan import ModelEntry, scan_model, valid_name
+from inferd.repository.scan import ModelEntry, scan_model, task_defaults, valid_name
 from inferd.runtime.protocol import Array, Feeds, Runtime
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,6 @@ def onnx_runtime_loader(path: Path, options: RuntimeOptions) -> Runtime:
     from inferd.runtime.onnx_session import OnnxSession  # the only road to onnxruntime
 
     return OnnxSession(path, options)
-
-
-PURPOSE_TASKS = {
-    "embed": ("embedding",),
-    "predict": ("text-classification", "zero-shot-classification"),
-    "generate": ("text-generation",),
-}
 
 
 @dataclass(frozen=True)
@@ -245,6 +239,11 @@ class ModelManager:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
         if not entry.config.needs_versions:
             raise InvalidInputError("a zero-shot model follows its base model; load that one")
+        others = [e for n, e in self._entries.items() if n != name and n in self.versions]
+        try:
+            task_defaults([*others, entry])
+        except ConfigError as exc:
+            raise InvalidInputError(f"model '{name}' cannot load: {exc}") from exc
         self._entries[name] = entry
         self.model_errors.pop(name, None)
         self.unloaded.discard(name)
@@ -414,20 +413,38 @@ class ModelManager:
             with _outcome(served):
                 return served, await served.classify(texts, k, deadline, trace)
 
+    def defaults(self) -> dict[str, str]:
+        """Purpose ("embed", "predict", "generate") -> the model that answers requests naming
+        none: the one served for that purpose, else the one marked `default: true`."""
+        fits: dict[str, list[str]] = {}
+        marked: dict[str, str] = {}
+        for name, versions in self.versions.items():
+            if name in self.unloaded:
+                continue
+            config = next(iter(versions.values())).config
+            if config.purpose is None:
+                continue
+            fits.setdefault(config.purpose, []).append(name)
+            if config.default:
+                marked[config.purpose] = name
+        chosen = {purpose: names[0] for purpose, names in fits.items() if len(names) == 1}
+        return {**marked, **chosen}
+
     def default_model(self, purpose: str) -> ServedVersion:
-        """The one model that serves `purpose` ("embed" or "predict") when a request names none."""
-        tasks = PURPOSE_TASKS[purpose]
-        fits = [
+        """The model that serves `purpose` when a request names none (see `defaults`)."""
+        chosen = self.defaults().get(purpose)
+        if chosen is not None:
+            return self.resolve(chosen)
+        fits = sorted(
             name
             for name, versions in self.versions.items()
-            if next(iter(versions.values())).config.task in tasks
-        ]
-        if len(fits) == 1:
-            return self.resolve(fits[0])
+            if next(iter(versions.values())).config.purpose == purpose and name not in self.unloaded
+        )
         if not fits:
             raise NotFoundError(f"no model here can {purpose}; see GET /v1/models")
         raise InvalidInputError(
-            f"several models can {purpose} ({sorted(fits)}): name one in 'model'"
+            f"several models can {purpose} ({fits}) and none is the default: name one in "
+            "'model' (or set default: true in one's config.yaml)"
         )
 
     def start_generation(

@@ -7,6 +7,7 @@ caller reports it and serves the rest.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,8 +109,26 @@ def scan_model(folder: Path) -> ModelEntry:
     )
 
 
+def task_defaults(entries: Sequence[ModelEntry]) -> dict[str, str]:
+    """Purpose ("embed", "predict", "generate") -> the model marked `default: true` for it.
+    Raises ConfigError when two models claim one purpose."""
+    chosen: dict[str, str] = {}
+    for entry in entries:
+        config = entry.config
+        if config is None or not config.default or config.purpose is None:
+            continue
+        other = chosen.setdefault(config.purpose, entry.name)
+        if other != entry.name:
+            raise ConfigError(
+                f"two models are the default of /{config.purpose}: '{other}' and '{entry.name}' "
+                "(default: true in both config.yaml files; keep one)"
+            )
+    return chosen
+
+
 def scan_repository(root: Path) -> list[ModelEntry]:
-    """Every model folder under `root`, sorted by name. Raises ConfigError if `root` is unusable."""
+    """Every model folder under `root`, sorted by name. Raises ConfigError if `root` is unusable
+    or two models claim to be the default of one task."""
     if not root.is_dir():
         raise ConfigError(f"model repository {root} is not a folder")
     models = []
@@ -120,4 +139,5 @@ def scan_repository(root: Path) -> list[ModelEntry]:
             models.append(ModelEntry(folder.name, folder, None, (), error="not a valid model name"))
             continue
         models.append(scan_model(folder))
+    task_defaults(models)
     return models

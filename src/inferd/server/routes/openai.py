@@ -80,6 +80,9 @@ async def embeddings(request: Request) -> Response:
 @router.get("/models", summary="Models (OpenAI)")
 async def models(request: Request) -> Response:
     manager = manager_of(request)
+    default_for: dict[str, list[str]] = {}
+    for purpose, name in sorted(manager.defaults().items()):
+        default_for.setdefault(name, []).append(purpose)
     data = []
     for name, versions in sorted(manager.versions.items()):
         ready = [v for v in versions.values() if v.ready]
@@ -94,6 +97,8 @@ async def models(request: Request) -> Response:
                 "owned_by": "inferd",
                 "task": served.task,
                 "version": str(served.version),
+                # the task routes that use this model when a request names none
+                "default_for": default_for.get(name, []),
             }
         )
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")

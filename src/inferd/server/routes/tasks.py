@@ -21,7 +21,9 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     texts: list[str] = Field(description="The texts to classify.")
-    model: str | None = Field(None, description="Default: the one classifier served.")
+    model: str | None = Field(
+        None, description="Default: the one classifier served, or the one marked default."
+    )
     top_k: int | None = Field(
         None, ge=1, le=1000, description="Labels per text; when given, each text gets a list."
     )
@@ -31,7 +33,9 @@ class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     texts: list[str] = Field(description="The texts to embed.")
-    model: str | None = Field(None, description="Default: the one embedding model served.")
+    model: str | None = Field(
+        None, description="Default: the one embedding model served, or the one marked default."
+    )
     dimensions: int | None = Field(
         None, ge=1, description="A smaller size, where the model allows truncation."
     )

@@ -53,8 +53,16 @@ def _ready_version(request: Request, model: str, version: str | None) -> ServedV
 
 
 @router.get("/v2", summary="Server metadata")
-async def server_metadata() -> Response:
-    return _json({"name": "inferd", "version": __version__, "extensions": EXTENSIONS})
+async def server_metadata(request: Request) -> Response:
+    # "defaults" (inferd's own field): the model each task route uses when a request names none
+    return _json(
+        {
+            "name": "inferd",
+            "version": __version__,
+            "extensions": EXTENSIONS,
+            "defaults": manager_of(request).defaults(),
+        }
+    )
 
 
 def _stats(request: Request, model: str | None, version: str | None) -> Response:
