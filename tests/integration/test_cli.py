@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ import httpx
 
 from inferd import __version__
 from tests.integration.server import RunningServer, start_server
+from tests.models import write_config
 
 
 def inferd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -63,7 +66,7 @@ def test_serve_without_a_repository_builds_and_serves_the_demo(tmp_path: Path) -
     try:
         assert httpx.get(server.url + "/ready", timeout=5).status_code == 200
         models = {m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]}
-        assert models == {"minilm", "sentiment", "topics"}
+        assert models == {"minilm", "sentiment", "topics", "sentiment-head"}
     finally:
         assert server.stop() == 0
     assert (demo / "minilm" / "1" / "model.onnx").is_file()
@@ -98,3 +101,66 @@ def test_file_env_and_flag_reach_the_running_server(tmp_path: Path, repository: 
         assert httpx.post(server.url + "/v2/models/affine/infer", json=body).status_code == 200
     finally:
         assert server.stop() == 0
+
+
+def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        result = inferd("serve", "--port", port, "--repo", str(tmp_path))
+    assert result.returncode == 3
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"inferd: cannot listen on 127.0.0.1:{port}: address already in use "
+                     "(another server there? --port chooses another)"]  # fmt: skip
+
+
+def test_a_bad_flag_shows_the_subcommand_usage() -> None:
+    result = inferd("bench", "run", "http://127.0.0.1:1", "--no-such-flag")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: inferd bench run")
+    assert "unrecognized arguments: --no-such-flag" in result.stderr
+    assert inferd("serve", "--nope").stderr.startswith("usage: inferd serve")
+
+
+def test_bench_help_names_the_defaults() -> None:
+    out = inferd("bench", "run", "--help").stdout
+    assert "(default: 10.0)" in out and "(default: closed)" in out and "(default: 0)" in out
+
+
+def test_a_configuration_error_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "server.yaml"
+    config.write_text("max_queue: 3\n")
+    result = inferd("serve", "--config", str(config))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(f"inferd: configuration error: {config}")
+
+
+def _classifier(root: Path, name: str, default: bool) -> None:
+    write_config(root / name, {
+        "task": "zero-shot-classification", "default": default,
+        "zero_shot": {"base_model": "minilm", "labels": [{"name": "a"}, {"name": "b"}]},
+    })  # fmt: skip
+
+
+def test_two_defaults_for_one_task_stop_the_start(tmp_path: Path) -> None:
+    _classifier(tmp_path, "first", True)
+    _classifier(tmp_path, "second", True)
+    result = inferd("serve", "--repo", str(tmp_path), "--port", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "inferd: configuration error: two models are the default of /predict: 'first' and "
+        "'second' (default: true in both config.yaml files; keep one)"
+    )
+
+
+def test_an_empty_repository_warns(tmp_path: Path) -> None:
+    server = start_server(tmp_path, tmp_path / "log", wait_loaded=False)
+    try:
+        ready = httpx.get(server.url + "/ready", timeout=5)
+        assert ready.status_code == 503
+    finally:
+        assert server.stop() == 0
+    warnings = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    assert any(w["level"] == "warning" and "holds no model folder" in w["event"]
+               for w in warnings), server.log()  # fmt: skip

@@ -45,6 +45,24 @@ def log_lines(server: RunningServer) -> list[dict[str, Any]]:
     return lines
 
 
+def test_requests_without_inference_count_under_their_model(client: httpx.Client) -> None:
+    before = scrape(client)
+    paths = ["/v2/models/multi", "/v2/models/multi/config", "/v2/models/multi/ready",
+             "/v2/models/multi/stats", "/v2"]  # fmt: skip
+    for path in paths:
+        assert client.get(path).status_code == 200
+    after = scrape(client)
+    for path in paths[:-1]:
+        endpoint = path.replace("multi", "{model}")
+        labels = {"endpoint": endpoint, "model": "multi", "status": "200", "code": "0"}
+        delta = value(after, "inferd_requests_total", **labels)
+        assert delta - value(before, "inferd_requests_total", **labels) == 1, endpoint
+    server_wide = {"endpoint": "/v2", "model": "", "status": "200", "code": "0"}
+    assert value(after, "inferd_requests_total", **server_wide) >= 1  # about no model
+    assert not any(dict(key[1]).get("model") == "_unknown" and dict(key[1]).get("status") == "200"
+                   for key in after)  # fmt: skip
+
+
 def test_metrics_count_what_was_sent(client: httpx.Client) -> None:
     endpoint = "/v2/models/{model}/versions/{version}/infer"
     before = scrape(client)
@@ -68,8 +86,8 @@ def test_metrics_count_what_was_sent(client: httpx.Client) -> None:
 
     ok = {"endpoint": endpoint, "model": "multi", "status": "200", "code": "0"}
     assert delta("inferd_requests_total", **ok) == 5
-    bad = {"endpoint": endpoint, "model": "_unknown", "status": "400", "code": "4004"}
-    assert delta("inferd_requests_total", **bad) == 7  # failed before a model was resolved
+    bad = {"endpoint": endpoint, "model": "multi", "status": "400", "code": "4004"}
+    assert delta("inferd_requests_total", **bad) == 7  # failed validation: the path names it
     unknown = {"endpoint": "/v2/models/{model}/infer", "model": "_unknown", "status": "404",
                "code": "4040"}  # fmt: skip
     assert delta("inferd_requests_total", **unknown) == 3

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from inferd import __version__
@@ -67,6 +69,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PROGRESS_EVERY = 0.05
+"""Without a terminal, one progress line per this fraction of the training steps."""
+
+
+@contextlib.contextmanager
+def _training_progress(total: int) -> Iterator[Callable[[int, float], None]]:
+    """A bar on a terminal; elsewhere (a log, CI) one plain line every few percent."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True)) as bar:
+            task = bar.add_task("training docgen on stdlib docstrings", total=total)
+
+            def advance(step: int, loss: float) -> None:
+                bar.update(task, completed=step + 1,
+                           description=f"training docgen (loss {loss:.2f})")  # fmt: skip
+
+            yield advance
+        return
+    started = time.monotonic()
+    every = max(1, int(total * PROGRESS_EVERY))
+
+    def line(step: int, loss: float) -> None:
+        done = step + 1
+        if done % every == 0 or done == total:
+            print(f"training docgen: step {done}/{total} ({done / total:.0%}), loss {loss:.2f}, "
+                  f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+
+    yield line
+
+
 def _demo_generator(repo: Path, force: bool) -> int:
     if (repo / "docgen" / "1" / "model.onnx").is_file() and not force:
         print(f"demo repository ready in {repo} (docgen already trained)")
@@ -77,24 +111,33 @@ def _demo_generator(repo: Path, force: bool) -> int:
         print(f"inferd: the demo generator needs the export extra: pip install 'inferd[export]' "
               f"({exc})", file=sys.stderr)  # fmt: skip
         return 2
-    from rich.progress import Progress
-
+    started = time.monotonic()
     remove(repo, "docgen")
-    with Progress() as bar:
-        task = bar.add_task("training docgen on stdlib docstrings", total=DEMO_STEPS)
-
-        def advance(step: int, loss: float) -> None:
-            bar.update(task, completed=step + 1, description=f"training docgen (loss {loss:.2f})")
-
-        facts = build_generator(repo, "docgen", progress=advance, kv_cache="inplace")
+    with _training_progress(DEMO_STEPS) as progress:
+        facts = build_generator(repo, "docgen", progress=progress, kv_cache="inplace")
     print(f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
-          f"{facts['loss']:.2f} ({facts['parameters']:,} parameters)")  # fmt: skip
+          f"{facts['loss']:.2f} ({facts['parameters']:,} parameters) in "
+          f"{time.monotonic() - started:.0f} s")  # fmt: skip
     return 0
+
+
+def _chosen_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The deepest subcommand parser the arguments chose (for its usage line in an error)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _chosen_parser(action.choices[chosen], args)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand that was given them, with its own usage line
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.command == "serve":
             from inferd.cli.serve import serve
@@ -128,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return check_repository(args.path, load=not args.no_load)
     except ConfigError as exc:
-        print(f"inferd: configuration error:\n{exc}", file=sys.stderr)
+        print(f"inferd: configuration error: {exc}", file=sys.stderr)
         return 2
     parser.print_help()
     return 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
 
 from inferd.config.server import ServerSettings
@@ -17,7 +19,28 @@ from inferd.tools.demo import DemoUnavailable, build_demo
 log = logging.getLogger(__name__)
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else starts, so a port in use is one line
+    at once rather than an error after start-up; uvicorn then serves on it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
 def serve(settings: ServerSettings) -> int:
+    try:
+        sock = listening_socket(settings.host, settings.port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        print(f"inferd: cannot listen on {settings.host}:{settings.port}: {reason} "
+              "(another server there? --port chooses another)", file=sys.stderr)  # fmt: skip
+        return 3
+    try:
+        return _serve_on(settings, sock)
+    finally:
+        sock.close()
+
+
+def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
     configure_logging(settings.log_level, json_format=settings.log_format == "json")
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
     repository = settings.repository
@@ -31,7 +54,13 @@ def serve(settings: ServerSettings) -> int:
                 f"no model repository given (--repo DIR, INFERD_REPOSITORY) and {exc}"
             ) from exc
     entries = scan_repository(repository)
+    if not entries:
+        log.warning(
+            "the repository holds no model folder: serving nothing until one is loaded "
+            "(<repo>/<model>/<version>/model.onnx; inferd repo check tells what would load)",
+            extra={"repository": str(repository)},
+        )
     metrics = build_metrics(entries) if settings.metrics else None
     manager = ModelManager(settings, entries, observer=metrics, root=repository)
-    run_server(settings, manager, metrics)
+    run_server(settings, manager, metrics, sock)
     return 0

@@ -1,8 +1,9 @@
 """Every Prometheus metric of inferd, defined in this one module, in a registry of its own.
 
 Label values are bounded: a model label is only ever a model of the repository (a name a client
-made up becomes `_unknown`), an endpoint label is a route template, never a raw path, and a
-predicted label is one of the model's configured labels.
+made up becomes `_unknown`; a request about no model, such as `/v2` or a probe, has it empty),
+an endpoint label is a route template, never a raw path, and a predicted label is one of the
+model's configured labels.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LENGTH_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 UNKNOWN = "_unknown"
+NO_MODEL = ""
 STAGES = ("queue", "preprocess", "inference", "postprocess")
 
 
@@ -222,6 +224,10 @@ class Metrics:
         self._view = view
 
     def model_label(self, model: str | None) -> str:
+        """A model of the repository; "" for a request about no model (server metadata,
+        probes); `_unknown` for a name that is not one of ours."""
+        if model is None:
+            return NO_MODEL
         return model if model in self._known else UNKNOWN
 
     def render(self) -> bytes:

@@ -86,7 +86,10 @@ class ObserveMiddleware:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
             if self.metrics is not None:
-                self.metrics.on_request(endpoint, trace.model, status, trace.error_code, total_s)
+                # routes that run no inference (metadata, config, ready, statistics) name their
+                # model only in the path; the metrics bound it to the repository's models
+                model = trace.model or scope.get("path_params", {}).get("model")
+                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
                 if trace.model is not None and trace.version is not None and status < 400:
                     self.metrics.on_stages(trace.model, trace.version, trace.stages())
             if endpoint in QUIET_PATHS:

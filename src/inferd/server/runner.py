@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from types import FrameType
 
 import uvicorn
@@ -70,8 +71,12 @@ class DrainingServer(uvicorn.Server):
 
 
 def run_server(
-    settings: ServerSettings, manager: ModelManager, metrics: Metrics | None = None
+    settings: ServerSettings,
+    manager: ModelManager,
+    metrics: Metrics | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
+    """Serves until drained; on `sock` when given (already bound), else on host:port."""
     from inferd.server.app import create_app
 
     app = create_app(settings, manager, metrics)
@@ -85,4 +90,4 @@ def run_server(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
-    DrainingServer(config, manager, settings).run()
+    DrainingServer(config, manager, settings).run(sockets=None if sock is None else [sock])

@@ -74,9 +74,9 @@ def _refuse_unsupported(body: CompletionRequest) -> None:
     }  # fmt: skip
     named = [k for k, v in unsupported.items() if v]
     if named:
-        raise InvalidInputError(
-            f"not supported here: {', '.join(named)} (use repetition_penalty for repeats)"
-        )
+        penalties = {"presence_penalty", "frequency_penalty"} & set(named)
+        hint = " (repetition_penalty curbs repeats)" if penalties else ""
+        raise InvalidInputError(f"not supported here: {', '.join(named)}{hint}")
 
 
 def _prompts(value: str | list[str]) -> list[str]:
