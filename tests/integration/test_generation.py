@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,7 +208,10 @@ def test_bad_parameters_get_their_codes(
 
 
 def test_openai_parameters_we_do_not_support_are_refused(http: httpx.Client) -> None:
-    assert "n" in error(http.post("/v1/completions", json={"prompt": "x", "n": 2}), 400, 4004)
+    message = error(http.post("/v1/completions", json={"prompt": "x", "n": 2}), 400, 4004)
+    assert message == "not supported here: n"  # no hint that does not fit
+    penalty = {"prompt": "x", "presence_penalty": 0.5}
+    assert "repetition_penalty" in error(http.post("/v1/completions", json=penalty), 400, 4004)
     response = http.post("/v1/completions", json={"prompt": "x", "logprobs": 2})
     assert "logprobs" in error(response, 400, 4004)
     assert "4001" not in error(http.post("/v1/completions", json={"prompt": []}), 400, 4001)
@@ -240,3 +246,21 @@ def test_sigterm_lets_running_generations_finish(
         assert server.process.wait(30) == 0, server.log()
     finally:
         server.stop()
+
+
+def test_bench_reports_tokens_per_second(server: RunningServer, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, "-m", "inferd", "bench", "run", server.url, "--endpoint", "generate",
+         "--max-new-tokens", "8", "--levels", "1,2", "--requests", "6", "--duration", "20",
+         "--warmup", "0", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    steps = next(iter(json.loads((out / "report.json").read_text())["series"].values()))["steps"]
+    for step in steps:  # ignore_eos: every answer holds its 8 new tokens
+        assert step["ok"] == 6
+        assert step["tokens_per_s"] == pytest.approx(8 * step["requests_per_s"], rel=1e-6)
+    # piped, not a terminal: the table keeps every column, uncut
+    assert "tokens/s" in result.stdout and "queue ms (server)" in result.stdout
+    assert "…" not in result.stdout

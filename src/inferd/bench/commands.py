@@ -42,7 +42,7 @@ class WorkloadSpec:
 
 def _knee(steps: list[Step], settings: SweepSettings) -> Any:
     return find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps],
-                     settings.p99_rise, settings.gain)  # fmt: skip
+                     settings.p99_rise, settings.gain, [s.level for s in steps])  # fmt: skip
 
 
 def _meta(target: str, spec: WorkloadSpec, workload: Workload,

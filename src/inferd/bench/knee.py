@@ -22,10 +22,13 @@ class Knee:
 
 def find_knee(
     throughput: Sequence[float], p99: Sequence[float], p99_rise: float = P99_RISE,
-    gain: float = GAIN,
+    gain: float = GAIN, levels: Sequence[float] | None = None,
 ) -> Knee:  # fmt: skip
+    """`levels`: the load of each step (concurrency or arrival rate), named in the reason;
+    default: the step numbers from 1."""
     if not throughput:
         raise ValueError("no steps")
+    levels = levels or [float(i + 1) for i in range(len(throughput))]
     for i in range(1, len(throughput)):
         prev_t, prev_p = throughput[i - 1], p99[i - 1]
         if prev_t <= 0 or prev_p <= 0:
@@ -33,7 +36,8 @@ def find_knee(
         t_gain = throughput[i] / prev_t - 1
         p_rise = p99[i] / prev_p - 1
         if p_rise > p99_rise and t_gain < gain:
-            return Knee(i - 1, True, f"after step {i - 1}: p99 +{p_rise:.0%}, throughput "
+            return Knee(i - 1, True, f"knee: from level {levels[i - 1]:g} to {levels[i]:g}, "
+                                     f"p99 rose {p_rise:.0%} while throughput changed "
                                      f"{t_gain:+.0%} (thresholds: p99 +{p99_rise:.0%}, "
                                      f"throughput +{gain:.0%})")  # fmt: skip
     best = max(range(len(throughput)), key=lambda i: throughput[i])

@@ -31,6 +31,8 @@ class Sample:
     status: int
     code: int
     """inferd's error code from the body (0 on success), or CLIENT_ERROR."""
+    tokens: int = 0
+    """Generated tokens (`usage.completion_tokens`) of an answered generation request."""
 
 
 @dataclass
@@ -44,6 +46,21 @@ class LoadRun:
 Tick = Callable[[int], None]
 
 
+def completion_tokens(content: bytes) -> int:
+    """`usage.completion_tokens` of a generation answer (0 when it has none)."""
+    try:
+        usage = orjson.loads(content).get("usage") or {}
+        return int(usage.get("completion_tokens", 0))
+    except (ValueError, AttributeError, TypeError):
+        return 0
+
+
+def counts_tokens(path: str) -> bool:
+    """Whether answers on `path` carry generated tokens worth counting (only they are parsed,
+    so embedding answers cost the client nothing more)."""
+    return path.endswith(("/generate", "/completions"))
+
+
 async def _send(http: httpx.AsyncClient, path: str, body: bytes, started: float) -> Sample:
     try:
         response = await http.post(path, content=body,
@@ -53,6 +70,8 @@ async def _send(http: httpx.AsyncClient, path: str, body: bytes, started: float)
         return Sample(time.perf_counter() - started, 0, CLIENT_ERROR)
     latency = time.perf_counter() - started
     code = 0
+    if response.status_code == 200 and counts_tokens(path):
+        return Sample(latency, 200, 0, completion_tokens(response.content))
     if response.status_code != 200:
         try:
             code = int(orjson.loads(response.content).get("code", response.status_code))

@@ -27,12 +27,18 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
-def step_row(step: Step, recommended: bool) -> list[str]:
+def generates(steps: Sequence[Step]) -> bool:
+    """Whether the steps measured generation (then tokens per second are shown)."""
+    return any(s.tokens_per_s > 0 for s in steps)
+
+
+def step_row(step: Step, recommended: bool, tokens: bool = False) -> list[str]:
     server = step.server
     errors = ", ".join(f"{code}: {n}" for code, n in sorted(step.errors.items())) or "0"
     return [
         ("★ " if recommended else "") + _fmt(step.level, 0 if step.mode == "closed" else 1),
         str(step.requests), _fmt(step.requests_per_s), _fmt(step.items_per_s),
+        *([_fmt(step.tokens_per_s)] if tokens else []),
         _fmt(step.p50_ms), _fmt(step.p90_ms), _fmt(step.p95_ms), _fmt(step.p99_ms),
         _fmt(step.max_ms), errors,
         _fmt(server.mean_batch_size if server else None, 2),
@@ -40,23 +46,30 @@ def step_row(step: Step, recommended: bool) -> list[str]:
     ]  # fmt: skip
 
 
-HEADER = ["req/s", "items/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms", "errors",
-          "batch (server)", "queue ms (server)"]  # fmt: skip
+def header(mode: str, tokens: bool) -> list[str]:
+    return [level_name(mode), "requests", "req/s", "items/s", *(["tokens/s"] if tokens else []),
+            "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms", "errors", "batch (server)",
+            "queue ms (server)"]  # fmt: skip
 
 
 def print_table(console: Console, title: str, steps: Sequence[Step], knee: Knee) -> None:
     if not steps:
         return
+    tokens = generates(steps)
     table = Table(title=title, title_justify="left")
-    for column in [level_name(steps[0].mode), "requests", *HEADER]:
+    for column in header(steps[0].mode, tokens):
         table.add_column(column, justify="right")
     for i, step in enumerate(steps):
-        table.add_row(*step_row(step, i == knee.index))
+        table.add_row(*step_row(step, i == knee.index, tokens))
     console.print(table)
     best = steps[knee.index]
+    rate = f"{best.requests_per_s:.1f} req/s" + (
+        f" ({best.tokens_per_s:.0f} tokens/s)" if tokens else ""
+    )
     console.print(
         f"Recommended operating point: {level_name(best.mode)} {_fmt(best.level, 1)} — "
-        f"{best.requests_per_s:.1f} req/s at p99 {best.p99_ms:.1f} ms ({knee.reason})"
+        f"{rate} at p99 {best.p99_ms:.1f} ms ({knee.reason})",
+        soft_wrap=True,
     )
 
 
@@ -123,11 +136,11 @@ def write_report(
     for name, steps in series.items():
         knee = knees[name]
         best = steps[knee.index]
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in
-                       [level_name(steps[0].mode), "requests", *HEADER])  # fmt: skip
+        tokens = generates(steps)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in header(steps[0].mode, tokens))
         rows = "".join(
             "<tr" + (' class="best"' if i == knee.index else "") + ">"
-            + "".join(f"<td>{html.escape(c)}</td>" for c in step_row(s, i == knee.index))
+            + "".join(f"<td>{html.escape(c)}</td>" for c in step_row(s, i == knee.index, tokens))
             + "</tr>" for i, s in enumerate(steps)
         )  # fmt: skip
         sections.append(

@@ -31,6 +31,8 @@ class Step:
     """Failed requests by inferd error code (-1: no HTTP answer)."""
     dropped: int
     server: ServerView | None
+    tokens_per_s: float = 0.0
+    """Generated tokens per second (generation endpoints; 0 elsewhere)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,4 +54,5 @@ def summarize(mode: str, level: float, run: LoadRun, items_per_request: int,
         requests_per_s=len(ok) / elapsed, items_per_s=len(ok) * items_per_request / elapsed,
         p50_ms=float(qs[0]), p90_ms=float(qs[1]), p95_ms=float(qs[2]), p99_ms=float(qs[3]),
         max_ms=float(qs[4]), errors=dict(errors), dropped=run.dropped, server=server,
+        tokens_per_s=sum(s.tokens for s in run.samples) / elapsed,
     )  # fmt: skip

@@ -10,6 +10,21 @@ from typing import Any
 from inferd.bench.endpoints import ENDPOINTS
 from inferd.bench.knee import GAIN, P99_RISE
 
+WIDE_OUTPUT = 200
+"""Columns of the table when the output is no terminal (rich would cut it at 80)."""
+
+
+class ShowsDefaults(argparse.HelpFormatter):
+    """Help that names each option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False
+                or default == argparse.SUPPRESS or "default" in text):  # fmt: skip
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
 
 def _levels(text: str) -> tuple[float, ...]:
     try:
@@ -22,7 +37,7 @@ def _levels(text: str) -> tuple[float, ...]:
 
 
 def _load_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint", choices=ENDPOINTS, default="embed")
+    parser.add_argument("--endpoint", choices=ENDPOINTS, default="embed", help="the route to load")
     parser.add_argument("--model", default=None, help="the model to load (default: the server's)")
     parser.add_argument("--input", dest="inputs", type=Path, default=None,
                         help='JSONL: {"text": ...} lines, or whole request bodies')  # fmt: skip
@@ -44,7 +59,7 @@ def _load_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a step at most")
     parser.add_argument("--requests", type=int, default=2000, help="requests a step at most")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="for generated texts and arrivals")
     parser.add_argument("--p99-rise", type=float, default=P99_RISE,
                         help="knee: p99 rising by more than this fraction ...")  # fmt: skip
     parser.add_argument("--gain", type=float, default=GAIN,
@@ -58,11 +73,13 @@ def _load_flags(parser: argparse.ArgumentParser) -> None:
 def add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser("bench", help="load-test a server: find the knee, tune, compare")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH_COMMAND")
-    run = sub.add_parser("run", help="sweep load against a URL or a repository it serves")
+    shows_defaults = {"formatter_class": ShowsDefaults}
+    run = sub.add_parser("run", help="sweep load against a URL or a repository it serves",
+                         **shows_defaults)  # fmt: skip
     run.add_argument("target", help="http://host:port of a running server, or a repository")
     _load_flags(run)
     tune = sub.add_parser("tune", help="find the batching settings with most throughput in a "
-                          "p99 budget")  # fmt: skip
+                          "p99 budget", **shows_defaults)  # fmt: skip
     tune.add_argument("repo", type=Path, help="the model repository")
     tune.add_argument("--budget-ms", type=float, required=True, help="p99 latency budget")
     tune.add_argument(
@@ -72,7 +89,8 @@ def add_bench_commands(commands: Any) -> None:
     )  # fmt: skip
     tune.add_argument("--write", action="store_true", help="store the recommendation in config")
     _load_flags(tune)
-    compare = sub.add_parser("compare", help="the same sweep against two targets, with ratios")
+    compare = sub.add_parser("compare", help="the same sweep against two targets, with ratios",
+                             **shows_defaults)  # fmt: skip
     compare.add_argument("a", help="URL or repository")
     compare.add_argument("b", help="URL or repository (the same one with --b-set works)")
     compare.add_argument("--a-set", action="append", default=[], help="KEY=VALUE for A's model")
@@ -93,6 +111,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     console = Console()
+    if not console.is_terminal:  # a pipe or a file (whatever COLUMNS says): never cut the table
+        console = Console(width=WIDE_OUTPUT)
     try:
         if args.mode == "open" and args.levels is None:
             raise ValueError("--mode open needs --levels (arrival rates per second)")

@@ -14,9 +14,9 @@ from inferd.bench.workload import Lengths, WorkloadError, generate_texts, text_b
 def test_the_knee_is_the_step_before_latency_stops_paying() -> None:
     throughput = [100, 190, 350, 600, 640, 650]
     p99 = [10, 11, 13, 18, 40, 90]
-    knee = find_knee(throughput, p99)
-    assert knee.found and knee.index == 3  # step 4: p99 +122% for +7% throughput
-    assert "p99 +122%" in knee.reason
+    knee = find_knee(throughput, p99, levels=[1, 2, 4, 8, 16, 32])
+    assert knee.found and knee.index == 3  # concurrency 16: p99 +122% for +7% throughput
+    assert "from level 8 to 16, p99 rose 122% while throughput changed +7%" in knee.reason
 
 
 def test_no_knee_when_throughput_keeps_growing() -> None:
