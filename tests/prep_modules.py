@@ -71,3 +71,21 @@ def spectrum() -> nn.Module:
 
 def not_a_module() -> object:
     return object()
+
+
+class Widen(nn.Module):
+    """x [batch, 16] -> [batch, 4096] through a weight the graph builds by expanding a small
+    parameter: ONNX Runtime's constant folding (`inferd optimize`) stores the expanded weight
+    whole, so the optimized file is far larger than its source."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seed = nn.Parameter(torch.randn(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.seed.expand(16, 4096)
+
+
+def widen() -> nn.Module:
+    torch.manual_seed(0)
+    return Widen()

@@ -45,6 +45,10 @@ def add_prep_commands(commands: Any) -> None:
     _target(optimize)
     optimize.add_argument("--from-version", type=int, default=None, help="default: the highest")
     optimize.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="parity bound")
+    optimize.add_argument(
+        "--force", action="store_true",
+        help="write the version even when it is larger or measurably slower than its source",
+    )  # fmt: skip
 
     quantize = commands.add_parser(
         "quantize", help="int8 (CPU) or fp16 (GPU) variant as a new version, with a report"
@@ -69,8 +73,10 @@ def add_prep_commands(commands: Any) -> None:
         help="other models: largest max |diff| allowed (default: 5%% of the output range)",
     )  # fmt: skip
     quantize.add_argument(
-        "--force", action="store_true", help="write the version even when the loss is too high"
-    )
+        "--force", action="store_true",
+        help="write the version even when the loss is too high, or it is larger or measurably "
+        "slower than fp32",
+    )  # fmt: skip
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -108,7 +114,7 @@ def run_prep_command(args: argparse.Namespace) -> int:
 
             return run_optimize(
                 args.repo, args.model, from_version=args.from_version, version=args.version,
-                atol=args.atol, reporter=reporter,
+                atol=args.atol, reporter=reporter, force=args.force,
             )  # fmt: skip
         from inferd.prep.quantize import Thresholds, run_quantize
 

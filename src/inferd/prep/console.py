@@ -50,6 +50,9 @@ class Reporter:
             table.add_row(*row)
         self.out.print(table)
 
+    def ok(self, text: str) -> None:
+        self.err.print(f"[green]✓[/green] {text}", highlight=False, soft_wrap=True)
+
     def fail(self, text: str) -> None:
         self.err.print(f"[bold red]✗[/bold red] {text}", highlight=False, soft_wrap=True)
 

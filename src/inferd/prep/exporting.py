@@ -10,6 +10,7 @@ import numpy as np
 from inferd.prep.console import Reporter, megabytes
 from inferd.prep.ort import runner, session
 from inferd.prep.parity import ParityReport, check_parity
+from inferd.prep.quiet import quiet_transformers
 from inferd.prep.sources import TOKENIZER_FILES, Source, SourceError, load_source
 from inferd.prep.spec import ModuleSpec
 from inferd.prep.torch_export import export, to_eval, torch_runner
@@ -39,6 +40,7 @@ def run_export(
 ) -> int:  # fmt: skip
     folder = model_folder(repo, model)
     target_version = next_version(folder, version)
+    quiet_transformers()
     with reporter.step(f"loading {ref}"):
         source = load_source(ref, spec)
         lingering = to_eval(source.module)
@@ -71,7 +73,10 @@ def run_export(
             inplace_diff = _to_inplace(source, onnx_path, reporter)
             result["inplace_kv_max_abs_diff"] = inplace_diff
             write_report(folder, f"export-{target_version}.json", result)
-            if inplace_diff > atol:
+            if inplace_diff <= atol:
+                reporter.ok(f"in-place KV cache: logits match the export (max |diff| "
+                            f"{inplace_diff:.2e} ≤ {atol:g})")  # fmt: skip
+            else:
                 reporter.fail(f"the in-place KV cache graph differs from the export by "
                               f"{inplace_diff:.2e} > {atol:g}; nothing written")  # fmt: skip
                 return 1
@@ -120,6 +125,5 @@ def _to_inplace(source: Source, onnx_path: Path, reporter: Reporter) -> float:
         onnx.save(model, inplace_path)
         diff = compare_with_concat(onnx_path, inplace_path, source.plan.vocab,
                                    source.plan.max_length)  # fmt: skip
-    reporter.note(f"in-place KV cache: max |diff| of logits vs the export {diff:.2e}")
     inplace_path.replace(onnx_path)
     return diff

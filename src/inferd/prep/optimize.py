@@ -12,9 +12,10 @@ import onnxruntime as ort
 
 from inferd.prep.console import Reporter, megabytes
 from inferd.prep.feeds import TIMING_CASES
-from inferd.prep.ort import median_latencies_s, output_names, runner, session
+from inferd.prep.ort import output_names, runner, session
 from inferd.prep.parity import check_parity
 from inferd.prep.versions import copy_side_files, op_counts, read_version, set_metadata
+from inferd.prep.worth import compare_speed, refusals, refuse
 from inferd.prep.writer import (
     model_folder,
     next_version,
@@ -48,7 +49,7 @@ def _ort_offline(source: Path, target: Path) -> None:
 
 def run_optimize(
     repo: Path, model: str, *, from_version: int | None, version: int | None, atol: float,
-    reporter: Reporter,
+    reporter: Reporter, force: bool = False,
 ) -> int:  # fmt: skip
     folder = model_folder(repo, model)
     src_version, src_path = source_version(folder, from_version)
@@ -80,16 +81,18 @@ def run_optimize(
                                   names, atol, advance)  # fmt: skip
         timing = original.plan.cases(TIMING_CASES, seed=7)
         with reporter.step("timing both on this machine"):
-            base_s, new_s = median_latencies_s(
-                [runner(reference, names), runner(candidate, names)], timing
-            )
+            speed = compare_speed(runner(reference, names), runner(candidate, names), timing)
+        size_ratio = out.stat().st_size / src_path.stat().st_size
+        problems = refusals(size_ratio, speed)
         changed = sorted(op for op in set(before) | set(after) if before[op] != after[op])
         result = {
             "model": model, "from_version": src_version, "version": target_version,
             "step": step, "nodes_before": sum(before.values()), "nodes_after": sum(after.values()),
             "op_changes": {op: [before[op], after[op]] for op in changed},
-            "latency_s": {"original": base_s, "optimized": new_s}, "speedup": base_s / new_s,
-            "parity": parity.to_dict(),
+            "latency_s": {"original": speed.source_s, "optimized": speed.candidate_s},
+            "speedup": speed.speedup, "speed": speed.to_dict(), "size_ratio": size_ratio,
+            "parity": parity.to_dict(), "problems": problems,
+            "forced": bool(problems) and force,
         }  # fmt: skip
         report_file = write_report(folder, f"optimize-{target_version}.json", result)
         reporter.grid(
@@ -100,6 +103,8 @@ def run_optimize(
             for line in parity.failures():
                 reporter.fail(line)
             reporter.fail(f"parity check failed; nothing written (report: {report_file})")
+            return 1
+        if refuse(reporter, problems, force, report_file):
             return 1
         copy_side_files(src_path.parent, stage)
         size = out.stat().st_size
@@ -112,9 +117,8 @@ def run_optimize(
             ("written", str(target)),
             ("step", step),
             ("nodes", f"{sum(before.values())} -> {sum(after.values())}"),
-            ("file size", megabytes(size)),
-            ("speed-up here", f"{base_s / new_s:.2f}x ({base_s * 1e3:.1f} ms -> "
-                              f"{new_s * 1e3:.1f} ms over {len(timing)} batches, median)"),
+            ("file size", f"{megabytes(size)} ({size_ratio:.2f}x the original)"),
+            ("speed-up here", speed.describe()),
             ("parity", f"max |diff| {parity.max_abs:.2e} ≤ {atol:g}"),
             ("report", str(report_file)),
         ],

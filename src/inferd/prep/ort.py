@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,24 +32,6 @@ def runner(sess: ort.InferenceSession, outputs: Sequence[str] | None = None) -> 
 
 def output_names(sess: ort.InferenceSession) -> list[str]:
     return [o.name for o in sess.get_outputs()]
-
-
-def median_latencies_s(
-    runs: Sequence[Runner], feeds: Sequence[Feeds], rounds: int = 7
-) -> list[float]:
-    """Median wall time of one pass over `feeds` for each runner. The runners take turns round
-    by round, so a machine whose speed drifts shifts them all alike."""
-    for run in runs:
-        for f in feeds:
-            run(f)
-    times: list[list[float]] = [[] for _ in runs]
-    for _ in range(rounds):
-        for run, spent in zip(runs, times, strict=True):
-            start = time.perf_counter()
-            for f in feeds:
-                run(f)
-            spent.append(time.perf_counter() - start)
-    return [float(np.median(t)) for t in times]
 
 
 def output_specs(sess: ort.InferenceSession) -> list[TensorSpec]:

@@ -1,6 +1,7 @@
 """`inferd quantize`: a dynamic-int8 (CPU) or fp16 (GPU) variant of a version, written as a new
-version only when its accuracy report against the fp32 version passes the thresholds (or with
-`--force`); the report is kept either way.
+version only when its accuracy report against the fp32 version passes the thresholds and it is
+neither larger nor (int8) measurably slower than fp32 (or with `--force`); the report is kept
+either way.
 
 fp16 is meant for GPUs; it is measured here on ONNX Runtime's CPU kernels, which gives its
 accuracy honestly but not its speed (the speed ratio printed for fp16 is this CPU's).
@@ -16,9 +17,11 @@ import onnx
 
 from inferd.prep.accuracy import Accuracy, compare
 from inferd.prep.console import Reporter, megabytes
-from inferd.prep.ort import input_dtypes, median_latencies_s, output_specs, runner, session
+from inferd.prep.ort import input_dtypes, output_specs, runner, session
+from inferd.prep.quiet import ORT_PREPROCESS_ADVICE, without_root_message
 from inferd.prep.samples import load_samples
 from inferd.prep.versions import copy_side_files, read_version, set_metadata
+from inferd.prep.worth import SpeedComparison, compare_speed, refusals, refuse
 from inferd.prep.writer import (
     model_folder,
     next_version,
@@ -41,11 +44,12 @@ class Thresholds:
 def _int8(source: Path, target: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(
-        str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-        # fused contrib ops (Attention, SkipLayerNorm) have no ONNX type inference
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )  # fmt: skip
+    with without_root_message(ORT_PREPROCESS_ADVICE):
+        quantize_dynamic(
+            str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+            # fused contrib ops (Attention, SkipLayerNorm) have no ONNX type inference
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )  # fmt: skip
 
 
 def _fp16(source: Path, target: Path) -> None:
@@ -116,26 +120,23 @@ def run_quantize(
         accuracy = compare(config, specs, sample_set.batches, want, got)
         timing = sample_set.batches[: min(4, len(sample_set.batches))]
         with reporter.step("timing both on this machine"):
-            base_s, new_s = median_latencies_s([run_ref, run_new], timing)
+            speed = compare_speed(run_ref, run_new, timing)
         size_ratio = out.stat().st_size / src_path.stat().st_size
-        problems = verdict(accuracy, thresholds)
+        # fp16 timed on CPU kernels says nothing of its speed on a GPU: only int8's is judged
+        problems = verdict(accuracy, thresholds) + refusals(
+            size_ratio, speed if to == "int8" else None, "fp32"
+        )
         result = {
             "model": model, "from_version": src_version, "version": target_version, "to": to,
             "samples": sample_set.description, "accuracy": accuracy.to_dict(),
-            "size_ratio": size_ratio, "speed_ratio": base_s / new_s,
-            "latency_s": {"fp32": base_s, to: new_s}, "problems": problems,
+            "size_ratio": size_ratio, "speed_ratio": speed.speedup, "speed": speed.to_dict(),
+            "latency_s": {"fp32": speed.source_s, to: speed.candidate_s}, "problems": problems,
             "forced": bool(problems) and force,
         }  # fmt: skip
         report_file = write_report(folder, f"quantize-{target_version}-{to}.json", result)
-        _show(reporter, accuracy, sample_set.description, size_ratio, base_s / new_s, to)
-        if problems and not force:
-            for line in problems:
-                reporter.fail(line)
-            reporter.fail(f"accuracy loss too high; nothing written (--force writes it anyway; "
-                          f"report: {report_file})")  # fmt: skip
+        _show(reporter, accuracy, sample_set.description, size_ratio, speed, to)
+        if refuse(reporter, problems, force, report_file):
             return 1
-        for line in problems:
-            reporter.note(f"written despite: {line} (--force)")
         copy_side_files(src_path.parent, stage)
         size = out.stat().st_size
         target = publish(stage, folder, target_version)
@@ -149,8 +150,9 @@ def run_quantize(
 
 
 def _show(
-    reporter: Reporter, accuracy: Accuracy, samples: str, size_ratio: float, speed: float, to: str
-) -> None:
+    reporter: Reporter, accuracy: Accuracy, samples: str, size_ratio: float,
+    speed: SpeedComparison, to: str,
+) -> None:  # fmt: skip
     rows = [("samples", samples)]
     if accuracy.cosine_mean is not None:
         rows.append(("cosine (embeddings)", f"mean {accuracy.cosine_mean:.5f}, "
@@ -160,5 +162,5 @@ def _show(
     rows += [(f"max |diff| {name}", f"{diff:.3g}") for name, diff in accuracy.max_abs.items()]
     rows.append(("size vs fp32", f"{size_ratio:.2f}x"))
     note = " (CPU kernels; fp16 is for GPUs)" if to == "fp16" else ""
-    rows.append(("speed vs fp32 here", f"{speed:.2f}x{note}"))
+    rows.append(("speed vs fp32 here", f"{speed.describe()}{note}"))
     reporter.table(f"Accuracy of {to} against fp32", rows)
