@@ -77,8 +77,10 @@ def main() -> int:
         try:
             for v in args.variant:
                 tree = Path(tmp) / f"tree-{v.name}"
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
-                                str(tree), v.ref], check=True)  # fmt: skip
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), v.ref],
+                    check=True,
+                )
                 repo = Path(tmp) / f"repo-{v.name}"
                 shutil.copytree(base, repo)
                 configure(repo, v.overrides)
@@ -93,17 +95,31 @@ def main() -> int:
                     after = stats(server)
                     padded = after["padded"] - before["padded"]
                     padding = (after["real"] - before["real"]) / padded if padded else 1.0
-                    results[name].append((step.requests_per_s,
-                                          step.server_cpu_ms_per_request, padding))  # fmt: skip
-                    print(f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
-                          f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding "
-                          f"{padding:.1%}", flush=True)  # fmt: skip
+                    results[name].append(
+                        (step.requests_per_s, step.server_cpu_ms_per_request, padding)
+                    )
+                    print(
+                        f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
+                        f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding "
+                        f"{padding:.1%}",
+                        flush=True,
+                    )
         finally:
             for server in servers.values():
                 server.stop()
             for v in args.variant:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(Path(tmp) / f"tree-{v.name}")], check=False)  # fmt: skip
+                subprocess.run(
+                    [
+                        "git",
+                        "-C",
+                        str(ROOT),
+                        "worktree",
+                        "remove",
+                        "--force",
+                        str(Path(tmp) / f"tree-{v.name}"),
+                    ],
+                    check=False,
+                )
     print(f"\nMachine: {machine_description()}")
     print(f"Command: python benchmarks/ab_bench.py {' '.join(sys.argv[1:])}\n")
     print("| variant | req/s | server CPU ms/req | padding efficiency |")

@@ -142,8 +142,18 @@ def run_wrk(
         body_path.write_bytes(b"\n".join(bodies) + b"\n")
         script = Path(tmp) / "post.lua"
         script.write_text(_WRK_LUA.format(bodies=body_path, path=path))
-        command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:.0f}s", "--latency",
-                   "--timeout", "30s", "-s", str(script), server.url + path]  # fmt: skip
+        command = [
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{duration_s:.0f}s",
+            "--latency",
+            "--timeout",
+            "30s",
+            "-s",
+            str(script),
+            server.url + path,
+        ]
         cpu0 = server.cpu_s()
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         cpu = server.cpu_s() - cpu0

@@ -87,11 +87,15 @@ def request_body() -> bytes:
         {
             "inputs": [
                 {"name": "input_ids", "datatype": "INT64", "shape": [1, SEQ], "data": ids},
-                {"name": "attention_mask", "datatype": "INT64", "shape": [1, SEQ],
-                 "data": [[1] * SEQ]},
+                {
+                    "name": "attention_mask",
+                    "datatype": "INT64",
+                    "shape": [1, SEQ],
+                    "data": [[1] * SEQ],
+                },
             ],
         }
-    )  # fmt: skip
+    )
 
 
 def median_raw(runs: list[list[RawResult]]) -> list[RawResult]:
@@ -249,8 +253,13 @@ def main() -> int:
             finally:
                 server.stop()
         command = "python benchmarks/core_bench.py " + " ".join(sys.argv[1:])
-        text = report(median_raw(raw_runs), median_load(load_runs), command.strip(),
-                      args.repeats, args.threads)  # fmt: skip
+        text = report(
+            median_raw(raw_runs),
+            median_load(load_runs),
+            command.strip(),
+            args.repeats,
+            args.threads,
+        )
     publish("core", text, args.quick)
     return 0
 

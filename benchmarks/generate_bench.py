@@ -58,9 +58,13 @@ class Case:
 
 CASES = (
     Case("demo shape: 4 layers, hidden 128 (1.4M parameters)", GeneratorShape(), 160, 3),
-    Case("6 layers, hidden 512 (21M parameters)",
-         GeneratorShape(layers=6, heads=8, hidden=512, context=512), 96, 2),
-)  # fmt: skip
+    Case(
+        "6 layers, hidden 512 (21M parameters)",
+        GeneratorShape(layers=6, heads=8, hidden=512, context=512),
+        96,
+        2,
+    ),
+)
 CONCURRENCY = 16
 MIXES = ("uniform", "log-uniform")
 MODES = ("continuous", "static")
@@ -91,11 +95,16 @@ def workload(count: int, seed: int = 0, mix: str = "uniform") -> list[dict[str, 
     bodies = []
     for _ in range(count):
         words = " ".join(rng.sample(texts, 3)).split()
-        bodies.append({
-            "prompt": " ".join(words[: rng.randint(6, 45)]),
-            "max_length": new_tokens(rng, mix), "temperature": 0.8, "top_k": 50,
-            "seed": rng.randint(0, 10**6), "ignore_eos": True,
-        })  # fmt: skip
+        bodies.append(
+            {
+                "prompt": " ".join(words[: rng.randint(6, 45)]),
+                "max_length": new_tokens(rng, mix),
+                "temperature": 0.8,
+                "top_k": 50,
+                "seed": rng.randint(0, 10**6),
+                "ignore_eos": True,
+            }
+        )
     return bodies
 
 
@@ -130,12 +139,20 @@ async def closed_loop(url: str, bodies: list[dict[str, object]]) -> RoundResult:
         elapsed = time.perf_counter() - started
     t = np.percentile(np.array(ttfts) * 1000, [50, 99])
     lat = np.percentile(np.array(latencies) * 1000, [50, 99])
-    return RoundResult(tokens / elapsed, float(t[0]), float(t[1]), float(lat[0]), float(lat[1]),
-                       len(latencies), errors)  # fmt: skip
+    return RoundResult(
+        tokens / elapsed,
+        float(t[0]),
+        float(t[1]),
+        float(lat[0]),
+        float(lat[1]),
+        len(latencies),
+        errors,
+    )
 
 
-def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int = CONCURRENCY,
-                past: int = 128) -> float:  # fmt: skip
+def raw_ceiling(
+    model_file: Path, shape: GeneratorShape, layout: str, rows: int = CONCURRENCY, past: int = 128
+) -> float:
     """Tokens/s of bare decode steps (rows x 1 token over a `past`-token cache) in process;
     in place: the cache buffers bound as both past and present (IO binding), as served."""
     import onnxruntime as ort
@@ -143,9 +160,12 @@ def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int 
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
     head_dim = shape.hidden // shape.heads
     length = shape.context if layout == "inplace" else past
-    cache = {name: np.random.default_rng(i).standard_normal(
-                 (rows, shape.heads, length, head_dim)).astype(np.float32)
-             for i, name in enumerate(cache_names(shape.layers, PAST))}  # fmt: skip
+    cache = {
+        name: np.random.default_rng(i)
+        .standard_normal((rows, shape.heads, length, head_dim))
+        .astype(np.float32)
+        for i, name in enumerate(cache_names(shape.layers, PAST))
+    }
     tokens = np.ones((rows, 1), dtype=np.int64)
     positions = np.full((rows, 1), past, dtype=np.int64)
     if layout == "inplace":
@@ -164,8 +184,12 @@ def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int 
         def step() -> None:
             session.run_with_iobinding(binding)
     else:
-        feeds = {"input_ids": tokens, "attention_mask": np.ones((rows, past + 1), np.int64),
-                 "position_ids": positions, **cache}  # fmt: skip
+        feeds = {
+            "input_ids": tokens,
+            "attention_mask": np.ones((rows, past + 1), np.int64),
+            "position_ids": positions,
+            **cache,
+        }
 
         def step() -> None:
             session.run(None, feeds)
@@ -181,12 +205,26 @@ def raw_ceiling(model_file: Path, shape: GeneratorShape, layout: str, rows: int 
 
 
 def build_repo(root: Path, shape: GeneratorShape, layout: str) -> Path:
-    build_generator(root, MODEL, steps=0, shape=shape, corpus_chars=400_000, init_std=0.02,
-                    kv_cache=layout, config={"generation": {
-        "context_length": shape.context, "max_new_tokens": 64, "max_new_tokens_limit": 256,
-        "max_running": CONCURRENCY, "max_kv_tokens": CONCURRENCY * (shape.context + 64),
-        "eos_token_id": 0, "max_waiting": 1024,
-    }})  # fmt: skip
+    build_generator(
+        root,
+        MODEL,
+        steps=0,
+        shape=shape,
+        corpus_chars=400_000,
+        init_std=0.02,
+        kv_cache=layout,
+        config={
+            "generation": {
+                "context_length": shape.context,
+                "max_new_tokens": 64,
+                "max_new_tokens_limit": 256,
+                "max_running": CONCURRENCY,
+                "max_kv_tokens": CONCURRENCY * (shape.context + 64),
+                "eos_token_id": 0,
+                "max_waiting": 1024,
+            }
+        },
+    )
     return root
 
 
@@ -229,8 +267,12 @@ def run_case(case: Case, quick: bool, layouts: tuple[str, ...]) -> tuple[Results
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
-    parser.add_argument("--kv-cache", choices=[*LAYOUTS, "both"], default="both",
-                        help="the decoders' KV cache layout(s)")  # fmt: skip
+    parser.add_argument(
+        "--kv-cache",
+        choices=[*LAYOUTS, "both"],
+        default="both",
+        help="the decoders' KV cache layout(s)",
+    )
     args = parser.parse_args()
     layouts = LAYOUTS if args.kv_cache == "both" else (args.kv_cache,)
     sections = [
@@ -265,8 +307,9 @@ def main() -> None:
     publish("generate", "\n".join(sections), args.quick)
 
 
-def report(case: Case, results: Results, ceilings: dict[str, float], requests: int,
-           rounds: int) -> str:  # fmt: skip
+def report(
+    case: Case, results: Results, ceilings: dict[str, float], requests: int, rounds: int
+) -> str:
     def med(kv: str, mix: str, mode: str, field: str) -> float:
         return median_of([getattr(r, field) for r in results[(kv, mix, mode)]])
 
@@ -284,8 +327,7 @@ def report(case: Case, results: Results, ceilings: dict[str, float], requests: i
                 )
             fast = med(kv, mix, "continuous", "tokens_per_s")
             speed = fast / med(kv, mix, "static", "tokens_per_s")
-            ttft = med(kv, mix, "static", "ttft_p99_ms") / med(kv, mix, "continuous",
-                                                                "ttft_p99_ms")  # fmt: skip
+            ttft = med(kv, mix, "static", "ttft_p99_ms") / med(kv, mix, "continuous", "ttft_p99_ms")
             verdicts.append(
                 f"- {kv}, {mix}: continuous batching gives **{speed:.2f}x** the tokens per "
                 f"second of static batching, with a **{ttft:.1f}x** lower p99 time to first "
@@ -293,26 +335,31 @@ def report(case: Case, results: Results, ceilings: dict[str, float], requests: i
             )
     if len(ceilings) == 2:
         for mix in MIXES:
-            gain = (med("inplace", mix, "continuous", "tokens_per_s")
-                    / med("concat", mix, "continuous", "tokens_per_s"))  # fmt: skip
-            verdicts.append(f"- {mix}, continuous: the in-place KV cache gives **{gain:.2f}x** "
-                            "the tokens per second of the concatenating one.")  # fmt: skip
+            gain = med("inplace", mix, "continuous", "tokens_per_s") / med(
+                "concat", mix, "continuous", "tokens_per_s"
+            )
+            verdicts.append(
+                f"- {mix}, continuous: the in-place KV cache gives **{gain:.2f}x** "
+                "the tokens per second of the concatenating one."
+            )
     ceiling_text = ", ".join(f"{kv} {c:.0f}" for kv, c in ceilings.items())
-    return "\n".join([
-        f"### {case.name}",
-        "",
-        f"{requests} requests per mix, {rounds} round(s).",
-        "",
-        "| KV cache | max_new_tokens | scheduling | tokens/s | TTFT p50 ms | TTFT p99 ms "
-        "| latency p50 ms | latency p99 ms | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        *verdicts,
-        "",
-        f"Raw ceiling: ONNX Runtime in process, decode steps of {CONCURRENCY} rows over a "
-        f"128-token cache, no sampling, no server (tokens/s): {ceiling_text}.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"### {case.name}",
+            "",
+            f"{requests} requests per mix, {rounds} round(s).",
+            "",
+            "| KV cache | max_new_tokens | scheduling | tokens/s | TTFT p50 ms | TTFT p99 ms "
+            "| latency p50 ms | latency p99 ms | errors |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            *verdicts,
+            "",
+            f"Raw ceiling: ONNX Runtime in process, decode steps of {CONCURRENCY} rows over a "
+            f"128-token cache, no sampling, no server (tokens/s): {ceiling_text}.",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -26,11 +26,17 @@ def _bodies(host: str) -> tuple[str, Callable[[], bytes]]:
     if host not in _cycle:
         lengths = Lengths.parse(os.environ.get("INFERD_LENGTHS", "loguniform:8-100"))
         workload = build_workload(
-            host, os.environ.get("INFERD_ENDPOINT", "embed"), os.environ.get("INFERD_MODEL"),
-            inputs=None, lengths=lengths,
-            count=256, batch=int(os.environ.get("INFERD_BATCH", "1")), max_new_tokens=32,
-            v2_length=16, seed=0,
-        )  # fmt: skip
+            host,
+            os.environ.get("INFERD_ENDPOINT", "embed"),
+            os.environ.get("INFERD_MODEL"),
+            inputs=None,
+            lengths=lengths,
+            count=256,
+            batch=int(os.environ.get("INFERD_BATCH", "1")),
+            max_new_tokens=32,
+            v2_length=16,
+            seed=0,
+        )
         _cycle[host] = (workload.path, workload.cycle())
     return _cycle[host]
 

@@ -38,8 +38,14 @@ ON = ("--metrics", "--log-sample-rate", "0.01")
 OFF = ("--no-metrics", "--log-sample-rate", "0")
 
 
-def measure(repo: Path, path: str, bodies: list[bytes], args: tuple[str, ...], seconds: float,
-            concurrency: int) -> float:  # fmt: skip
+def measure(
+    repo: Path,
+    path: str,
+    bodies: list[bytes],
+    args: tuple[str, ...],
+    seconds: float,
+    concurrency: int,
+) -> float:
     server = Server(repo, *args)
     try:
         run_wrk(server, path, bodies, concurrency, 2)  # warm-up
@@ -65,13 +71,35 @@ def main() -> int:
         write_config(tiny / "affine", {"max_batch_size": 64})
         texts = sentences(200)
         cases = [
-            ("demo /embed, one text per request", demo, "/embed", 32,
-             [orjson.dumps({"model": "minilm", "texts": [t]}) for t in texts]),
-            ("tiny model, V2 JSON", tiny, "/v2/models/affine/infer", 32,
-             [orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
-                                        "data": np.random.default_rng(i).random(4).tolist()}]})
-              for i in range(50)]),
-        ]  # fmt: skip
+            (
+                "demo /embed, one text per request",
+                demo,
+                "/embed",
+                32,
+                [orjson.dumps({"model": "minilm", "texts": [t]}) for t in texts],
+            ),
+            (
+                "tiny model, V2 JSON",
+                tiny,
+                "/v2/models/affine/infer",
+                32,
+                [
+                    orjson.dumps(
+                        {
+                            "inputs": [
+                                {
+                                    "name": "x",
+                                    "datatype": "FP32",
+                                    "shape": [1, 4],
+                                    "data": np.random.default_rng(i).random(4).tolist(),
+                                }
+                            ]
+                        }
+                    )
+                    for i in range(50)
+                ],
+            ),
+        ]
         for label, repo, path, concurrency, bodies in cases:
             on, off = [], []
             for r in range(args.rounds):

@@ -89,9 +89,12 @@ def main() -> int:
         slow_model(repo / "slow" / "1" / "model.onnx", layers=LAYERS, width=WIDTH)
         write_config(
             repo / "slow",
-            {"max_batch_size": 1, "runtime": {"intra_op_threads": 1},
-             "dynamic_batching": {"max_queue_size": args.queue}},
-        )  # fmt: skip
+            {
+                "max_batch_size": 1,
+                "runtime": {"intra_op_threads": 1},
+                "dynamic_batching": {"max_queue_size": args.queue},
+            },
+        )
         server = Server(repo)
         try:
             capacity = run_wrk(server, "/v2/models/slow/infer", body, 4, 5).requests_per_s
@@ -120,8 +123,11 @@ def main() -> int:
         "| outcome | requests | p50 ms | p99 ms | max ms |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for label, values in (("200 answered", admitted), ("429/503 shed", rejected),
-                          ("504 deadline", expired)):  # fmt: skip
+    for label, values in (
+        ("200 answered", admitted),
+        ("429/503 shed", rejected),
+        ("504 deadline", expired),
+    ):
         top = max(values) * 1000 if values else float("nan")
         lines.append(
             f"| {label} | {len(values)} | {percentile(values, 50):.1f} | "

@@ -63,18 +63,35 @@ class Subject:
 
 
 SUBJECTS = (
-    Subject("minilm", "Demo model (all-MiniLM-L6-v2), texts of 8-100 words", "minilm",
-            "loguniform:8-100", 256),
-    Subject("bert-base", "BERT-base-sized encoder (12 layers, hidden 768, random weights), "
-            "128 tokens", "bert-base", "fixed:120", 128),
-)  # fmt: skip
+    Subject(
+        "minilm",
+        "Demo model (all-MiniLM-L6-v2), texts of 8-100 words",
+        "minilm",
+        "loguniform:8-100",
+        256,
+    ),
+    Subject(
+        "bert-base",
+        "BERT-base-sized encoder (12 layers, hidden 768, random weights), 128 tokens",
+        "bert-base",
+        "fixed:120",
+        128,
+    ),
+)
 
 
 def build_repo(root: Path) -> Path:
     build_demo(root)
     tokenizer = root / "minilm" / "1" / "tokenizer.json"
-    shape = EncoderShape(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522,
-                         max_positions=512, layer_norm_eps=1e-12)  # fmt: skip
+    shape = EncoderShape(
+        layers=12,
+        hidden=768,
+        heads=12,
+        intermediate=3072,
+        vocab=30522,
+        max_positions=512,
+        layer_norm_eps=1e-12,
+    )
     version = root / "bert-base" / "1"
     version.mkdir(parents=True)
     onnx.save(build_encoder(random_weights(shape), shape), str(version / "model.onnx"))  # type: ignore[arg-type]
@@ -89,8 +106,9 @@ def build_repo(root: Path) -> Path:
     return root
 
 
-def raw_best(model_file: Path, tokenizer_file: Path, texts: list[str], max_tokens: int,
-             seconds: float) -> tuple[float, int]:  # fmt: skip
+def raw_best(
+    model_file: Path, tokenizer_file: Path, texts: list[str], max_tokens: int, seconds: float
+) -> tuple[float, int]:
     """(items/s, batch) of the best batch size: texts tokenized and padded per batch."""
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
@@ -102,9 +120,12 @@ def raw_best(model_file: Path, tokenizer_file: Path, texts: list[str], max_token
         feeds = []
         for group in groups:
             enc = tokenizer.encode_batch(group)
-            feeds.append({"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-                          "attention_mask": np.array([e.attention_mask for e in enc],
-                                                     dtype=np.int64)})  # fmt: skip
+            feeds.append(
+                {
+                    "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+                    "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
+                }
+            )
         session.run(["last_hidden_state"], feeds[0])
         items, start, i = 0, time.perf_counter(), 0
         while time.perf_counter() - start < seconds or i < MIN_RUNS:
@@ -121,9 +142,19 @@ class Naive:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "benchmarks" / "naive_server.py"), "--model", str(model),
-             "--tokenizer", str(tokenizer), "--max-tokens", str(max_tokens), "--port", str(port)],
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "naive_server.py"),
+                "--model",
+                str(model),
+                "--tokenizer",
+                str(tokenizer),
+                "--max-tokens",
+                str(max_tokens),
+                "--port",
+                str(port),
+            ],
+        )
         for _ in range(600):
             try:
                 if httpx.post(self.url + "/embed", json={"texts": ["warm"]}).status_code == 200:
@@ -140,35 +171,53 @@ class Naive:
 Measured = tuple[dict[str, list[Step]], dict[str, Knee], float, int]
 
 
-def measure(subject: Subject, root: Path, settings: SweepSettings, console: Console,
-            seconds: float) -> Measured:  # fmt: skip
+def measure(
+    subject: Subject, root: Path, settings: SweepSettings, console: Console, seconds: float
+) -> Measured:
     version = root / subject.model / "1"
     texts = generate_texts(256, Lengths.parse(subject.lengths), seed=0)
-    raw, raw_batch = raw_best(version / "model.onnx", version / "tokenizer.json", texts,
-                              subject.max_tokens, seconds)  # fmt: skip
+    raw, raw_batch = raw_best(
+        version / "model.onnx", version / "tokenizer.json", texts, subject.max_tokens, seconds
+    )
     series: dict[str, list[Step]] = {}
     server = Server(root)
     try:
-        workload = build_workload(server.url, "embed", subject.model, inputs=None,
-                                  lengths=Lengths.parse(subject.lengths), count=256, batch=1,
-                                  max_new_tokens=0, v2_length=0, seed=0)  # fmt: skip
-        series["inferd"] = run_sweep(server.url, workload, settings, subject.model, console,
-                                     "inferd ")  # fmt: skip
+        workload = build_workload(
+            server.url,
+            "embed",
+            subject.model,
+            inputs=None,
+            lengths=Lengths.parse(subject.lengths),
+            count=256,
+            batch=1,
+            max_new_tokens=0,
+            v2_length=0,
+            seed=0,
+        )
+        series["inferd"] = run_sweep(
+            server.url, workload, settings, subject.model, console, "inferd "
+        )
     finally:
         server.stop()
     naive = Naive(version / "model.onnx", version / "tokenizer.json", subject.max_tokens)
     try:
-        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console,
-                                            "naive ")  # fmt: skip
+        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console, "naive ")
     finally:
         naive.stop()
-    knees = {name: find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps])
-             for name, steps in series.items()}  # fmt: skip
+    knees = {
+        name: find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps])
+        for name, steps in series.items()
+    }
     return series, knees, raw, raw_batch
 
 
-def table(subject: Subject, series: dict[str, list[Step]], knees: dict[str, Knee], raw: float,
-          raw_batch: int) -> str:  # fmt: skip
+def table(
+    subject: Subject,
+    series: dict[str, list[Step]],
+    knees: dict[str, Knee],
+    raw: float,
+    raw_batch: int,
+) -> str:
     inferd, naive = series["inferd"], series["naive FastAPI"]
     rows = [
         f"| {a.level:g} | {a.requests_per_s:.1f} | {a.p50_ms:.0f} | {a.p99_ms:.0f} | "
@@ -179,32 +228,38 @@ def table(subject: Subject, series: dict[str, list[Step]], knees: dict[str, Knee
     best_inferd = max(s.requests_per_s for s in inferd)
     best_naive = max(s.requests_per_s for s in naive)
     ki, kn = inferd[knees["inferd"].index], naive[knees["naive FastAPI"].index]
-    return "\n".join([
-        f"### {subject.title}",
-        "",
-        "| concurrency | inferd req/s | p50 ms | p99 ms | naive req/s | p50 ms | p99 ms "
-        "| inferd / naive |",
-        "|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        f"Raw ONNX Runtime (the limit): {raw:.1f} texts/s at batch {raw_batch}. inferd's best: "
-        f"{best_inferd:.1f} req/s = **{best_inferd / raw:.0%} of raw**; the naive server's "
-        f"best: {best_naive:.1f} req/s = {best_naive / raw:.0%} of raw. Recommended operating "
-        f"points (knee): inferd at concurrency {ki.level:g} ({ki.requests_per_s:.1f} req/s, "
-        f"p99 {ki.p99_ms:.0f} ms), naive at {kn.level:g} ({kn.requests_per_s:.1f} req/s, p99 "
-        f"{kn.p99_ms:.0f} ms).",
-        "",
-        f"![throughput](results/{subject.key}/throughput.png) "
-        f"![latency](results/{subject.key}/latency.png)",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"### {subject.title}",
+            "",
+            "| concurrency | inferd req/s | p50 ms | p99 ms | naive req/s | p50 ms | p99 ms "
+            "| inferd / naive |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Raw ONNX Runtime (the limit): {raw:.1f} texts/s at batch {raw_batch}. inferd's best: "
+            f"{best_inferd:.1f} req/s = **{best_inferd / raw:.0%} of raw**; the naive server's "
+            f"best: {best_naive:.1f} req/s = {best_naive / raw:.0%} of raw. Recommended operating "
+            f"points (knee): inferd at concurrency {ki.level:g} ({ki.requests_per_s:.1f} req/s, "
+            f"p99 {ki.p99_ms:.0f} ms), naive at {kn.level:g} ({kn.requests_per_s:.1f} req/s, p99 "
+            f"{kn.p99_ms:.0f} ms).",
+            "",
+            f"![throughput](results/{subject.key}/throughput.png) "
+            f"![latency](results/{subject.key}/latency.png)",
+        ]
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short steps, RESULTS.md kept")
     args = parser.parse_args()
-    settings = SweepSettings(levels=(1, 4, 16, 64), duration_s=3 if args.quick else 8,
-                             max_requests=100 if args.quick else 400, warmup_s=2)  # fmt: skip
+    settings = SweepSettings(
+        levels=(1, 4, 16, 64),
+        duration_s=3 if args.quick else 8,
+        max_requests=100 if args.quick else 400,
+        warmup_s=2,
+    )
     console = Console()
     sections = [
         "## Serving: inferd vs raw ONNX Runtime vs a naive FastAPI server (issue 7)",
@@ -218,8 +273,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="inferd-serving-") as tmp:
         root = build_repo(Path(tmp) / "repo")
         for subject in SUBJECTS:
-            series, knees, raw, raw_batch = measure(subject, root, settings, console,
-                                                    2 if args.quick else 6)  # fmt: skip
+            series, knees, raw, raw_batch = measure(
+                subject, root, settings, console, 2 if args.quick else 6
+            )
             out = PLOTS / subject.key if not args.quick else Path(tmp) / subject.key
             write_report(out, subject.title, series, knees, {"raw ONNX Runtime": f"{raw:.1f}/s"})
             sections += ["", table(subject, series, knees, raw, raw_batch)]

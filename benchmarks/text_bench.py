@@ -204,10 +204,12 @@ def serve_steps(
                     (ref_before.cpu_ms_per_seq + ref_after.cpu_ms_per_seq) / 2,
                 )
             )
-            print(f"  grouping={grouping} c={c}: {step.requests_per_s:.1f} seq/s, "
-                  f"p50 {step.p50_ms:.1f} ms, cpu {step.server_cpu_ms_per_request:.2f} ms/seq, "
-                  f"padding eff {rows[-1].padding_efficiency:.2f}, "
-                  f"batch {rows[-1].mean_batch:.1f}")  # fmt: skip
+            print(
+                f"  grouping={grouping} c={c}: {step.requests_per_s:.1f} seq/s, "
+                f"p50 {step.p50_ms:.1f} ms, cpu {step.server_cpu_ms_per_request:.2f} ms/seq, "
+                f"padding eff {rows[-1].padding_efficiency:.2f}, "
+                f"batch {rows[-1].mean_batch:.1f}"
+            )
     finally:
         server.stop()
     return rows
@@ -355,8 +357,9 @@ def main() -> int:
             for mode, batch in plan:
                 kind = "bucketed" if mode == "bucketed" else "arrival"
                 row = raw_measure(session, encoded, kind, batch, args.raw_seconds)
-                rows.append(RawRow(mode, batch, row.seq_per_s, row.cpu_ms_per_seq,
-                                   row.padding_efficiency))  # fmt: skip
+                rows.append(
+                    RawRow(mode, batch, row.seq_per_s, row.cpu_ms_per_seq, row.padding_efficiency)
+                )
             raw_runs.append(rows)
             print(f"run {run + 1}: raw", [(r.mode, r.batch, round(r.seq_per_s, 1)) for r in rows])
             token_costs.append(tokenizer_cost_us(tokenizer, texts))
@@ -374,8 +377,14 @@ def main() -> int:
             )
             served_runs.append(steps)
         command = ("python benchmarks/text_bench.py " + " ".join(sys.argv[1:])).strip()
-        text = report(median_rows(raw_runs), median_served(served_runs),
-                      median_of(token_costs), mean_tokens, command, args.repeats)  # fmt: skip
+        text = report(
+            median_rows(raw_runs),
+            median_served(served_runs),
+            median_of(token_costs),
+            mean_tokens,
+            command,
+            args.repeats,
+        )
     publish("text", text, args.quick)
     return 0
 

@@ -1,12 +1,17 @@
-"""A fake runtime for the batcher's unit tests (never in the package): records every batch."""
+"""A fake runtime for the batcher's unit tests (never in the package): records every batch; and
+the batcher's settings as the engine builds them from a model's configuration."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from inferd.batching import BatcherSettings
+from inferd.config.model import ModelConfig
+from inferd.engine.batched import batcher_settings as engine_batcher_settings
 from inferd.errors import InferdError
 from inferd.runtime.protocol import Array
 
@@ -46,3 +51,12 @@ class FakeRunner:
     @property
     def batch_sizes(self) -> list[int]:
         return [int(next(iter(b.values())).shape[0]) for b in self.batches]
+
+
+def batcher_settings(max_batch_size: int, **overrides: Any) -> BatcherSettings:
+    """A batcher's settings as a model with this `max_batch_size` and the configuration's
+    defaults gets them, with `overrides` (BatcherSettings field names)."""
+    config = ModelConfig(max_batch_size=max_batch_size)
+    return replace(
+        engine_batcher_settings(config, concurrency=1, model="m", version="1"), **overrides
+    )

@@ -17,11 +17,23 @@ def build_generator_repo(
 ) -> Path:
     """`root/tinygen/1` with its tokenizer and config; returns the repository. `kv_cache`:
     the decoder's layout (concatenated past + new, or in place)."""
-    build_generator(root, MODEL, steps=0, shape=SHAPE, corpus_chars=200_000, kv_cache=kv_cache,
-                    config={
-        "generation": {"context_length": SHAPE.context, "max_new_tokens": 32,
-                       "max_new_tokens_limit": 1000, "max_running": 8,
-                       "max_kv_tokens": 8 * SHAPE.context, "eos_token_id": 0},
-        **(config or {}),
-    })  # fmt: skip
+    build_generator(
+        root,
+        MODEL,
+        steps=0,
+        shape=SHAPE,
+        corpus_chars=200_000,
+        kv_cache=kv_cache,
+        config={
+            "generation": {
+                "context_length": SHAPE.context,
+                "max_new_tokens": 32,
+                "max_new_tokens_limit": 1000,
+                "max_running": 8,
+                "max_kv_tokens": 8 * SHAPE.context,
+                "eos_token_id": 0,
+            },
+            **(config or {}),
+        },
+    )
     return root

@@ -1,4 +1,4 @@
-"""The one error tree of inferd, with the stable codes of DESIGN.md.
+"""The one error tree of inferd, with its stable codes (docs/errors.md lists them).
 
 Knows nothing of HTTP or gRPC: `server/` maps a code to a status. Imports nothing of inferd.
 Errors from other libraries are translated into these at one boundary and raised `from` them.

@@ -42,9 +42,15 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
 
 def requests_counted(url: str) -> float:
     text = httpx.get(url + "/metrics").text
-    return sum(float(v) for v in re.findall(
-        r'^inferd_requests_total\{[^}]*endpoint="/v2/models/\{model\}/infer"[^}]*\} ([0-9.e+]+)$',
-        text, re.MULTILINE))  # fmt: skip
+    return sum(
+        float(v)
+        for v in re.findall(
+            r'^inferd_requests_total\{[^}]*endpoint="/v2/models/\{model\}/infer"'
+            r"[^}]*\} ([0-9.e+]+)$",
+            text,
+            re.MULTILINE,
+        )
+    )
 
 
 def bench(*args: str) -> int:
@@ -70,9 +76,23 @@ def test_closed_loop_counts_match_the_server_and_the_report_renders(
     before = requests_counted(server.url)
     out = tmp_path / "report"
     code = bench(
-        "run", server.url, "--endpoint", "v2", "--model", MODEL, "--levels", "1,4,16",
-        "--requests", "150", "--duration", "20", "--warmup", "0", "--out", str(out),
-    )  # fmt: skip
+        "run",
+        server.url,
+        "--endpoint",
+        "v2",
+        "--model",
+        MODEL,
+        "--levels",
+        "1,4,16",
+        "--requests",
+        "150",
+        "--duration",
+        "20",
+        "--warmup",
+        "0",
+        "--out",
+        str(out),
+    )
     assert code == 0
     after = requests_counted(server.url)
     report = json.loads((out / "report.json").read_text())
@@ -96,9 +116,26 @@ def test_closed_loop_counts_match_the_server_and_the_report_renders(
 
 
 def test_open_loop_sends_at_the_rate(server: RunningServer, tmp_path: Path) -> None:
-    code = bench("run", server.url, "--endpoint", "v2", "--model", MODEL, "--mode", "open",
-                 "--levels", "40", "--duration", "3", "--requests", "1000", "--warmup", "0",
-                 "--out", str(tmp_path))  # fmt: skip
+    code = bench(
+        "run",
+        server.url,
+        "--endpoint",
+        "v2",
+        "--model",
+        MODEL,
+        "--mode",
+        "open",
+        "--levels",
+        "40",
+        "--duration",
+        "3",
+        "--requests",
+        "1000",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0
     (series,) = json.loads((tmp_path / "report.json").read_text())["series"].values()
     (step,) = series["steps"]
@@ -108,10 +145,28 @@ def test_open_loop_sends_at_the_rate(server: RunningServer, tmp_path: Path) -> N
 
 def test_tune_finds_and_writes_a_setting(repo: Path, tmp_path: Path) -> None:
     code = bench(
-        "tune", str(repo), "--model", MODEL, "--endpoint", "v2", "--budget-ms", "2000",
-        "--grid", "max_batch_size=[1, 16]", "--levels", "1,8", "--requests", "60",
-        "--duration", "10", "--warmup", "0", "--write", "--out", str(tmp_path),
-    )  # fmt: skip
+        "tune",
+        str(repo),
+        "--model",
+        MODEL,
+        "--endpoint",
+        "v2",
+        "--budget-ms",
+        "2000",
+        "--grid",
+        "max_batch_size=[1, 16]",
+        "--levels",
+        "1,8",
+        "--requests",
+        "60",
+        "--duration",
+        "10",
+        "--warmup",
+        "0",
+        "--write",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report["series"]) == {"max_batch_size=1", "max_batch_size=16"}
@@ -122,9 +177,27 @@ def test_tune_finds_and_writes_a_setting(repo: Path, tmp_path: Path) -> None:
 
 
 def test_compare_two_configurations(repo: Path, tmp_path: Path) -> None:
-    code = bench("compare", str(repo), str(repo), "--model", MODEL, "--b-set", "max_batch_size=1",
-                 "--endpoint", "v2", "--levels", "2,8", "--requests", "60", "--duration", "10",
-                 "--warmup", "0", "--out", str(tmp_path))  # fmt: skip
+    code = bench(
+        "compare",
+        str(repo),
+        str(repo),
+        "--model",
+        MODEL,
+        "--b-set",
+        "max_batch_size=1",
+        "--endpoint",
+        "v2",
+        "--levels",
+        "2,8",
+        "--requests",
+        "60",
+        "--duration",
+        "10",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert len(report["series"]) == 2
@@ -143,12 +216,30 @@ def test_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_the_locust_file_runs(server: RunningServer, tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "locustfile.py"),
-         "--headless", "-u", "4", "-r", "4", "-t", "4s", "--host", server.url,
-         "--csv", str(tmp_path / "stats"), "--only-summary"],
-        capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(ROOT / "benchmarks" / "locustfile.py"),
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "4s",
+            "--host",
+            server.url,
+            "--csv",
+            str(tmp_path / "stats"),
+            "--only-summary",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
         env={**os.environ, "INFERD_MODEL": MODEL, "INFERD_ENDPOINT": "v2"},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     stats = (tmp_path / "stats_stats.csv").read_text().splitlines()
     aggregated = next(line for line in stats if ",Aggregated," in line).split(",")

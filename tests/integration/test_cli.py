@@ -17,9 +17,12 @@ from tests.models import write_config
 
 def inferd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inferd", *args], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "inferd", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env=env,
-    )  # fmt: skip
+    )
 
 
 def test_version() -> None:
@@ -110,8 +113,10 @@ def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> Non
     assert result.returncode == 3
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert lines == [f"inferd: cannot listen on 127.0.0.1:{port}: address already in use "
-                     "(another server there? --port chooses another)"]  # fmt: skip
+    assert lines == [
+        f"inferd: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(another server there? --port chooses another)"
+    ]
 
 
 def test_a_bad_flag_shows_the_subcommand_usage() -> None:
@@ -137,10 +142,14 @@ def test_a_configuration_error_is_one_line(tmp_path: Path) -> None:
 
 
 def _classifier(root: Path, name: str, default: bool) -> None:
-    write_config(root / name, {
-        "task": "zero-shot-classification", "default": default,
-        "zero_shot": {"base_model": "minilm", "labels": [{"name": "a"}, {"name": "b"}]},
-    })  # fmt: skip
+    write_config(
+        root / name,
+        {
+            "task": "zero-shot-classification",
+            "default": default,
+            "zero_shot": {"base_model": "minilm", "labels": [{"name": "a"}, {"name": "b"}]},
+        },
+    )
 
 
 def test_two_defaults_for_one_task_stop_the_start(tmp_path: Path) -> None:
@@ -162,5 +171,6 @@ def test_an_empty_repository_warns(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     warnings = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    assert any(w["level"] == "warning" and "holds no model folder" in w["event"]
-               for w in warnings), server.log()  # fmt: skip
+    assert any(
+        w["level"] == "warning" and "holds no model folder" in w["event"] for w in warnings
+    ), server.log()

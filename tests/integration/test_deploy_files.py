@@ -15,8 +15,11 @@ import yaml
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "inferd-alerts.yml"
 DASHBOARD = DEPLOY / "grafana" / "inferd-dashboard.json"
-GPU_ONLY = {"inferd_gpu_utilization_ratio", "inferd_gpu_memory_used_bytes",
-            "inferd_gpu_memory_total_bytes"}  # fmt: skip
+GPU_ONLY = {
+    "inferd_gpu_utilization_ratio",
+    "inferd_gpu_memory_used_bytes",
+    "inferd_gpu_memory_total_bytes",
+}
 NAME = re.compile(r"\b((?:inferd|process)_[a-z_]+)")
 SUFFIXES = ("_bucket", "_sum", "_count", "_total")
 
@@ -34,8 +37,10 @@ def test_rules_pass_promtool_check_and_unit_tests() -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     unit = subprocess.run(
         [promtool(), "test", "rules", "inferd-alerts.test.yml"],
-        cwd=RULES.parent, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=RULES.parent,
+        capture_output=True,
+        text=True,
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr
 
 
@@ -56,12 +61,18 @@ def base(name: str) -> str:
 
 
 def test_every_metric_in_rules_and_dashboard_is_exposed(client: httpx.Client) -> None:
-    client.post("/v2/models/affine/infer", json={"inputs": [
-        {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})  # fmt: skip
+    client.post(
+        "/v2/models/affine/infer",
+        json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]},
+    )
     exposed = {base(m) for m in NAME.findall(client.get("/metrics").text)}
     # families this repository's models cannot produce (texts, GPUs) come from the text server
-    text_only = {"inferd_drift_psi", "inferd_top_confidence", "inferd_input_length_tokens",
-                 "inferd_predicted_labels"}  # fmt: skip
+    text_only = {
+        "inferd_drift_psi",
+        "inferd_top_confidence",
+        "inferd_input_length_tokens",
+        "inferd_predicted_labels",
+    }
     wanted = {base(m) for expr in expressions() for m in NAME.findall(expr)}
     missing = wanted - exposed - GPU_ONLY - text_only
     assert not missing, f"named in deploy/ but not exposed: {sorted(missing)}"

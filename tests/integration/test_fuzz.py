@@ -70,20 +70,44 @@ def post(client: httpx.Client, content: bytes, **headers: str) -> httpx.Response
         (b"null", {}),
         (b'"just a string"', {}),
         (b"[" * 5000 + b"]" * 5000, {}),  # deep nesting
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [NaN, 1, 2, 3]}]}', {}),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [Infinity, 1, 2, 3]}]}', {}),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1e400, 1, 2, 3]}]}', {}),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1e39, 1, 2, 3]}]}', {}),
-        (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [123456789012345678901234567890]}]}', {}),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [99999999999, 99999999999], "data": [1]}]}', {}),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [NaN, 1, 2, 3]}]}',
+            {},
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [Infinity, 1, 2, 3]}]}',
+            {},
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1e400, 1, 2, 3]}]}',
+            {},
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1e39, 1, 2, 3]}]}',
+            {},
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [123456789012345678901234567890]}]}',
+            {},
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [99999999999, 99999999999], "data": [1]}]}',
+            {},
+        ),
         (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": {"a": 1}}]}', {}),
-        (b"--boundary\r\nContent-Disposition: form-data\r\n\r\nx\r\n--boundary--", {"content-type": "multipart/form-data; boundary=boundary"}),
+        (
+            b"--boundary\r\nContent-Disposition: form-data\r\n\r\nx\r\n--boundary--",
+            {"content-type": "multipart/form-data; boundary=boundary"},
+        ),
         (b"x=1&y=2", {"content-type": "application/x-www-form-urlencoded"}),
         (b'{"inputs": []}', {"content-encoding": "br"}),
         (b"not gzip at all", {"content-encoding": "gzip"}),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}]}', {"inference-header-content-length": "abc"}),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}]}',
+            {"inference-header-content-length": "abc"},
+        ),
     ],
-)  # fmt: skip
+)
 def test_hostile_bodies_get_a_4xx_with_a_code(
     client: httpx.Client, content: bytes, headers: dict[str, str]
 ) -> None:

@@ -67,8 +67,15 @@ def metric(http: httpx.Client, pattern: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-SAMPLED = {"prompt": "Return the number of items", "max_length": 40, "temperature": 0.9,
-           "top_k": 50, "top_p": 0.95, "seed": 1234, "ignore_eos": True}  # fmt: skip
+SAMPLED = {
+    "prompt": "Return the number of items",
+    "max_length": 40,
+    "temperature": 0.9,
+    "top_k": 50,
+    "top_p": 0.95,
+    "seed": 1234,
+    "ignore_eos": True,
+}
 
 
 def test_streaming_and_whole_give_the_same_text_for_a_seed(http: httpx.Client) -> None:
@@ -87,14 +94,20 @@ def test_streaming_and_whole_give_the_same_text_for_a_seed(http: httpx.Client) -
 
 def test_the_openai_client_on_completions(server: RunningServer) -> None:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
-    kwargs: dict[str, Any] = {"model": MODEL, "prompt": "Open the file", "max_tokens": 20,
-                              "temperature": 0.0, "extra_body": {"ignore_eos": True}}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "prompt": "Open the file",
+        "max_tokens": 20,
+        "temperature": 0.0,
+        "extra_body": {"ignore_eos": True},
+    }
     whole = client.completions.create(**kwargs)
     assert whole.object == "text_completion" and whole.model == MODEL
     assert whole.choices[0].finish_reason == "length"
     assert whole.usage is not None and whole.usage.completion_tokens == 20
-    chunks = list(client.completions.create(**kwargs, stream=True,
-                                            stream_options={"include_usage": True}))  # fmt: skip
+    chunks = list(
+        client.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == whole.choices[0].text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
@@ -107,8 +120,7 @@ def test_the_openai_client_on_completions(server: RunningServer) -> None:
 
 
 def test_stop_sequences_end_the_text_before_them(http: httpx.Client) -> None:
-    body = {"prompt": "The module provides", "max_length": 60, "temperature": 0,
-            "ignore_eos": True}  # fmt: skip
+    body = {"prompt": "The module provides", "max_length": 60, "temperature": 0, "ignore_eos": True}
     full = generate(http, **body)["text"]
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     cut = full[: full.index(stop)]
@@ -120,11 +132,18 @@ def test_stop_sequences_end_the_text_before_them(http: httpx.Client) -> None:
 
 
 def test_greedy_is_identical_alone_and_under_concurrent_load(http: httpx.Client) -> None:
-    body = {"prompt": "Create a new socket", "max_length": 50, "temperature": 0,
-            "ignore_eos": True}  # fmt: skip
+    body = {"prompt": "Create a new socket", "max_length": 50, "temperature": 0, "ignore_eos": True}
     alone = generate(http, **body)["text"]
-    noise = [{"prompt": "x " * (5 + 7 * i), "max_length": 20 + 15 * i, "temperature": 1.0,
-              "seed": i, "ignore_eos": True} for i in range(10)]  # fmt: skip
+    noise = [
+        {
+            "prompt": "x " * (5 + 7 * i),
+            "max_length": 20 + 15 * i,
+            "temperature": 1.0,
+            "seed": i,
+            "ignore_eos": True,
+        }
+        for i in range(10)
+    ]
     with ThreadPoolExecutor(12) as pool:
         futures = [pool.submit(generate, http, **n) for n in noise[:5]]
         target = pool.submit(generate, http, **body)
@@ -139,10 +158,20 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(
     cancelled_before = metric(
         http, r'inferd_generation_finished_total\{model="tinygen",reason="cancelled"\}'
     )
-    with httpx.Client(base_url=server.url, timeout=30) as other, other.stream(
-        "POST", "/generate", json={"prompt": "Go on", "max_length": 1000, "temperature": 0,
-                                   "ignore_eos": True, "stream": True}
-    ) as response:  # fmt: skip
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as other,
+        other.stream(
+            "POST",
+            "/generate",
+            json={
+                "prompt": "Go on",
+                "max_length": 1000,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+            },
+        ) as response,
+    ):
         for line in response.iter_lines():
             if line.startswith("data: "):
                 break  # one token group read; then the client goes away
@@ -200,7 +229,7 @@ def error(response: httpx.Response, status: int, code: int) -> str:
         ({"prompt": "x", "model": "nope"}, 404, 4040, "nope"),
         ({"max_length": 3}, 400, 4004, "prompt"),
     ],
-)  # fmt: skip
+)
 def test_bad_parameters_get_their_codes(
     http: httpx.Client, body: dict[str, Any], status: int, code: int, message: str
 ) -> None:
@@ -230,8 +259,13 @@ def test_sigterm_lets_running_generations_finish(
     repo = build_generator_repo(tmp_path_factory.mktemp("drain-gen"))
     log = tmp_path_factory.mktemp("drain-gen-logs") / "server.log"
     server = start_server(repo, log, "--drain-grace-s", "0.2", "--drain-timeout-s", "30")
-    body = {"prompt": "Keep going", "max_length": 480, "temperature": 0, "ignore_eos": True,
-            "stream": True}  # fmt: skip
+    body = {
+        "prompt": "Keep going",
+        "max_length": 480,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(4) as pool:
             streams = [pool.submit(stream_events, http, **body) for _ in range(3)]
@@ -251,11 +285,32 @@ def test_sigterm_lets_running_generations_finish(
 def test_bench_reports_tokens_per_second(server: RunningServer, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     result = subprocess.run(
-        [sys.executable, "-m", "inferd", "bench", "run", server.url, "--endpoint", "generate",
-         "--max-new-tokens", "8", "--levels", "1,2", "--requests", "6", "--duration", "20",
-         "--warmup", "0", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "inferd",
+            "bench",
+            "run",
+            server.url,
+            "--endpoint",
+            "generate",
+            "--max-new-tokens",
+            "8",
+            "--levels",
+            "1,2",
+            "--requests",
+            "6",
+            "--duration",
+            "20",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     steps = next(iter(json.loads((out / "report.json").read_text())["series"].values()))["steps"]
     for step in steps:  # ignore_eos: every answer holds its 8 new tokens

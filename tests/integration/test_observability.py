@@ -47,8 +47,13 @@ def log_lines(server: RunningServer) -> list[dict[str, Any]]:
 
 def test_requests_without_inference_count_under_their_model(client: httpx.Client) -> None:
     before = scrape(client)
-    paths = ["/v2/models/multi", "/v2/models/multi/config", "/v2/models/multi/ready",
-             "/v2/models/multi/stats", "/v2"]  # fmt: skip
+    paths = [
+        "/v2/models/multi",
+        "/v2/models/multi/config",
+        "/v2/models/multi/ready",
+        "/v2/models/multi/stats",
+        "/v2",
+    ]
     for path in paths:
         assert client.get(path).status_code == 200
     after = scrape(client)
@@ -59,8 +64,10 @@ def test_requests_without_inference_count_under_their_model(client: httpx.Client
         assert delta - value(before, "inferd_requests_total", **labels) == 1, endpoint
     server_wide = {"endpoint": "/v2", "model": "", "status": "200", "code": "0"}
     assert value(after, "inferd_requests_total", **server_wide) >= 1  # about no model
-    assert not any(dict(key[1]).get("model") == "_unknown" and dict(key[1]).get("status") == "200"
-                   for key in after)  # fmt: skip
+    assert not any(
+        dict(key[1]).get("model") == "_unknown" and dict(key[1]).get("status") == "200"
+        for key in after
+    )
 
 
 def test_metrics_count_what_was_sent(client: httpx.Client) -> None:
@@ -70,11 +77,13 @@ def test_metrics_count_what_was_sent(client: httpx.Client) -> None:
         assert (
             client.post("/v2/models/multi/versions/1/infer", json={"inputs": []}).status_code == 400
         )
-    good = {"inputs": [
-        {"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [1.0] * 6},
-        {"name": "b", "datatype": "INT32", "shape": [2, 3], "data": [1] * 6},
-        {"name": "tag", "datatype": "BYTES", "shape": [2, 1], "data": ["x", "y"]},
-    ]}  # fmt: skip
+    good = {
+        "inputs": [
+            {"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [1.0] * 6},
+            {"name": "b", "datatype": "INT32", "shape": [2, 3], "data": [1] * 6},
+            {"name": "tag", "datatype": "BYTES", "shape": [2, 1], "data": ["x", "y"]},
+        ]
+    }
     for _ in range(5):
         assert client.post("/v2/models/multi/versions/1/infer", json=good).status_code == 200
     for _ in range(3):
@@ -88,13 +97,19 @@ def test_metrics_count_what_was_sent(client: httpx.Client) -> None:
     assert delta("inferd_requests_total", **ok) == 5
     bad = {"endpoint": endpoint, "model": "multi", "status": "400", "code": "4004"}
     assert delta("inferd_requests_total", **bad) == 7  # failed validation: the path names it
-    unknown = {"endpoint": "/v2/models/{model}/infer", "model": "_unknown", "status": "404",
-               "code": "4040"}  # fmt: skip
+    unknown = {
+        "endpoint": "/v2/models/{model}/infer",
+        "model": "_unknown",
+        "status": "404",
+        "code": "4040",
+    }
     assert delta("inferd_requests_total", **unknown) == 3
     assert not any("made-up-name" in str(key) for key in after)  # bounded label values
     assert delta("inferd_batch_size_sum", model="multi", version="1") == 10
-    assert delta("inferd_stage_duration_seconds_count", model="multi", version="1",
-                 stage="inference") == 5  # fmt: skip
+    assert (
+        delta("inferd_stage_duration_seconds_count", model="multi", version="1", stage="inference")
+        == 5
+    )
     assert value(after, "inferd_model_ready", model="affine", version="1") == 1
     assert value(after, "inferd_model_ready", model="broken", version="1") == 0
     assert value(after, "inferd_queue_depth", model="affine", version="2") == 0
@@ -121,9 +136,22 @@ def test_log_lines_are_json_with_stage_timings_and_no_payload(
     time.sleep(0.2)
     lines = {line.get("request_id"): line for line in log_lines(server)}
     ok = lines["log-me-1"]
-    for key in ("ts", "level", "event", "model", "version", "status", "queue_ms",
-                "preprocess_ms", "inference_ms", "postprocess_ms", "total_ms", "batch_size",
-                "input_length", "output_length"):  # fmt: skip
+    for key in (
+        "ts",
+        "level",
+        "event",
+        "model",
+        "version",
+        "status",
+        "queue_ms",
+        "preprocess_ms",
+        "inference_ms",
+        "postprocess_ms",
+        "total_ms",
+        "batch_size",
+        "input_length",
+        "output_length",
+    ):
         assert key in ok, key
     assert ok["event"] == "request" and ok["status"] == 200 and ok["model"] == "affine"
     assert ok["input_length"] == 4 and ok["batch_size"] >= 1

@@ -70,8 +70,7 @@ def commands(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = build_demo(tmp_path_factory.mktemp("demo") / "repo")
-    build_generator(root, "docgen", steps=0, shape=SHAPE, corpus_chars=200_000,
-                    kv_cache="inplace")  # fmt: skip
+    build_generator(root, "docgen", steps=0, shape=SHAPE, corpus_chars=200_000, kv_cache="inplace")
     keys = tmp_path_factory.mktemp("keys") / "admin.keys"
     keys.write_text(ADMIN_KEY + "\n")
     log = tmp_path_factory.mktemp("logs") / "readme-server.log"
@@ -94,9 +93,12 @@ def _environment() -> dict[str, str]:
 def run_curl(command: str, server: RunningServer) -> str:
     strict = re.sub(r"\bcurl\b", "curl --fail-with-body", _local(command, server))
     done = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", strict], capture_output=True, text=True, timeout=60,
+        ["bash", "-o", "pipefail", "-c", strict],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_environment(),
-    )  # fmt: skip
+    )
     assert done.returncode == 0, f"{command}\n-> exit {done.returncode}\n{done.stdout}{done.stderr}"
     assert done.stdout.strip(), f"{command}: no answer"
     return done.stdout
@@ -134,8 +136,13 @@ def check_command(command: str, variables: dict[str, str]) -> None:
     """A command that is not run against the server: checked as described above."""
     assignment = re.fullmatch(r'(\w+)="\$\((.*)\)"', command)
     if assignment:
-        done = subprocess.run(["bash", "-c", assignment.group(2)], capture_output=True,
-                              text=True, timeout=60, env=_environment())  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", assignment.group(2)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_environment(),
+        )
         assert done.returncode == 0, done.stderr
         folder = Path(done.stdout.strip())
         assert folder.is_dir(), f"{command} names no folder: {folder}"
@@ -177,9 +184,11 @@ def test_every_readme_code_block_runs(readme_server: RunningServer) -> None:
                     check_command(command, variables)
         elif block.language == "python":
             done = subprocess.run(
-                [sys.executable, "-c", _local(block.text, readme_server)], capture_output=True,
-                text=True, timeout=120,
-            )  # fmt: skip
+                [sys.executable, "-c", _local(block.text, readme_server)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert done.returncode == 0, f"{block.name}\n{done.stdout}{done.stderr}"
             ran += 1
         elif block.language == "yaml":
@@ -193,9 +202,12 @@ def test_every_readme_code_block_runs(readme_server: RunningServer) -> None:
 
 def test_the_readme_examples_answer_what_it_shows(readme_server: RunningServer) -> None:
     """The answers printed in the README are what the demo answers."""
-    predicted = json.loads(run_curl(
-        """curl -s localhost:8000/predict -d '{"texts": ["I love it!", "This is awful."]}'""",
-        readme_server))  # fmt: skip
+    predicted = json.loads(
+        run_curl(
+            """curl -s localhost:8000/predict -d '{"texts": ["I love it!", "This is awful."]}'""",
+            readme_server,
+        )
+    )
     assert predicted["labels"] == ["positive", "negative"] and predicted["model"] == "sentiment"
     shown = next(b for b in readme_blocks() if b.language == "json")
     expected = json.loads(shown.text)["outputs"][0]

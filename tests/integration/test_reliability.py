@@ -28,11 +28,13 @@ def test_a_poisoned_item_fails_alone_in_its_batch(tmp_path: Path) -> None:
         values = [i % 10 for i in range(40)]
         values[7] = values[23] = 99  # past the table: ONNX Runtime fails any batch holding it
         limits = httpx.Limits(max_connections=40)
-        with httpx.Client(base_url=server.url, timeout=30, limits=limits) as client, \
-                ThreadPoolExecutor(40) as pool:  # fmt: skip
-            responses = list(pool.map(
-                lambda v: client.post("/v2/models/lookup/infer", json=idx_body(v)), values
-            ))  # fmt: skip
+        with (
+            httpx.Client(base_url=server.url, timeout=30, limits=limits) as client,
+            ThreadPoolExecutor(40) as pool,
+        ):
+            responses = list(
+                pool.map(lambda v: client.post("/v2/models/lookup/infer", json=idx_body(v)), values)
+            )
             stats = client.get("/v2/models/lookup/stats").json()["model_stats"][0]
             ready = client.get("/ready")
         for value, response in zip(values, responses, strict=True):
@@ -71,20 +73,29 @@ def test_api_keys_guard_inference_and_admin_keys_guard_changes(tmp_path: Path) -
         bare = httpx.post(url + "/v2/models/affine/infer", json=x_body())
         assert bare.status_code == 401 and bare.json()["code"] == 4010
         assert bare.headers["www-authenticate"] == "Bearer"
-        wrong = httpx.post(url + "/v2/models/affine/infer", json=x_body(),
-                           headers={"Authorization": "Bearer key-three"})  # fmt: skip
+        wrong = httpx.post(
+            url + "/v2/models/affine/infer",
+            json=x_body(),
+            headers={"Authorization": "Bearer key-three"},
+        )
         assert wrong.status_code == 401
         for key in ("key-one", "key-two"):
-            ok = httpx.post(url + "/v2/models/affine/infer", json=x_body(),
-                            headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+            ok = httpx.post(
+                url + "/v2/models/affine/infer",
+                json=x_body(),
+                headers={"Authorization": f"Bearer {key}"},
+            )
             assert ok.status_code == 200
         unload = url + "/v2/repository/models/affine/unload"
         as_user = httpx.post(unload, headers={"Authorization": "Bearer key-one"})
         assert as_user.status_code == 401
         as_admin = httpx.post(unload, headers={"Authorization": "Bearer admin-secret"})
         assert as_admin.status_code == 200
-        gone = httpx.post(url + "/v2/models/affine/infer", json=x_body(),
-                          headers={"Authorization": "Bearer key-one"})  # fmt: skip
+        gone = httpx.post(
+            url + "/v2/models/affine/infer",
+            json=x_body(),
+            headers={"Authorization": "Bearer key-one"},
+        )
         assert gone.status_code == 404
     finally:
         assert server.stop() == 0
@@ -169,11 +180,13 @@ def test_global_in_flight_cap_sheds_with_429(tmp_path: Path) -> None:
     body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512], "data": x}]}
     try:
         limits = httpx.Limits(max_connections=16)
-        with httpx.Client(base_url=server.url, timeout=60, limits=limits) as client, \
-                ThreadPoolExecutor(16) as pool:  # fmt: skip
-            responses = list(pool.map(
-                lambda _: client.post("/v2/models/slow/infer", json=body), range(16)
-            ))  # fmt: skip
+        with (
+            httpx.Client(base_url=server.url, timeout=60, limits=limits) as client,
+            ThreadPoolExecutor(16) as pool,
+        ):
+            responses = list(
+                pool.map(lambda _: client.post("/v2/models/slow/infer", json=body), range(16))
+            )
         statuses = [r.status_code for r in responses]
         assert set(statuses) == {200, 429}, statuses
         shed = [r for r in responses if r.status_code == 429]

@@ -78,9 +78,12 @@ def test_full_queue_sheds_with_429_and_retry_after(
 ) -> None:
     write_config(
         slow_repo / "slow",
-        {"max_batch_size": 1, "runtime": {"intra_op_threads": 1},
-         "dynamic_batching": {"max_queue_size": 4}},
-    )  # fmt: skip
+        {
+            "max_batch_size": 1,
+            "runtime": {"intra_op_threads": 1},
+            "dynamic_batching": {"max_queue_size": 4},
+        },
+    )
     log = tmp_path_factory.mktemp("shed-logs") / "server.log"
     server = start_server(slow_repo, log)
     try:
@@ -116,9 +119,12 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
 ) -> None:
     write_config(
         slow_repo / "slow",
-        {"max_batch_size": 1, "runtime": {"intra_op_threads": 1},
-         "dynamic_batching": {"max_queue_size": 128}},
-    )  # fmt: skip
+        {
+            "max_batch_size": 1,
+            "runtime": {"intra_op_threads": 1},
+            "dynamic_batching": {"max_queue_size": 128},
+        },
+    )
     log = tmp_path_factory.mktemp("drain-logs") / "server.log"
     server = start_server(slow_repo, log, "--drain-grace-s", "0.3", "--drain-timeout-s", "20")
     limits = httpx.Limits(max_connections=50)

@@ -104,8 +104,16 @@ def test_padding_never_changes_a_label_or_score(classifier: RunningServer) -> No
 
 
 def test_v2_infer_with_texts_gives_label_score_and_probabilities(classifier: RunningServer) -> None:
-    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 1],
-                        "data": [["I love it"], ["awful"]]}]}  # fmt: skip
+    body = {
+        "inputs": [
+            {
+                "name": "text",
+                "datatype": "BYTES",
+                "shape": [2, 1],
+                "data": [["I love it"], ["awful"]],
+            }
+        ]
+    }
     response = httpx.post(classifier.url + "/v2/models/reviews/infer", json=body)
     assert response.status_code == 200, response.text
     outputs = {o["name"]: o for o in response.json()["outputs"]}

@@ -4,6 +4,9 @@ real inferd on 127.0.0.1: the OpenAI client, /predict, /embed, V2 texts, and eve
 from __future__ import annotations
 
 import base64
+import gzip
+import json
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -110,9 +113,12 @@ def test_openai_client_embeddings(text_server: RunningServer) -> None:
     as_float = np.array(many.data[1].embedding, dtype=np.float32)
     raw = httpx.post(
         text_server.url + "/v1/embeddings",
-        json={"model": "minilm", "input": ["first text", "second text", "third"],
-              "encoding_format": "base64"},
-    ).json()  # fmt: skip
+        json={
+            "model": "minilm",
+            "input": ["first text", "second text", "third"],
+            "encoding_format": "base64",
+        },
+    ).json()
     decoded = np.frombuffer(base64.b64decode(raw["data"][1]["embedding"]), dtype="<f4")
     np.testing.assert_allclose(decoded, as_float, rtol=1e-6, atol=1e-7)
     with pytest.raises(openai.BadRequestError):
@@ -122,10 +128,16 @@ def test_openai_client_embeddings(text_server: RunningServer) -> None:
 
 
 def test_predict_sentiment_on_clear_sentences(http: httpx.Client) -> None:
-    positive = ["I absolutely love this, it is wonderful!", "Best purchase I ever made.",
-                "What a fantastic, delightful experience."]  # fmt: skip
-    negative = ["This is terrible, I hate it.", "The worst service I have ever had.",
-                "Awful. Broken on arrival and nobody helped."]  # fmt: skip
+    positive = [
+        "I absolutely love this, it is wonderful!",
+        "Best purchase I ever made.",
+        "What a fantastic, delightful experience.",
+    ]
+    negative = [
+        "This is terrible, I hate it.",
+        "The worst service I have ever had.",
+        "Awful. Broken on arrival and nobody helped.",
+    ]
     response = http.post("/predict", json={"model": "sentiment", "texts": positive + negative})
     assert response.status_code == 200, response.text
     body = response.json()
@@ -157,6 +169,29 @@ def test_tokenization_edge_cases_embed(http: httpx.Client, text: str) -> None:
     assert vector.shape == (1, 384) and np.isfinite(vector).all()
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/predict", {"texts": ["I love it"]}),
+        ("/embed", {"texts": ["hello"], "model": "minilm"}),
+        ("/v1/embeddings", {"input": "hello", "model": "minilm"}),
+    ],
+)
+def test_every_task_route_takes_a_compressed_body(
+    http: httpx.Client, path: str, body: dict[str, Any], encoding: str
+) -> None:
+    raw = json.dumps(body).encode()
+    packed = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    sent = http.post(path, content=packed, headers={"content-encoding": encoding})
+    assert sent.status_code == 200, sent.text
+    plain = http.post(path, content=raw).json()
+    plain.pop("latency_ms", None)
+    compressed = sent.json()
+    compressed.pop("latency_ms", None)
+    assert compressed == plain
+
+
 def test_one_request_of_many_texts_equals_many_requests_of_one(http: httpx.Client) -> None:
     texts = sentences(60)
     together = embed(http, texts)
@@ -179,9 +214,12 @@ def test_v2_infer_takes_texts_as_bytes(http: httpx.Client) -> None:
     assert meta["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
     label = http.post(
         "/v2/models/sentiment/infer",
-        json={"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
-                          "data": ["I love it so much"]}]},
-    ).json()  # fmt: skip
+        json={
+            "inputs": [
+                {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["I love it so much"]}
+            ]
+        },
+    ).json()
     assert {o["name"]: o["data"] for o in label["outputs"]}["label"] == ["positive"]
 
 
@@ -194,8 +232,9 @@ def test_empty_list_and_blank_texts_are_4001_naming_the_index(http: httpx.Client
         http.post("/embed", json={"model": "minilm", "texts": ["fine", " \t\n "]}), 400, 4001
     )
     assert "text 1" in message
-    assert "text 0" in error(http.post("/predict", json={"model": "sentiment", "texts": [""]}),
-                             400, 4001)  # fmt: skip
+    assert "text 0" in error(
+        http.post("/predict", json={"model": "sentiment", "texts": [""]}), 400, 4001
+    )
 
 
 def test_too_long_without_truncation_is_4002_naming_the_index(http: httpx.Client) -> None:

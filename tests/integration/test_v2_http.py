@@ -198,22 +198,34 @@ def test_variable_length_requests_batched_together_match_their_solo_answers(
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        (infer_body({"name": "x", "datatype": "INT64", "shape": [1, 4], "data": [1, 2, 3, 4]}),
-         "expected datatype FP32"),
-        (infer_body({"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [1] * 5}),
-         "dimension 1 must be 4"),
-        (infer_body({"name": "x", "datatype": "FP32", "shape": [4], "data": [1] * 4}),
-         "rank"),
-        (infer_body({"name": "z", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}),
-         "missing input"),
-        (infer_body({"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 3}),
-         "needs 4 elements"),
-        (infer_body({"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4},
-                    outputs=[{"name": "nope"}]), "unknown output"),
+        (
+            infer_body({"name": "x", "datatype": "INT64", "shape": [1, 4], "data": [1, 2, 3, 4]}),
+            "expected datatype FP32",
+        ),
+        (
+            infer_body({"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [1] * 5}),
+            "dimension 1 must be 4",
+        ),
+        (infer_body({"name": "x", "datatype": "FP32", "shape": [4], "data": [1] * 4}), "rank"),
+        (
+            infer_body({"name": "z", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}),
+            "missing input",
+        ),
+        (
+            infer_body({"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 3}),
+            "needs 4 elements",
+        ),
+        (
+            infer_body(
+                {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4},
+                outputs=[{"name": "nope"}],
+            ),
+            "unknown output",
+        ),
         ({"inputs": "x"}, "inputs"),
         ({}, "inputs"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_get_4004_with_a_clear_message(
     client: httpx.Client, body: dict[str, Any], fragment: str
 ) -> None:

@@ -43,10 +43,16 @@ def test_mlp_exports_with_a_dynamic_batch_and_matches_torch(tmp_path: Path) -> N
 
 def test_tiny_transformer_keeps_a_dynamic_sequence_axis(tmp_path: Path) -> None:
     code = export(
-        tmp_path, "tiny", "tests.prep_modules:tiny_transformer",
-        "--input", "input_ids:batch,sequence:int64:0,50",
-        "--input", "attention_mask:batch,sequence:int64:1,2", "--output", "hidden",
-    )  # fmt: skip
+        tmp_path,
+        "tiny",
+        "tests.prep_modules:tiny_transformer",
+        "--input",
+        "input_ids:batch,sequence:int64:0,50",
+        "--input",
+        "attention_mask:batch,sequence:int64:1,2",
+        "--output",
+        "hidden",
+    )
     assert code == 0
     session = ort.InferenceSession(str(tmp_path / "tiny" / "1" / "model.onnx"))
     assert session.get_outputs()[0].name == "hidden"
@@ -62,8 +68,9 @@ def test_tiny_transformer_keeps_a_dynamic_sequence_axis(tmp_path: Path) -> None:
 def test_a_module_stuck_in_training_mode_fails_the_parity_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = export(tmp_path, "stuck", "tests.prep_modules:stuck_in_training",
-                  "--input", "x:batch,8:float32")  # fmt: skip
+    code = export(
+        tmp_path, "stuck", "tests.prep_modules:stuck_in_training", "--input", "x:batch,8:float32"
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "still in training mode" in err and "parity check failed" in err
@@ -74,8 +81,15 @@ def test_a_module_stuck_in_training_mode_fails_the_parity_check(
 
 
 def test_a_looser_bound_is_a_flag(tmp_path: Path) -> None:
-    code = export(tmp_path, "mlp", "tests.prep_modules:mlp", "--input", "x:batch,16:float32",
-                  "--atol", "1e-12")  # fmt: skip
+    code = export(
+        tmp_path,
+        "mlp",
+        "tests.prep_modules:mlp",
+        "--input",
+        "x:batch,16:float32",
+        "--atol",
+        "1e-12",
+    )
     assert code in (0, 1)  # float32 rounding may or may not exceed 1e-12; the bound is used
     assert report(tmp_path, "mlp", "export-1.json")["parity"]["atol"] == 1e-12
 
@@ -89,18 +103,23 @@ def test_a_looser_bound_is_a_flag(tmp_path: Path) -> None:
         ("tests.prep_modules:missing", ["--input", "x:batch,8:float32"], "cannot import"),
         ("tests.prep_modules:mlp", ["--input", "x:batch,16"], "NAME:DIMS:DTYPE"),
         ("tests.prep_modules:mlp", ["--input", "x:batch,16:complex"], "dtype 'complex'"),
-        ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--opset", "12"],
-         "below 13"),
+        ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--opset", "12"], "below 13"),
         ("/", [], "not a model folder"),
-        ("tests.prep_modules:mlp", ["--input", "x:batch,16:float32", "--kv-cache", "inplace"],
-         "GPT-2 decoders only"),
+        (
+            "tests.prep_modules:mlp",
+            ["--input", "x:batch,16:float32", "--kv-cache", "inplace"],
+            "GPT-2 decoders only",
+        ),
         ("no/such/thing", [], "neither an existing model folder"),
     ],
-)  # fmt: skip
+)
 def test_clear_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, args: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    args: list[str],
     message: str,
-) -> None:  # fmt: skip
+) -> None:
     assert export(tmp_path, "m", source, *args) == 2
     assert message in capsys.readouterr().err.replace("\n", " ")
     assert not (tmp_path / "m").exists()
@@ -138,8 +157,15 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     folder = tmp_path_factory.mktemp("gpt2")
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
-                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    config = GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        vocab_size=100,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     GPT2LMHeadModel(config).save_pretrained(folder)
     return folder
 
@@ -157,13 +183,34 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     # a prefill then one decode step through the cache equals one pass over the whole text
     ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
     empty = {n: np.zeros((1, 2, 0, 16), dtype=np.float32) for n in names[3:]}
-    full = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
-                              "position_ids": np.arange(4)[None], **empty})  # fmt: skip
-    first = session.run(None, {"input_ids": ids[:, :3], "attention_mask": np.ones((1, 3), np.int64),
-                               "position_ids": np.arange(3)[None], **empty})  # fmt: skip
+    full = session.run(
+        None,
+        {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "position_ids": np.arange(4)[None],
+            **empty,
+        },
+    )
+    first = session.run(
+        None,
+        {
+            "input_ids": ids[:, :3],
+            "attention_mask": np.ones((1, 3), np.int64),
+            "position_ids": np.arange(3)[None],
+            **empty,
+        },
+    )
     past = dict(zip(names[3:], first[1:], strict=True))
-    step = session.run(None, {"input_ids": ids[:, 3:], "attention_mask": np.ones((1, 4), np.int64),
-                              "position_ids": np.array([[3]]), **past})  # fmt: skip
+    step = session.run(
+        None,
+        {
+            "input_ids": ids[:, 3:],
+            "attention_mask": np.ones((1, 4), np.int64),
+            "position_ids": np.array([[3]]),
+            **past,
+        },
+    )
     np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
 
 
@@ -193,8 +240,9 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
         binding.bind_cpu_input("total_sequence_length", np.array(length, np.int32))
         binding.bind_output("logits")
         for i, name in enumerate(names[4:]):
-            value = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(buffers[i]) if fresh
-                                                     else buffers[i])  # fmt: skip
+            value = ort.OrtValue.ortvalue_from_numpy(
+                np.zeros_like(buffers[i]) if fresh else buffers[i]
+            )
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(name.replace("past_key_values", "present"), value)
         session.run_with_iobinding(binding)

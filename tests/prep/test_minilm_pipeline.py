@@ -43,8 +43,11 @@ def test_export_writes_a_servable_embedding_version(repo: Path) -> None:
     assert {"model.onnx", "tokenizer.json", "vocab.txt"} <= {p.name for p in version.iterdir()}
     config = yaml.safe_load((repo / "minilm" / "config.yaml").read_text())
     assert config["task"] == "embedding"
-    assert config["embedding"] == {"pooling": "mean", "normalize": True,
-                                   "output": "last_hidden_state"}  # fmt: skip
+    assert config["embedding"] == {
+        "pooling": "mean",
+        "normalize": True,
+        "output": "last_hidden_state",
+    }
     assert config["tokenizer"]["max_tokens"] == 256  # sentence-transformers' own limit
     assert report(repo, "export-1.json")["parity"]["ok"]
 
@@ -66,9 +69,11 @@ def test_int8_keeps_the_embeddings(repo: Path) -> None:
     assert accuracy["cosine_min"] > 0.95, accuracy
     assert result["size_ratio"] < 0.35
     assert not result["problems"]
-    print(f"int8 vs fp32 cosine: mean {accuracy['cosine_mean']:.5f} min "
-          f"{accuracy['cosine_min']:.5f}; size {result['size_ratio']:.2f}x, "
-          f"speed {result['speed_ratio']:.2f}x")  # fmt: skip
+    print(
+        f"int8 vs fp32 cosine: mean {accuracy['cosine_mean']:.5f} min "
+        f"{accuracy['cosine_min']:.5f}; size {result['size_ratio']:.2f}x, "
+        f"speed {result['speed_ratio']:.2f}x"
+    )
 
 
 def test_fp16_keeps_the_embeddings(repo: Path) -> None:

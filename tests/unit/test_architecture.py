@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md, checked by walking every module's imports."""
+"""The import rules of docs/architecture.md, checked by walking every module's imports."""
 
 from __future__ import annotations
 
@@ -11,28 +11,99 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "inferd"
 
 # part -> modules it must never import (prefix match)
 FORBIDDEN = {
-    "config": ["inferd.repository", "inferd.runtime", "inferd.batching", "inferd.engine",
-               "inferd.server", "inferd.cli", "onnxruntime", "fastapi", "starlette"],
-    "repository": ["inferd.runtime", "inferd.batching", "inferd.engine", "inferd.server",
-                   "inferd.cli", "onnxruntime", "fastapi", "starlette"],
-    "runtime": ["inferd.batching", "inferd.engine", "inferd.server", "inferd.cli", "fastapi",
-                "starlette"],
-    "batching": ["inferd.engine", "inferd.server", "inferd.cli", "inferd.config",
-                 "inferd.runtime.onnx_session", "inferd.runtime.pool", "onnxruntime", "fastapi",
-                 "starlette", "uvicorn"],
+    "config": [
+        "inferd.repository",
+        "inferd.runtime",
+        "inferd.batching",
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+    ],
+    "repository": [
+        "inferd.runtime",
+        "inferd.batching",
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+    ],
+    "runtime": [
+        "inferd.batching",
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "fastapi",
+        "starlette",
+    ],
+    "batching": [
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "inferd.config",
+        "inferd.runtime.onnx_session",
+        "inferd.runtime.pool",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
     "engine": ["inferd.server", "inferd.cli", "fastapi", "starlette", "uvicorn"],
     "server": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli"],
-    "observability": ["inferd.engine", "inferd.server", "inferd.batching", "inferd.runtime",
-                      "inferd.cli"],
+    "observability": [
+        "inferd.engine",
+        "inferd.server",
+        "inferd.batching",
+        "inferd.runtime",
+        "inferd.cli",
+    ],
     "errors": ["inferd.", "fastapi", "starlette", "onnxruntime"],
-    "tasks": ["inferd.engine", "inferd.server", "inferd.cli", "inferd.runtime.onnx_session",
-              "onnxruntime", "fastapi", "starlette", "uvicorn"],
+    "tasks": [
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "inferd.runtime.onnx_session",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
     "tools": ["inferd.server", "inferd.engine", "fastapi", "starlette", "uvicorn"],
-    "prep": ["inferd.server", "inferd.engine", "inferd.batching", "fastapi", "starlette",
-             "uvicorn"],
-    "bench": ["inferd.server", "inferd.engine", "inferd.batching", "inferd.runtime",
-              "inferd.generation", "onnxruntime", "fastapi", "starlette", "uvicorn"],
-}  # fmt: skip
+    "prep": [
+        "inferd.server",
+        "inferd.engine",
+        "inferd.batching",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
+    "bench": [
+        "inferd.server",
+        "inferd.engine",
+        "inferd.batching",
+        "inferd.runtime",
+        "inferd.generation",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
+    "generation": [
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "inferd.runtime.onnx_session",
+        "inferd.runtime.pool",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
+}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -85,6 +156,56 @@ def test_serving_never_imports_the_preparation_tools() -> None:
     assert not users
 
 
+def test_the_server_reaches_the_engine_through_its_package_only() -> None:
+    """Routes and middleware use what `inferd.engine` exports, never its modules' internals."""
+    bad = {
+        str(p.relative_to(PACKAGE)): sorted(
+            i for i in imports_of(p) if i.startswith("inferd.engine.")
+        )
+        for p in MODULES
+        if part_of(p) == "server"
+    }
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """Module-level imports form no cycle (an import inside a function is deliberate: an
+    optional extra, or a lazy path)."""
+    names = {module_name(p): p for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        deps = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    deps.add(full if full in names else node.module)
+        graph[name] = {d for d in deps if d in names and d != name}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, cycles
+
+
 def test_every_module_has_a_docstring() -> None:
     missing = [
         str(p.relative_to(PACKAGE))
@@ -104,6 +225,7 @@ def test_the_cli_starts_without_the_optional_extras() -> None:
         "import sys; from inferd.cli.main import build_parser; build_parser(); "
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {extras!r}))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "[]", result.stdout

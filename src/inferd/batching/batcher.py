@@ -20,7 +20,6 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from inferd.batching.formation import Signature, padding_counts, select_batch, signature
 from inferd.batching.layout import BatchLayout
@@ -34,6 +33,7 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
+from inferd.observability.observer import Observer, notify
 from inferd.runtime.protocol import Array, Feeds
 
 log = logging.getLogger(__name__)
@@ -43,26 +43,36 @@ RunBatch = Callable[[dict[str, Array]], Awaitable[dict[str, Array]]]
 
 @dataclass(frozen=True)
 class BatcherSettings:
+    """How one version's batcher behaves. Its values come from the model's configuration (the
+    engine builds them from `dynamic_batching`, whose defaults are the only ones); the batcher
+    restates none of them."""
+
     max_batch_size: int
     """Rows per batch; 0 for a model without a batch axis (one request per run)."""
-    max_queue_delay_s: float = 0.002
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_size: int = 1024
-    max_padding_waste: float = 0.25
-    max_batch_tokens: int | None = None
+    max_queue_delay_s: float
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_size: int
+    max_padding_waste: float
+    max_batch_tokens: int | None
     """Cap on a batch's padded tokens (rows x padded length of the first padded input)."""
-    length_grouping: bool = True
+    length_grouping: bool
     """Gather items of similar length into a batch (oldest item first, nearest lengths next)."""
-    concurrency: int = 1
+    concurrency: int
     """Batches that may run at once (the runtime's instance count)."""
-    scan_window: int = 8
-    """Batch formation looks at up to scan_window x max_batch_size queued items."""
-    oom_cooldown_s: float = 30.0
+    oom_cooldown_s: float
     """After an out-of-memory failure, time before the lowered batch size limit grows again."""
-    max_consecutive_failures: int = 5
+    max_consecutive_failures: int
     """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
-    label: str = ""
-    """Names the batcher in log lines (model and version)."""
+    model: str = ""
+    version: str = ""
+    """Whose batcher this is: in log lines and observer events."""
+    scan_window: int = 8
+    """Batch formation looks at up to scan_window x max_batch_size queued items (the
+    batcher's own bound on its work per batch, not a model setting)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.version}"
 
 
 @dataclass(frozen=True)
@@ -78,18 +88,6 @@ class BatchRecord:
     queue_s: tuple[float, ...]
     run_s: float
     error: InferdError | None
-
-
-class BatchObserver(Protocol):
-    """Told of every batch run. It may also define `on_memory_pressure(rows, limit)` (an
-    out-of-memory failure lowered the batch size limit) and `on_unhealthy(reason)`."""
-
-    def on_batch(self, record: BatchRecord) -> None: ...
-
-
-class _NoObserver:
-    def on_batch(self, record: BatchRecord) -> None:
-        return None
 
 
 @dataclass
@@ -145,12 +143,12 @@ class DynamicBatcher:
         layout: BatchLayout,
         settings: BatcherSettings,
         run_batch: RunBatch,
-        observer: BatchObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._layout = layout
         self._settings = settings
         self._run_batch = run_batch
-        self._observer: BatchObserver = observer or _NoObserver()
+        self._observer = observer or Observer()
         self._queue: deque[_Entry] = deque()
         self._queued_rows = 0
         self._running = 0
@@ -481,7 +479,7 @@ class DynamicBatcher:
         self._accepting = False
         while self._queue:
             self._fail(self._pop_left(), UnavailableError(f"the model is unhealthy: {reason}"))
-        self._hook("on_unhealthy", reason)
+        notify(self._observer.on_unhealthy, self._settings.model, self._settings.version, reason)
 
     def _memory_pressure(self, rows: int, now: float) -> None:
         limit = max(1, rows // 2)
@@ -491,10 +489,15 @@ class DynamicBatcher:
         self._limit_changed_at = now
         log.warning(
             "out of memory: batch size limit lowered",
-            extra={"batcher": self._settings.label, "rows": rows, "limit": limit,
-                   "cooldown_s": self._settings.oom_cooldown_s},
-        )  # fmt: skip
-        self._hook("on_memory_pressure", rows, limit)
+            extra={
+                "batcher": self._settings.label,
+                "rows": rows,
+                "limit": limit,
+                "cooldown_s": self._settings.oom_cooldown_s,
+            },
+        )
+        identity = (self._settings.model, self._settings.version)
+        notify(self._observer.on_memory_pressure, *identity, rows, limit)
 
     def max_rows(self, now: float) -> int:
         """The batch size limit now: lowered after an out-of-memory failure, raised back by
@@ -508,15 +511,6 @@ class DynamicBatcher:
                 extra={"batcher": self._settings.label, "limit": self._max_rows},
             )
         return self._max_rows
-
-    def _hook(self, name: str, *args: object) -> None:
-        method = getattr(self._observer, name, None)
-        if method is None:
-            return
-        try:
-            method(*args)
-        except Exception:
-            log.exception("batch observer failed; the batcher is unaffected")
 
     def _observe(
         self,
@@ -537,9 +531,10 @@ class DynamicBatcher:
                 run_s=run_s,
                 error=error,
             )
-            self._observer.on_batch(record)
-        except Exception:
-            log.exception("batch observer failed; the batch itself is unaffected")
+        except Exception:  # a bug in counting must not fail the batch's requests
+            log.exception("batch record failed; the batch itself is unaffected")
+            return
+        notify(self._observer.on_batch, self._settings.model, self._settings.version, record)
 
     def _fail(self, entry: _Entry, error: InferdError) -> None:
         if entry.timer is not None:

@@ -34,54 +34,85 @@ class WorkloadSpec:
 
     def build(self, url: str) -> Workload:
         return build_workload(
-            url, self.endpoint, self.model, inputs=self.inputs, lengths=self.lengths,
-            count=self.count, batch=self.batch, max_new_tokens=self.max_new_tokens,
-            v2_length=self.v2_length, seed=self.seed,
-        )  # fmt: skip
+            url,
+            self.endpoint,
+            self.model,
+            inputs=self.inputs,
+            lengths=self.lengths,
+            count=self.count,
+            batch=self.batch,
+            max_new_tokens=self.max_new_tokens,
+            v2_length=self.v2_length,
+            seed=self.seed,
+        )
 
 
 def _knee(steps: list[Step], settings: SweepSettings) -> Any:
-    return find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps],
-                     settings.p99_rise, settings.gain, [s.level for s in steps])  # fmt: skip
+    return find_knee(
+        [s.requests_per_s for s in steps],
+        [s.p99_ms for s in steps],
+        settings.p99_rise,
+        settings.gain,
+        [s.level for s in steps],
+    )
 
 
-def _meta(target: str, spec: WorkloadSpec, workload: Workload,
-          settings: SweepSettings) -> dict[str, Any]:  # fmt: skip
+def _meta(
+    target: str, spec: WorkloadSpec, workload: Workload, settings: SweepSettings
+) -> dict[str, Any]:
     from inferd.bench.machine import describe
 
     return {
-        "target": target, "endpoint": f"{spec.endpoint} ({workload.path})",
-        "model": spec.model or "(the server's default)", "inputs": workload.description,
+        "target": target,
+        "endpoint": f"{spec.endpoint} ({workload.path})",
+        "model": spec.model or "(the server's default)",
+        "inputs": workload.description,
         "items per request": workload.items_per_request,
         "load": f"{settings.mode} loop; levels {', '.join(f'{x:g}' for x in settings.levels)}; "
-                f"{settings.duration_s:g} s or {settings.max_requests} requests a step; "
-                f"warm-up {settings.warmup_s:g} s",
-        "machine": describe(), "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }  # fmt: skip
+        f"{settings.duration_s:g} s or {settings.max_requests} requests a step; "
+        f"warm-up {settings.warmup_s:g} s",
+        "machine": describe(),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
 
 
-def run(target: str, spec: WorkloadSpec, settings: SweepSettings, out: Path,
-        console: Console) -> int:  # fmt: skip
+def run(
+    target: str, spec: WorkloadSpec, settings: SweepSettings, out: Path, console: Console
+) -> int:
     with target_url(target) as url:
         workload = spec.build(url)
         steps = run_sweep(url, workload, settings, spec.model, console)
     knee = _knee(steps, settings)
     print_table(console, f"inferd bench: {target}", steps, knee)
-    page = write_report(out, f"inferd bench: {target}", {target: steps}, {target: knee},
-                        _meta(target, spec, workload, settings))  # fmt: skip
+    page = write_report(
+        out,
+        f"inferd bench: {target}",
+        {target: steps},
+        {target: knee},
+        _meta(target, spec, workload, settings),
+    )
     console.print(f"Report: {page} (JSON: {out / 'report.json'})")
     return 0 if all(s.ok for s in steps) else 1
 
 
-def compare(targets: tuple[str, str], overrides: tuple[dict[str, Any], dict[str, Any]],
-            repo_model: str | None, spec: WorkloadSpec, settings: SweepSettings, out: Path,
-            console: Console) -> int:  # fmt: skip
+def compare(
+    targets: tuple[str, str],
+    overrides: tuple[dict[str, Any], dict[str, Any]],
+    repo_model: str | None,
+    spec: WorkloadSpec,
+    settings: SweepSettings,
+    out: Path,
+    console: Console,
+) -> int:
     series: dict[str, list[Step]] = {}
     workload = None
     names = []
     for index, (target, extra) in enumerate(zip(targets, overrides, strict=True)):
-        name = ("A: " if index == 0 else "B: ") + target + (
-            " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else "")  # fmt: skip
+        name = (
+            ("A: " if index == 0 else "B: ")
+            + target
+            + (" " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else "")
+        )
         names.append(name)
         console.print(f"[bold]{name}[/bold]")
         with served(target, repo_model, extra) as url:
@@ -96,30 +127,40 @@ def compare(targets: tuple[str, str], overrides: tuple[dict[str, Any], dict[str,
     meta = _meta(" vs ".join(names), spec, workload, settings)
     meta["ratios (B/A)"] = ", ".join(
         f"{r['level']:g}: {r['throughput_ratio']:.2f}x req/s, {r['p99_ratio']:.2f}x p99"
-        for r in comparison_rows(a, b))  # fmt: skip
+        for r in comparison_rows(a, b)
+    )
     page = write_report(out, "inferd bench: comparison", series, knees, meta)
     console.print(f"Report: {page}")
     return 0
 
 
-def run_tune(repo: Path, model: str, grid: dict[str, list[Any]], budget_ms: float,
-             spec: WorkloadSpec, settings: SweepSettings, write: bool, out: Path,
-             console: Console) -> int:  # fmt: skip
+def run_tune(
+    repo: Path,
+    model: str,
+    grid: dict[str, list[Any]],
+    budget_ms: float,
+    spec: WorkloadSpec,
+    settings: SweepSettings,
+    write: bool,
+    out: Path,
+    console: Console,
+) -> int:
     trials = tune(repo, model, grid, budget_ms, spec.build, settings, console)
     print_trials(console, trials, budget_ms)
     chosen = recommend(trials)
     series = {", ".join(f"{k}={v}" for k, v in t.settings.items()): t.steps for t in trials}
     knees = {n: _knee(s, settings) for n, s in series.items()}
-    meta: dict[str, Any] = {"repository": str(repo), "model": model,
-                            "p99 budget ms": budget_ms}  # fmt: skip
+    meta: dict[str, Any] = {"repository": str(repo), "model": model, "p99 budget ms": budget_ms}
     if chosen is None or chosen.best is None:
         console.print(f"No setting met p99 <= {budget_ms:g} ms at any load level.")
         meta["recommendation"] = "none within budget"
         write_report(out, f"inferd bench tune: {model}", series, knees, meta)
         return 1
-    meta["recommendation"] = (f"{chosen.settings} at concurrency {chosen.best.level:g}: "
-                              f"{chosen.best.requests_per_s:.1f} req/s, p99 "
-                              f"{chosen.best.p99_ms:.1f} ms")  # fmt: skip
+    meta["recommendation"] = (
+        f"{chosen.settings} at concurrency {chosen.best.level:g}: "
+        f"{chosen.best.requests_per_s:.1f} req/s, p99 "
+        f"{chosen.best.p99_ms:.1f} ms"
+    )
     console.print(f"Recommended: {meta['recommendation']}")
     if write:
         path = write_settings(repo, model, chosen.settings)

@@ -21,9 +21,12 @@ class Knee:
 
 
 def find_knee(
-    throughput: Sequence[float], p99: Sequence[float], p99_rise: float = P99_RISE,
-    gain: float = GAIN, levels: Sequence[float] | None = None,
-) -> Knee:  # fmt: skip
+    throughput: Sequence[float],
+    p99: Sequence[float],
+    p99_rise: float = P99_RISE,
+    gain: float = GAIN,
+    levels: Sequence[float] | None = None,
+) -> Knee:
     """`levels`: the load of each step (concurrency or arrival rate), named in the reason;
     default: the step numbers from 1."""
     if not throughput:
@@ -36,16 +39,27 @@ def find_knee(
         t_gain = throughput[i] / prev_t - 1
         p_rise = p99[i] / prev_p - 1
         if p_rise > p99_rise and t_gain < gain:
-            return Knee(i - 1, True, f"knee: from level {levels[i - 1]:g} to {levels[i]:g}, "
-                                     f"p99 rose {p_rise:.0%} while throughput changed "
-                                     f"{t_gain:+.0%} (thresholds: p99 +{p99_rise:.0%}, "
-                                     f"throughput +{gain:.0%})")  # fmt: skip
+            return Knee(
+                i - 1,
+                True,
+                f"knee: from level {levels[i - 1]:g} to {levels[i]:g}, "
+                f"p99 rose {p_rise:.0%} while throughput changed "
+                f"{t_gain:+.0%} (thresholds: p99 +{p99_rise:.0%}, "
+                f"throughput +{gain:.0%})",
+            )
     best = max(range(len(throughput)), key=lambda i: throughput[i])
-    return Knee(best, False, "no knee within the sweep: latency still paid off; the highest "
-                             "throughput step is reported")  # fmt: skip
+    return Knee(
+        best,
+        False,
+        "no knee within the sweep: latency still paid off; the highest throughput step is reported",
+    )
 
 
-def past_knee(throughput: Sequence[float], p99: Sequence[float], p99_rise: float = P99_RISE,
-              gain: float = GAIN) -> bool:  # fmt: skip
+def past_knee(
+    throughput: Sequence[float],
+    p99: Sequence[float],
+    p99_rise: float = P99_RISE,
+    gain: float = GAIN,
+) -> bool:
     """Whether the sweep so far has passed its knee (to stop it early)."""
     return len(throughput) >= 2 and find_knee(throughput, p99, p99_rise, gain).found

@@ -63,8 +63,7 @@ def counts_tokens(path: str) -> bool:
 
 async def _send(http: httpx.AsyncClient, path: str, body: bytes, started: float) -> Sample:
     try:
-        response = await http.post(path, content=body,
-                                   headers={"content-type": "application/json"})  # fmt: skip
+        response = await http.post(path, content=body, headers={"content-type": "application/json"})
         await response.aread()
     except httpx.HTTPError:
         return Sample(time.perf_counter() - started, 0, CLIENT_ERROR)
@@ -86,9 +85,15 @@ def client(url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
 
 
 async def closed_loop(
-    url: str, path: str, next_body: Callable[[], bytes], concurrency: int, duration_s: float,
-    max_requests: int, tick: Tick | None = None, timeout_s: float = 60.0,
-) -> LoadRun:  # fmt: skip
+    url: str,
+    path: str,
+    next_body: Callable[[], bytes],
+    concurrency: int,
+    duration_s: float,
+    max_requests: int,
+    tick: Tick | None = None,
+    timeout_s: float = 60.0,
+) -> LoadRun:
     samples: list[Sample] = []
     sent = 0
     async with client(url, concurrency, timeout_s) as http:
@@ -110,9 +115,16 @@ async def closed_loop(
 
 
 async def open_loop(
-    url: str, path: str, next_body: Callable[[], bytes], rate: float, duration_s: float,
-    max_requests: int, seed: int = 0, tick: Tick | None = None, timeout_s: float = 60.0,
-) -> LoadRun:  # fmt: skip
+    url: str,
+    path: str,
+    next_body: Callable[[], bytes],
+    rate: float,
+    duration_s: float,
+    max_requests: int,
+    seed: int = 0,
+    tick: Tick | None = None,
+    timeout_s: float = 60.0,
+) -> LoadRun:
     rng = random.Random(seed)
     samples: list[Sample] = []
     tasks: set[asyncio.Task[None]] = set()

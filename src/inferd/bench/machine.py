@@ -30,6 +30,8 @@ def describe() -> str:
         mem = f"{memory:.0f} GiB"
     except (ValueError, OSError):
         mem = "? GiB"
-    return (f"{cpu}, {os.cpu_count()} cores, {mem}; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; onnxruntime {_version('onnxruntime')}; "
-            f"numpy {_version('numpy')}")  # fmt: skip
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; onnxruntime {_version('onnxruntime')}; "
+        f"numpy {_version('numpy')}"
+    )

@@ -37,19 +37,37 @@ def step_row(step: Step, recommended: bool, tokens: bool = False) -> list[str]:
     errors = ", ".join(f"{code}: {n}" for code, n in sorted(step.errors.items())) or "0"
     return [
         ("★ " if recommended else "") + _fmt(step.level, 0 if step.mode == "closed" else 1),
-        str(step.requests), _fmt(step.requests_per_s), _fmt(step.items_per_s),
+        str(step.requests),
+        _fmt(step.requests_per_s),
+        _fmt(step.items_per_s),
         *([_fmt(step.tokens_per_s)] if tokens else []),
-        _fmt(step.p50_ms), _fmt(step.p90_ms), _fmt(step.p95_ms), _fmt(step.p99_ms),
-        _fmt(step.max_ms), errors,
+        _fmt(step.p50_ms),
+        _fmt(step.p90_ms),
+        _fmt(step.p95_ms),
+        _fmt(step.p99_ms),
+        _fmt(step.max_ms),
+        errors,
         _fmt(server.mean_batch_size if server else None, 2),
         _fmt(server.mean_queue_ms if server else None, 2),
-    ]  # fmt: skip
+    ]
 
 
 def header(mode: str, tokens: bool) -> list[str]:
-    return [level_name(mode), "requests", "req/s", "items/s", *(["tokens/s"] if tokens else []),
-            "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms", "errors", "batch (server)",
-            "queue ms (server)"]  # fmt: skip
+    return [
+        level_name(mode),
+        "requests",
+        "req/s",
+        "items/s",
+        *(["tokens/s"] if tokens else []),
+        "p50 ms",
+        "p90 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "errors",
+        "batch (server)",
+        "queue ms (server)",
+    ]
 
 
 def print_table(console: Console, title: str, steps: Sequence[Step], knee: Knee) -> None:
@@ -85,11 +103,22 @@ def _plots(out: Path, series: Mapping[str, Sequence[Step]], knees: Mapping[str, 
         xs = [s.level for s in steps]
         ax.plot(xs, [s.requests_per_s for s in steps], marker="o", label=f"{name} req/s")
         if any(s.items_per_s != s.requests_per_s for s in steps):
-            ax.plot(xs, [s.items_per_s for s in steps], marker=".", linestyle="--",
-                    label=f"{name} items/s")  # fmt: skip
+            ax.plot(
+                xs,
+                [s.items_per_s for s in steps],
+                marker=".",
+                linestyle="--",
+                label=f"{name} items/s",
+            )
         knee = steps[knees[name].index]
-        ax.scatter([knee.level], [knee.requests_per_s], s=160, facecolors="none",
-                   edgecolors="red", zorder=5)  # fmt: skip
+        ax.scatter(
+            [knee.level],
+            [knee.requests_per_s],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            zorder=5,
+        )
     if mode == "closed":
         ax.set_xscale("log", base=2)
     ax.set_xlabel(level_name(mode))
@@ -105,8 +134,13 @@ def _plots(out: Path, series: Mapping[str, Sequence[Step]], knees: Mapping[str, 
     for name, steps in series.items():
         xs = [s.requests_per_s for s in steps]
         for field, style in (("p50_ms", ":"), ("p90_ms", "--"), ("p99_ms", "-")):
-            ax.plot(xs, [getattr(s, field) for s in steps], linestyle=style, marker="o",
-                    label=f"{name} {field[:3]}")  # fmt: skip
+            ax.plot(
+                xs,
+                [getattr(s, field) for s in steps],
+                linestyle=style,
+                marker="o",
+                label=f"{name} {field[:3]}",
+            )
     ax.set_yscale("log")
     ax.set_xlabel("throughput (requests per second)")
     ax.set_ylabel("latency (ms)")
@@ -119,17 +153,27 @@ def _plots(out: Path, series: Mapping[str, Sequence[Step]], knees: Mapping[str, 
 
 
 def write_report(
-    out: Path, title: str, series: Mapping[str, Sequence[Step]], knees: Mapping[str, Knee],
+    out: Path,
+    title: str,
+    series: Mapping[str, Sequence[Step]],
+    knees: Mapping[str, Knee],
     meta: Mapping[str, Any],
-) -> Path:  # fmt: skip
+) -> Path:
     """report.json, the two PNG plots and report.html under `out`; returns the HTML file."""
     out.mkdir(parents=True, exist_ok=True)
     data = {
-        "title": title, "meta": dict(meta),
-        "series": {name: {"steps": [s.to_dict() for s in steps],
-                          "recommended": knees[name].index, "knee_found": knees[name].found,
-                          "knee": knees[name].reason} for name, steps in series.items()},
-    }  # fmt: skip
+        "title": title,
+        "meta": dict(meta),
+        "series": {
+            name: {
+                "steps": [s.to_dict() for s in steps],
+                "recommended": knees[name].index,
+                "knee_found": knees[name].found,
+                "knee": knees[name].reason,
+            }
+            for name, steps in series.items()
+        },
+    }
     (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     _plots(out, series, knees)
     sections = []
@@ -139,18 +183,22 @@ def write_report(
         tokens = generates(steps)
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header(steps[0].mode, tokens))
         rows = "".join(
-            "<tr" + (' class="best"' if i == knee.index else "") + ">"
+            "<tr"
+            + (' class="best"' if i == knee.index else "")
+            + ">"
             + "".join(f"<td>{html.escape(c)}</td>" for c in step_row(s, i == knee.index, tokens))
-            + "</tr>" for i, s in enumerate(steps)
-        )  # fmt: skip
+            + "</tr>"
+            for i, s in enumerate(steps)
+        )
         sections.append(
             f"<h2>{html.escape(name)}</h2><p class='verdict'>Recommended: "
             f"{level_name(best.mode)} {best.level:g}, {best.requests_per_s:.1f} req/s at p99 "
             f"{best.p99_ms:.1f} ms. {html.escape(knee.reason)}</p>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
         )
-    facts = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>"
-                    for k, v in meta.items())  # fmt: skip
+    facts = "".join(
+        f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items()
+    )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>

@@ -39,8 +39,11 @@ class ServerView:
 
 
 def _total(delta: Samples, name: str, **match: str) -> float:
-    return sum(v for (n, labels), v in delta.items() if n == name and
-               all(dict(labels).get(k) == want for k, want in match.items()))  # fmt: skip
+    return sum(
+        v
+        for (n, labels), v in delta.items()
+        if n == name and all(dict(labels).get(k) == want for k, want in match.items())
+    )
 
 
 def server_view(

@@ -43,16 +43,28 @@ class Step:
         return Step(**{**data, "server": ServerView(**server) if server else None})
 
 
-def summarize(mode: str, level: float, run: LoadRun, items_per_request: int,
-              server: ServerView | None) -> Step:  # fmt: skip
+def summarize(
+    mode: str, level: float, run: LoadRun, items_per_request: int, server: ServerView | None
+) -> Step:
     ok = [s.latency_s for s in run.samples if s.status == 200]
     errors = Counter(str(s.code) for s in run.samples if s.status != 200)
     qs = np.percentile(np.array(ok) * 1000, [50, 90, 95, 99, 100]) if ok else [float("nan")] * 5
     elapsed = max(run.elapsed_s, 1e-9)
     return Step(
-        mode=mode, level=level, requests=len(run.samples), ok=len(ok), elapsed_s=run.elapsed_s,
-        requests_per_s=len(ok) / elapsed, items_per_s=len(ok) * items_per_request / elapsed,
-        p50_ms=float(qs[0]), p90_ms=float(qs[1]), p95_ms=float(qs[2]), p99_ms=float(qs[3]),
-        max_ms=float(qs[4]), errors=dict(errors), dropped=run.dropped, server=server,
+        mode=mode,
+        level=level,
+        requests=len(run.samples),
+        ok=len(ok),
+        elapsed_s=run.elapsed_s,
+        requests_per_s=len(ok) / elapsed,
+        items_per_s=len(ok) * items_per_request / elapsed,
+        p50_ms=float(qs[0]),
+        p90_ms=float(qs[1]),
+        p95_ms=float(qs[2]),
+        p99_ms=float(qs[3]),
+        max_ms=float(qs[4]),
+        errors=dict(errors),
+        dropped=run.dropped,
+        server=server,
         tokens_per_s=sum(s.tokens for s in run.samples) / elapsed,
-    )  # fmt: skip
+    )

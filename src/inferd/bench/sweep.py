@@ -22,7 +22,7 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-)  # fmt: skip
+)
 
 from inferd.bench.knee import GAIN, P99_RISE, past_knee
 from inferd.bench.load import closed_loop, open_loop
@@ -50,16 +50,33 @@ class SweepSettings:
 
 
 def run_sweep(
-    url: str, workload: Workload, settings: SweepSettings, model: str | None, console: Console,
+    url: str,
+    workload: Workload,
+    settings: SweepSettings,
+    model: str | None,
+    console: Console,
     label: str = "",
-) -> list[Step]:  # fmt: skip
+) -> list[Step]:
     next_body = workload.cycle()
     if settings.warmup_s > 0:
-        asyncio.run(closed_loop(url, workload.path, next_body, 2, settings.warmup_s,
-                                10**9, timeout_s=settings.timeout_s))  # fmt: skip
+        asyncio.run(
+            closed_loop(
+                url,
+                workload.path,
+                next_body,
+                2,
+                settings.warmup_s,
+                10**9,
+                timeout_s=settings.timeout_s,
+            )
+        )
     steps: list[Step] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     for level in settings.levels:
         before = scrape(url)
         unit = "concurrency" if settings.mode == "closed" else "rate"
@@ -70,23 +87,51 @@ def run_sweep(
                 progress.update(task, completed=done)
 
             if settings.mode == "closed":
-                run = asyncio.run(closed_loop(
-                    url, workload.path, next_body, int(level), settings.duration_s,
-                    settings.max_requests, tick, settings.timeout_s))  # fmt: skip
+                run = asyncio.run(
+                    closed_loop(
+                        url,
+                        workload.path,
+                        next_body,
+                        int(level),
+                        settings.duration_s,
+                        settings.max_requests,
+                        tick,
+                        settings.timeout_s,
+                    )
+                )
             else:
-                run = asyncio.run(open_loop(
-                    url, workload.path, next_body, float(level), settings.duration_s,
-                    settings.max_requests, settings.seed, tick, settings.timeout_s))  # fmt: skip
+                run = asyncio.run(
+                    open_loop(
+                        url,
+                        workload.path,
+                        next_body,
+                        float(level),
+                        settings.duration_s,
+                        settings.max_requests,
+                        settings.seed,
+                        tick,
+                        settings.timeout_s,
+                    )
+                )
         after = scrape(url)
-        step = summarize(settings.mode, float(level), run, workload.items_per_request,
-                         server_view(before, after, model))  # fmt: skip
+        step = summarize(
+            settings.mode,
+            float(level),
+            run,
+            workload.items_per_request,
+            server_view(before, after, model),
+        )
         steps.append(step)
-        console.print(f"  {label}{unit} {level:g}: {step.requests_per_s:.1f} req/s, "
-                      f"p99 {step.p99_ms:.1f} ms, {step.requests - step.ok} errors")  # fmt: skip
+        console.print(
+            f"  {label}{unit} {level:g}: {step.requests_per_s:.1f} req/s, "
+            f"p99 {step.p99_ms:.1f} ms, {step.requests - step.ok} errors"
+        )
         if settings.stop_at_knee and past_knee(
-            [s.requests_per_s for s in steps], [s.p99_ms for s in steps],
-            settings.p99_rise, settings.gain,
-        ):  # fmt: skip
+            [s.requests_per_s for s in steps],
+            [s.p99_ms for s in steps],
+            settings.p99_rise,
+            settings.gain,
+        ):
             console.print(f"  {label}past the knee: sweep stopped")
             break
     return steps

@@ -35,8 +35,10 @@ class Trial:
 
 def combinations(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     keys = list(grid)
-    return [dict(zip(keys, values, strict=True)) for values in
-            itertools.product(*(grid[k] for k in keys))]  # fmt: skip
+    return [
+        dict(zip(keys, values, strict=True))
+        for values in itertools.product(*(grid[k] for k in keys))
+    ]
 
 
 def within_budget(steps: Sequence[Step], budget_ms: float) -> Step | None:
@@ -45,9 +47,14 @@ def within_budget(steps: Sequence[Step], budget_ms: float) -> Step | None:
 
 
 def tune(
-    repo: Path, model: str, grid: Mapping[str, Sequence[Any]], budget_ms: float,
-    make_workload: Callable[[str], Workload], settings: SweepSettings, console: Console,
-) -> list[Trial]:  # fmt: skip
+    repo: Path,
+    model: str,
+    grid: Mapping[str, Sequence[Any]],
+    budget_ms: float,
+    make_workload: Callable[[str], Workload],
+    settings: SweepSettings,
+    console: Console,
+) -> list[Trial]:
     trials = []
     sweep = SweepSettings(**{**settings.__dict__, "stop_at_knee": True})
     for combo in combinations(grid):

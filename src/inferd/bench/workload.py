@@ -20,9 +20,16 @@ from inferd.bench.endpoints import ENDPOINTS
 from inferd.tools.corpus import sentences
 
 V2_NUMPY = {
-    "FP32": np.float32, "FP64": np.float64, "FP16": np.float16, "INT64": np.int64,
-    "INT32": np.int32, "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_,
-}  # fmt: skip
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "FP16": np.float16,
+    "INT64": np.int64,
+    "INT32": np.int32,
+    "INT16": np.int16,
+    "INT8": np.int8,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
+}
 
 
 class WorkloadError(ValueError):
@@ -92,8 +99,9 @@ class Workload:
         return next_body
 
 
-def text_body(endpoint: str, texts: list[str], model: str | None,
-              max_new_tokens: int) -> dict[str, Any]:  # fmt: skip
+def text_body(
+    endpoint: str, texts: list[str], model: str | None, max_new_tokens: int
+) -> dict[str, Any]:
     named: dict[str, Any] = {"model": model} if model else {}
     if endpoint in ("embed", "predict"):
         return {"texts": texts, **named}
@@ -109,12 +117,17 @@ def path_of(endpoint: str, model: str | None) -> str:
         if not model:
             raise WorkloadError("the v2 endpoint needs --model")
         return f"/v2/models/{model}/infer"
-    return {"embed": "/embed", "predict": "/predict", "v1-embeddings": "/v1/embeddings",
-            "generate": "/generate"}[endpoint]  # fmt: skip
+    return {
+        "embed": "/embed",
+        "predict": "/predict",
+        "v1-embeddings": "/v1/embeddings",
+        "generate": "/generate",
+    }[endpoint]
 
 
-def _v2_bodies(url: str, model: str, texts: list[str], batch: int, length: int,
-               seed: int) -> list[bytes]:  # fmt: skip
+def _v2_bodies(
+    url: str, model: str, texts: list[str], batch: int, length: int, seed: int
+) -> list[bytes]:
     """V2 bodies shaped by the model's own metadata: texts for text models, random tensors
     (variable axes: `batch` rows, `length` elsewhere) for tensor models."""
     try:
@@ -124,9 +137,21 @@ def _v2_bodies(url: str, model: str, texts: list[str], batch: int, length: int,
         raise WorkloadError(f"cannot read the metadata of model '{model}' at {url}: {exc}") from exc
     if [i["datatype"] for i in inputs] == ["BYTES"]:
         name = inputs[0]["name"]
-        return [orjson.dumps({"inputs": [{"name": name, "datatype": "BYTES", "shape": [batch],
-                                          "data": texts[i : i + batch]}]})
-                for i in range(0, len(texts) - batch + 1, batch)]  # fmt: skip
+        return [
+            orjson.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": name,
+                            "datatype": "BYTES",
+                            "shape": [batch],
+                            "data": texts[i : i + batch],
+                        }
+                    ]
+                }
+            )
+            for i in range(0, len(texts) - batch + 1, batch)
+        ]
     rng = np.random.default_rng(seed)
     bodies = []
     for _ in range(16):
@@ -137,23 +162,40 @@ def _v2_bodies(url: str, model: str, texts: list[str], batch: int, length: int,
                 raise WorkloadError(
                     f"input {spec['name']}: datatype {spec['datatype']} is not generated"
                 )
-            shape = [batch if (i == 0 and d == -1) else (length if d == -1 else d)
-                     for i, d in enumerate(spec["shape"])]  # fmt: skip
+            shape = [
+                batch if (i == 0 and d == -1) else (length if d == -1 else d)
+                for i, d in enumerate(spec["shape"])
+            ]
             data: np.ndarray
             if np.issubdtype(dtype, np.integer):
                 data = rng.integers(0, 100, shape).astype(dtype)
             else:
                 data = rng.standard_normal(shape).astype(dtype)
-            tensors.append({"name": spec["name"], "datatype": spec["datatype"], "shape": shape,
-                            "data": data.ravel().tolist()})  # fmt: skip
+            tensors.append(
+                {
+                    "name": spec["name"],
+                    "datatype": spec["datatype"],
+                    "shape": shape,
+                    "data": data.ravel().tolist(),
+                }
+            )
         bodies.append(orjson.dumps({"inputs": tensors}))
     return bodies
 
 
 def build_workload(
-    url: str, endpoint: str, model: str | None, *, inputs: Path | None, lengths: Lengths,
-    count: int, batch: int, max_new_tokens: int, v2_length: int, seed: int,
-) -> Workload:  # fmt: skip
+    url: str,
+    endpoint: str,
+    model: str | None,
+    *,
+    inputs: Path | None,
+    lengths: Lengths,
+    count: int,
+    batch: int,
+    max_new_tokens: int,
+    v2_length: int,
+    seed: int,
+) -> Workload:
     """The bodies to send, in order (the runners cycle through them)."""
     path = path_of(endpoint, model)
     texts: list[str]

@@ -20,8 +20,13 @@ class ShowsDefaults(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (not action.option_strings or default is None or default is False
-                or default == argparse.SUPPRESS or "default" in text):  # fmt: skip
+        if (
+            not action.option_strings
+            or default is None
+            or default is False
+            or default == argparse.SUPPRESS
+            or "default" in text
+        ):
             return text
         return f"{text} (default: %(default)s)".strip()
 
@@ -39,58 +44,93 @@ def _levels(text: str) -> tuple[float, ...]:
 def _load_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", choices=ENDPOINTS, default="embed", help="the route to load")
     parser.add_argument("--model", default=None, help="the model to load (default: the server's)")
-    parser.add_argument("--input", dest="inputs", type=Path, default=None,
-                        help='JSONL: {"text": ...} lines, or whole request bodies')  # fmt: skip
     parser.add_argument(
-        "--lengths", default="loguniform:8-100",
+        "--input",
+        dest="inputs",
+        type=Path,
+        default=None,
+        help='JSONL: {"text": ...} lines, or whole request bodies',
+    )
+    parser.add_argument(
+        "--lengths",
+        default="loguniform:8-100",
         help="generated texts, in words: fixed:N, uniform:A-B, loguniform:A-B",
-    )  # fmt: skip
+    )
     parser.add_argument("--batch", type=int, default=1, help="texts per request")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="for --endpoint generate")
-    parser.add_argument("--v2-length", type=int, default=16,
-                        help="size of variable non-batch axes of generated V2 tensors")  # fmt: skip
     parser.add_argument(
-        "--mode", choices=["closed", "open"], default="closed",
+        "--v2-length",
+        type=int,
+        default=16,
+        help="size of variable non-batch axes of generated V2 tensors",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["closed", "open"],
+        default="closed",
         help="closed: fixed concurrency; open: Poisson arrivals at fixed rates",
-    )  # fmt: skip
-    parser.add_argument("--levels", type=_levels, default=None,
-                        help="concurrencies (closed, default 1,2,4,...,64) or arrival rates "
-                        "per second (open, required)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--levels",
+        type=_levels,
+        default=None,
+        help="concurrencies (closed, default 1,2,4,...,64) or arrival rates "
+        "per second (open, required)",
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a step at most")
     parser.add_argument("--requests", type=int, default=2000, help="requests a step at most")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up")
     parser.add_argument("--seed", type=int, default=0, help="for generated texts and arrivals")
-    parser.add_argument("--p99-rise", type=float, default=P99_RISE,
-                        help="knee: p99 rising by more than this fraction ...")  # fmt: skip
-    parser.add_argument("--gain", type=float, default=GAIN,
-                        help="... while throughput rises by less than this fraction")  # fmt: skip
+    parser.add_argument(
+        "--p99-rise",
+        type=float,
+        default=P99_RISE,
+        help="knee: p99 rising by more than this fraction ...",
+    )
+    parser.add_argument(
+        "--gain",
+        type=float,
+        default=GAIN,
+        help="... while throughput rises by less than this fraction",
+    )
     parser.add_argument("--stop-at-knee", action="store_true", help="end the sweep at the knee")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds a request at most")
-    parser.add_argument("--out", type=Path, default=Path("inferd-bench"),
-                        help="folder for report.html, report.json and the plots")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("inferd-bench"),
+        help="folder for report.html, report.json and the plots",
+    )
 
 
 def add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser("bench", help="load-test a server: find the knee, tune, compare")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH_COMMAND")
     shows_defaults = {"formatter_class": ShowsDefaults}
-    run = sub.add_parser("run", help="sweep load against a URL or a repository it serves",
-                         **shows_defaults)  # fmt: skip
+    run = sub.add_parser(
+        "run", help="sweep load against a URL or a repository it serves", **shows_defaults
+    )
     run.add_argument("target", help="http://host:port of a running server, or a repository")
     _load_flags(run)
-    tune = sub.add_parser("tune", help="find the batching settings with most throughput in a "
-                          "p99 budget", **shows_defaults)  # fmt: skip
+    tune = sub.add_parser(
+        "tune",
+        help="find the batching settings with most throughput in a p99 budget",
+        **shows_defaults,
+    )
     tune.add_argument("repo", type=Path, help="the model repository")
     tune.add_argument("--budget-ms", type=float, required=True, help="p99 latency budget")
     tune.add_argument(
-        "--grid", action="append", default=[],
+        "--grid",
+        action="append",
+        default=[],
         help="SETTING=[V1,V2,...] (dotted for sections; repeatable); default: "
         "max_batch_size=[1,8,32] and dynamic_batching.max_queue_delay_ms=[1,5]",
-    )  # fmt: skip
+    )
     tune.add_argument("--write", action="store_true", help="store the recommendation in config")
     _load_flags(tune)
-    compare = sub.add_parser("compare", help="the same sweep against two targets, with ratios",
-                             **shows_defaults)  # fmt: skip
+    compare = sub.add_parser(
+        "compare", help="the same sweep against two targets, with ratios", **shows_defaults
+    )
     compare.add_argument("a", help="URL or repository")
     compare.add_argument("b", help="URL or repository (the same one with --b-set works)")
     compare.add_argument("--a-set", action="append", default=[], help="KEY=VALUE for A's model")
@@ -107,8 +147,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
         from inferd.bench.variants import parse_setting
         from inferd.bench.workload import Lengths, WorkloadError
     except ImportError as exc:
-        print(f"inferd bench needs the bench extra: pip install 'inferd[bench]' ({exc})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"inferd bench needs the bench extra: pip install 'inferd[bench]' ({exc})",
+            file=sys.stderr,
+        )
         return 2
     console = Console()
     if not console.is_terminal:  # a pipe or a file (whatever COLUMNS says): never cut the table
@@ -117,21 +159,38 @@ def run_bench_command(args: argparse.Namespace) -> int:
         if args.mode == "open" and args.levels is None:
             raise ValueError("--mode open needs --levels (arrival rates per second)")
         settings = SweepSettings(
-            mode=args.mode, levels=args.levels or tuple(float(x) for x in CLOSED_LEVELS),
-            duration_s=args.duration, max_requests=args.requests, warmup_s=args.warmup,
-            seed=args.seed, stop_at_knee=args.stop_at_knee, p99_rise=args.p99_rise,
-            gain=args.gain, timeout_s=args.timeout,
-        )  # fmt: skip
+            mode=args.mode,
+            levels=args.levels or tuple(float(x) for x in CLOSED_LEVELS),
+            duration_s=args.duration,
+            max_requests=args.requests,
+            warmup_s=args.warmup,
+            seed=args.seed,
+            stop_at_knee=args.stop_at_knee,
+            p99_rise=args.p99_rise,
+            gain=args.gain,
+            timeout_s=args.timeout,
+        )
         lengths = Lengths.parse(args.lengths)
-        spec = WorkloadSpec(args.endpoint, args.model, args.inputs, lengths, args.batch,
-                            args.max_new_tokens, args.v2_length, args.seed)  # fmt: skip
+        spec = WorkloadSpec(
+            args.endpoint,
+            args.model,
+            args.inputs,
+            lengths,
+            args.batch,
+            args.max_new_tokens,
+            args.v2_length,
+            args.seed,
+        )
         if args.bench_command == "run":
             return run(args.target, spec, settings, args.out, console)
         if args.bench_command == "compare":
-            overrides = (dict(parse_setting(s) for s in args.a_set),
-                         dict(parse_setting(s) for s in args.b_set))  # fmt: skip
-            return compare((args.a, args.b), overrides, args.model, spec, settings, args.out,
-                           console)  # fmt: skip
+            overrides = (
+                dict(parse_setting(s) for s in args.a_set),
+                dict(parse_setting(s) for s in args.b_set),
+            )
+            return compare(
+                (args.a, args.b), overrides, args.model, spec, settings, args.out, console
+            )
         if args.bench_command == "tune":
             if not args.model:
                 raise ValueError("tune needs --model")
@@ -141,8 +200,17 @@ def run_bench_command(args: argparse.Namespace) -> int:
                 grid[key] = value if isinstance(value, list) else [value]
             from inferd.bench.tune import DEFAULT_GRID
 
-            return run_tune(args.repo, args.model, grid or DEFAULT_GRID, args.budget_ms, spec,
-                            settings, args.write, args.out, console)  # fmt: skip
+            return run_tune(
+                args.repo,
+                args.model,
+                grid or DEFAULT_GRID,
+                args.budget_ms,
+                spec,
+                settings,
+                args.write,
+                args.out,
+                console,
+            )
     except (ValueError, WorkloadError, ConnectionError, FileNotFoundError) as exc:
         console.print(f"[bold red]✗[/bold red] {exc}", soft_wrap=True)
         return 2

@@ -49,10 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=None, help="default: the demo_repository setting")
     demo.add_argument("--force", action="store_true", help="rebuild even when already built")
     demo.add_argument(
-        "--generator", action="store_true",
+        "--generator",
+        action="store_true",
         help="also train the demo text generator 'docgen' (a small GPT-2 on stdlib docstrings; "
         "needs the export extra; about 3 minutes on 2 cores)",
-    )  # fmt: skip
+    )
 
     repo = commands.add_parser("repo", help="model repository tools")
     repo_commands = repo.add_subparsers(dest="repo_command", metavar="REPO_COMMAND")
@@ -84,8 +85,9 @@ def _training_progress(total: int) -> Iterator[Callable[[int, float], None]]:
             task = bar.add_task("training docgen on stdlib docstrings", total=total)
 
             def advance(step: int, loss: float) -> None:
-                bar.update(task, completed=step + 1,
-                           description=f"training docgen (loss {loss:.2f})")  # fmt: skip
+                bar.update(
+                    task, completed=step + 1, description=f"training docgen (loss {loss:.2f})"
+                )
 
             yield advance
         return
@@ -95,8 +97,12 @@ def _training_progress(total: int) -> Iterator[Callable[[int, float], None]]:
     def line(step: int, loss: float) -> None:
         done = step + 1
         if done % every == 0 or done == total:
-            print(f"training docgen: step {done}/{total} ({done / total:.0%}), loss {loss:.2f}, "
-                  f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"training docgen: step {done}/{total} ({done / total:.0%}), loss {loss:.2f}, "
+                f"{time.monotonic() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     yield line
 
@@ -108,16 +114,21 @@ def _demo_generator(repo: Path, force: bool) -> int:
     try:
         from inferd.tools.generator import DEMO_STEPS, build_generator, remove
     except ImportError as exc:
-        print(f"inferd: the demo generator needs the export extra: pip install 'inferd[export]' "
-              f"({exc})", file=sys.stderr)  # fmt: skip
+        print(
+            f"inferd: the demo generator needs the export extra: pip install 'inferd[export]' "
+            f"({exc})",
+            file=sys.stderr,
+        )
         return 2
     started = time.monotonic()
     remove(repo, "docgen")
     with _training_progress(DEMO_STEPS) as progress:
         facts = build_generator(repo, "docgen", progress=progress, kv_cache="inplace")
-    print(f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
-          f"{facts['loss']:.2f} ({facts['parameters']:,} parameters) in "
-          f"{time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
+        f"{facts['loss']:.2f} ({facts['parameters']:,} parameters) in "
+        f"{time.monotonic() - started:.0f} s"
+    )
     return 0
 
 

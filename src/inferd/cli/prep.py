@@ -21,9 +21,12 @@ def add_prep_commands(commands: Any) -> None:
     export.add_argument("source", help="a Hugging Face model folder, or package.module:factory")
     _target(export)
     export.add_argument(
-        "--input", dest="inputs", action="append", default=[],
+        "--input",
+        dest="inputs",
+        action="append",
+        default=[],
         help="for a module: NAME:DIMS:DTYPE[:LOW,HIGH], e.g. x:batch,16:float32 (repeatable)",
-    )  # fmt: skip
+    )
     export.add_argument(
         "--output", dest="outputs", action="append", default=[], help="output names, in order"
     )
@@ -33,11 +36,13 @@ def add_prep_commands(commands: Any) -> None:
         "--atol", type=float, default=DEFAULT_ATOL, help="parity bound (max |diff|)"
     )
     export.add_argument(
-        "--kv-cache", choices=["concat", "inplace"], default="concat",
+        "--kv-cache",
+        choices=["concat", "inplace"],
+        default="concat",
         help="decoders: 'inplace' writes the KV cache into a fixed buffer per step (ONNX "
         "Runtime GroupQueryAttention; CPU provider; faster generation); 'concat' (default) "
         "copies past + new each step, and runs on any provider",
-    )  # fmt: skip
+    )
 
     optimize = commands.add_parser(
         "optimize", help="offline graph optimization and transformer fusions, as a new version"
@@ -46,9 +51,10 @@ def add_prep_commands(commands: Any) -> None:
     optimize.add_argument("--from-version", type=int, default=None, help="default: the highest")
     optimize.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="parity bound")
     optimize.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="write the version even when it is larger or measurably slower than its source",
-    )  # fmt: skip
+    )
 
     quantize = commands.add_parser(
         "quantize", help="int8 (CPU) or fp16 (GPU) variant as a new version, with a report"
@@ -57,10 +63,12 @@ def add_prep_commands(commands: Any) -> None:
     quantize.add_argument("--to", choices=["int8", "fp16"], default="int8")
     quantize.add_argument("--from-version", type=int, default=None, help="default: the highest")
     quantize.add_argument(
-        "--samples", type=Path, default=None,
+        "--samples",
+        type=Path,
+        default=None,
         help="a text file (one text a line) for text models, or JSONL of input tensors; "
         "default: generated",
-    )  # fmt: skip
+    )
     quantize.add_argument("--count", type=int, default=200, help="samples to generate")
     quantize.add_argument(
         "--min-cosine", type=float, default=0.99, help="embeddings: least mean cosine similarity"
@@ -69,14 +77,17 @@ def add_prep_commands(commands: Any) -> None:
         "--min-agreement", type=float, default=0.98, help="classifiers: least label agreement"
     )
     quantize.add_argument(
-        "--max-abs-diff", type=float, default=None,
+        "--max-abs-diff",
+        type=float,
+        default=None,
         help="other models: largest max |diff| allowed (default: 5%% of the output range)",
-    )  # fmt: skip
+    )
     quantize.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="write the version even when the loss is too high, or it is larger or measurably "
         "slower than fp32",
-    )  # fmt: skip
+    )
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -89,8 +100,10 @@ def run_prep_command(args: argparse.Namespace) -> int:
     try:
         from inferd.prep.console import Reporter
     except ImportError as exc:
-        print(f"inferd {args.command} needs the export extra: pip install 'inferd[export]' "
-              f"({exc})", file=sys.stderr)  # fmt: skip
+        print(
+            f"inferd {args.command} needs the export extra: pip install 'inferd[export]' ({exc})",
+            file=sys.stderr,
+        )
         return 2
     from inferd.prep.errors import PREP_ERRORS
 
@@ -106,24 +119,43 @@ def run_prep_command(args: argparse.Namespace) -> int:
             elif args.inputs:
                 spec = ModuleSpec(tuple(parse_input(t) for t in args.inputs), tuple(args.outputs))
             return run_export(
-                args.source, args.repo, args.model, spec, opset=args.opset, atol=args.atol,
-                version=args.version, reporter=reporter, kv_cache=args.kv_cache,
-            )  # fmt: skip
+                args.source,
+                args.repo,
+                args.model,
+                spec,
+                opset=args.opset,
+                atol=args.atol,
+                version=args.version,
+                reporter=reporter,
+                kv_cache=args.kv_cache,
+            )
         if args.command == "optimize":
             from inferd.prep.optimize import run_optimize
 
             return run_optimize(
-                args.repo, args.model, from_version=args.from_version, version=args.version,
-                atol=args.atol, reporter=reporter, force=args.force,
-            )  # fmt: skip
+                args.repo,
+                args.model,
+                from_version=args.from_version,
+                version=args.version,
+                atol=args.atol,
+                reporter=reporter,
+                force=args.force,
+            )
         from inferd.prep.quantize import Thresholds, run_quantize
 
         thresholds = Thresholds(args.min_cosine, args.min_agreement, args.max_abs_diff)
         return run_quantize(
-            args.repo, args.model, to=args.to, from_version=args.from_version,
-            version=args.version, samples=args.samples, count=args.count,
-            thresholds=thresholds, force=args.force, reporter=reporter,
-        )  # fmt: skip
+            args.repo,
+            args.model,
+            to=args.to,
+            from_version=args.from_version,
+            version=args.version,
+            samples=args.samples,
+            count=args.count,
+            thresholds=thresholds,
+            force=args.force,
+            reporter=reporter,
+        )
     except PREP_ERRORS as exc:
         reporter.fail(str(exc))
         return 2

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from inferd.config.model import RuntimeOptions
 from inferd.engine.loading import load_instances
-from inferd.engine.manager import onnx_runtime_loader
 from inferd.repository.scan import scan_repository
+from inferd.runtime.onnx_session import OnnxSession
 from inferd.runtime.protocol import Runtime, TensorSpec
 
 
@@ -65,7 +65,7 @@ def check_repository(root: Path, load: bool = True) -> int:
             def factory(
                 path: Path = version.path, options: RuntimeOptions = config.runtime
             ) -> Runtime:
-                return onnx_runtime_loader(path, options)
+                return OnnxSession(path, options)
 
             try:
                 loaded = load_instances(

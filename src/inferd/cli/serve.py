@@ -8,10 +8,11 @@ import socket
 import sys
 
 from inferd.config.server import ServerSettings
-from inferd.engine.manager import ModelManager
+from inferd.engine import Engine
 from inferd.errors import ConfigError
 from inferd.observability.logs import configure_logging
 from inferd.repository.scan import scan_repository
+from inferd.runtime.onnx_session import OnnxSession
 from inferd.server.instruments import build_metrics
 from inferd.server.runner import run_server
 from inferd.tools.demo import DemoUnavailable, build_demo
@@ -31,8 +32,11 @@ def serve(settings: ServerSettings) -> int:
         sock = listening_socket(settings.host, settings.port)
     except OSError as exc:
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        print(f"inferd: cannot listen on {settings.host}:{settings.port}: {reason} "
-              "(another server there? --port chooses another)", file=sys.stderr)  # fmt: skip
+        print(
+            f"inferd: cannot listen on {settings.host}:{settings.port}: {reason} "
+            "(another server there? --port chooses another)",
+            file=sys.stderr,
+        )
         return 3
     try:
         return _serve_on(settings, sock)
@@ -60,7 +64,8 @@ def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
             "(<repo>/<model>/<version>/model.onnx; inferd repo check tells what would load)",
             extra={"repository": str(repository)},
         )
-    metrics = build_metrics(entries) if settings.metrics else None
-    manager = ModelManager(settings, entries, observer=metrics, root=repository)
-    run_server(settings, manager, metrics, sock)
+    metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
+    # the composition root: ONNX Runtime sessions are the runtime
+    engine = Engine(settings, entries, OnnxSession, observer=observer, root=repository)
+    run_server(settings, engine, metrics, sock)
     return 0

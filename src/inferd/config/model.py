@@ -11,9 +11,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 V2Datatype = Literal[
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "BF16", "BYTES",
-]  # fmt: skip
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
+]
 
 
 PURPOSE_OF_TASK = {
@@ -52,6 +64,12 @@ class DynamicBatchingConfig(_Strict):
         True,
         description="Gather items of similar length into a batch (the oldest first), so padding "
         "stays small.",
+    )
+    max_consecutive_failures: int = Field(
+        5,
+        ge=1,
+        description="Single-item runtime failures in a row (internal errors, not bad inputs) "
+        "after which the version is marked unhealthy and stops taking requests.",
     )
     oom_cooldown_s: float = Field(
         30.0,
@@ -263,12 +281,13 @@ class GenerationConfig(_Strict):
         16, ge=1, description="Most sequences decoded together in one step (continuous batch)."
     )
     max_kv_tokens: int = Field(
-        32768, ge=16,
+        32768,
+        ge=16,
         description="Most tokens held in the KV cache over all running sequences, padding "
         "included; a waiting request joins when its prompt and output fit. An in-place decoder "
         "(`inferd export --kv-cache inplace`) holds context_length positions a row, allocated "
         "once for min(max_running, max_kv_tokens / context_length) rows.",
-    )  # fmt: skip
+    )
     max_waiting: int = Field(
         256, ge=1, description="Most requests waiting to join the batch (4290 above)."
     )

@@ -1,10 +1,26 @@
-"""The engine: loaded model versions, their life, and the inference entry point.
+"""The engine: the registry of model versions, their loading, admission, and the servables that
+answer requests (one class per model kind).
 
-Between `server` and `batching`/`runtime`: the server calls the engine; the engine never imports
-the server or a web framework.
+Between `server` and `batching`/`runtime`: the server calls `Engine`; the engine never imports
+the server or a web framework, and it is handed its runtime loader by the composition root.
 """
 
-from inferd.engine.manager import ModelManager
-from inferd.engine.version import ServedVersion, VersionState
+from inferd.engine.engine import Engine
+from inferd.engine.generation import Generation
+from inferd.engine.loader import RuntimeLoader
+from inferd.engine.registry import Readiness
+from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.specs import served_shape
+from inferd.engine.version import Version, VersionState
 
-__all__ = ["ModelManager", "ServedVersion", "VersionState"]
+__all__ = [
+    "Classified",
+    "Embeddings",
+    "Engine",
+    "Generation",
+    "Readiness",
+    "RuntimeLoader",
+    "Version",
+    "VersionState",
+    "served_shape",
+]

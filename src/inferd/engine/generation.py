@@ -1,69 +1,78 @@
-"""Text generation inside the engine: loading a decoder's parts (its KV interface, tokenizer,
-EOS and pad tokens), warming it up, and the handle a route holds while a generation runs."""
+"""Text generation inside the engine: the generator servable (its continuous-batching
+scheduler) and the handle a route holds while a generation runs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
-from tokenizers import Tokenizer
-
-from inferd.config.model import ModelConfig
-from inferd.generation.decoder import DecoderShape, DecoderShapeError
-from inferd.generation.kvstore import kv_store
+from inferd.engine.build import BuildContext
+from inferd.engine.decoder_parts import GenerationParts
+from inferd.engine.servable import Servable
+from inferd.errors import InvalidInputError
+from inferd.generation.params import SamplingRequest
+from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.pool import InstancePool
-from inferd.runtime.protocol import TensorSpec
-from inferd.tasks.text import TokenizerError, find_tokenizer
-
-EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>")
+from inferd.runtime.protocol import Array, Feeds
 
 
-@dataclass(frozen=True)
-class GenerationParts:
-    shape: DecoderShape
-    tokenizer: Tokenizer
-    eos_id: int | None
-    pad_id: int
+class GeneratorServable(Servable):
+    kind = "a text generator"
 
-
-def load_generation(
-    config: ModelConfig, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-    version_folder: Path, providers: Sequence[str] = ("CPUExecutionProvider",),
-) -> GenerationParts:  # fmt: skip
-    """Blocking (a worker thread): checks the interface, reads the tokenizer."""
-    shape = DecoderShape.of(inputs, outputs)
-    if shape.inplace and providers[0] != "CPUExecutionProvider":
-        # the cache buffers are host memory bound as both past and present; on a GPU they
-        # would have to be device buffers (not built yet)
-        raise DecoderShapeError(
-            f"a decoder with an in-place KV cache runs on the CPU provider only, not "
-            f"{providers[0]}; export it without --kv-cache inplace for a GPU"
+    def __init__(self, ctx: BuildContext, parts: GenerationParts) -> None:
+        loaded = ctx.loaded
+        super().__init__(
+            ctx.model,
+            ctx.version,
+            ctx.config,
+            loaded.inputs,
+            loaded.outputs,
+            loaded.pool.first.providers,
+            ctx.observer,
         )
-    path = find_tokenizer(config.tokenizer, version_folder, version_folder.parent)
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a plain Exception for a bad file
-        raise TokenizerError(f"cannot read tokenizer {path.name}: {exc}") from exc
-    tokenizer.no_padding()
-    tokenizer.no_truncation()  # the context window is checked, never silently cut
-    eos = config.generation.eos_token_id
-    if eos is None:
-        eos = next((t for t in (tokenizer.token_to_id(n) for n in EOS_TOKENS) if t is not None),
-                   None)  # fmt: skip
-    return GenerationParts(shape, tokenizer, eos, eos if eos is not None else 0)
+        self._pool: InstancePool | None = loaded.pool
+        self._scheduler = Scheduler(
+            loaded.pool.run,
+            parts.shape,
+            parts.tokenizer,
+            ctx.config.generation,
+            parts.eos_id,
+            parts.pad_id,
+            model=ctx.model,
+            version=str(ctx.version),
+            observer=ctx.observer,
+        )
+        self._scheduler.start()
 
+    @classmethod
+    def build(cls, ctx: BuildContext) -> GeneratorServable:
+        parts = ctx.loaded.generation
+        if parts is None:
+            raise ValueError(f"model '{ctx.model}' is a decoder without its generation parts")
+        return cls(ctx, parts)
 
-def warm_up_decoder(
-    pool: InstancePool, parts: GenerationParts, config: ModelConfig, sizes: Sequence[int]
-) -> None:
-    store = kv_store(parts.shape, config.generation)
-    for rows in sizes:
-        rows = max(1, min(rows, config.generation.max_running))
-        step = store.prefill([[parts.pad_id, parts.pad_id]] * rows, range(rows), parts.pad_id)
-        pool.run_sync(step.feeds, step.into)
+    def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
+        """Tokenizes and queues a generation (4002 over the window, 4290 when full)."""
+        params = sampling.resolve(self.config.generation)
+        return self._scheduler.submit(self._scheduler.encode(prompt), params)
+
+    async def _infer(
+        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
+    ) -> dict[str, Array]:
+        raise InvalidInputError(
+            f"model '{self.model}' generates text: use POST /generate or /v1/completions"
+        )
+
+    async def drain(self, timeout_s: float) -> bool:
+        return await self._scheduler.drain(timeout_s)
+
+    async def close(self) -> None:
+        await self._scheduler.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, pool.close)
 
 
 class Generation:

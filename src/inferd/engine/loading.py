@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model import ModelConfig
-from inferd.engine.generation import GenerationParts, load_generation, warm_up_decoder
+from inferd.engine.decoder_parts import GenerationParts, load_generation, warm_up_decoder
 from inferd.engine.specs import apply_overrides, check_batch_axis
-from inferd.engine.text import TextPipeline
+from inferd.engine.text_pipeline import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Runtime, TensorSpec
@@ -55,7 +55,7 @@ def load_instances(
         if config.is_text:
             if version_folder is None:
                 raise ValueError("a text model needs its folder to find its tokenizer")
-            text = TextPipeline(config, inputs, outputs, version_folder)
+            text = TextPipeline(config, inputs, version_folder)
         generation = None
         if config.task == "text-generation":
             if version_folder is None:

@@ -1,141 +1,190 @@
-"""Serving texts on a version: tokenize, queue each text as its own item, pool or classify.
-
-`TextPipeline` is built off the event loop when a text model loads (it reads the tokenizer file
-beside the model) and then runs on the loop for every request.
-"""
+"""Text models: the embedding and the classifier servables, over what they share (the
+tokenizer, one batch item per text). Both also take their texts over KServe V2 (a BYTES input
+named `text`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from inferd.batching import DynamicBatcher, Timing
-from inferd.config.model import ModelConfig
+from inferd.batching import Timing
+from inferd.engine.batched import BatchedServable, start_batcher
+from inferd.engine.build import BuildContext
+from inferd.engine.servable import TEXT_INPUT, Classified, Embeddings, Servable
 from inferd.errors import InvalidInputError
-from inferd.observability.trace import RequestTrace
-from inferd.runtime.protocol import Array, TensorSpec
-from inferd.tasks.classification import ClassificationTask, Prediction, top_k
+from inferd.observability.trace import current_trace
+from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.tasks.classification import ClassificationTask, top_k
 from inferd.tasks.embedding import EmbeddingTask
-from inferd.tasks.text import EncodedTexts, TextEncoder, find_tokenizer
+from inferd.tasks.text import EncodedTexts
 
 
-@dataclass(frozen=True)
-class Embeddings:
-    vectors: Array
-    """[texts, dimension], float32."""
-    token_counts: list[int]
+def texts_of(model: str, feeds: Feeds) -> list[str]:
+    """The texts of a V2 request to a text model: one BYTES input `text`, [n] or [n, 1]."""
+    if set(feeds) != {TEXT_INPUT}:
+        raise InvalidInputError(
+            f"model '{model}' takes texts: one BYTES input named '{TEXT_INPUT}'"
+        )
+    array = feeds[TEXT_INPUT]
+    if (
+        array.dtype != np.dtype(object)
+        or array.ndim not in (1, 2)
+        or (array.ndim == 2 and array.shape[1] != 1)
+    ):
+        raise InvalidInputError(f"input '{TEXT_INPUT}' must be BYTES of shape [n] or [n, 1]")
+    return [str(t) for t in array.reshape(-1)]
 
 
-@dataclass(frozen=True)
-class Classified:
-    predictions: list[Prediction]
-    probabilities: Array
-    token_counts: list[int]
+TEXT_INPUTS = (TensorSpec(TEXT_INPUT, "BYTES", (-1,), ("batch",)),)
 
 
-class TextPipeline:
-    def __init__(
-        self,
-        config: ModelConfig,
-        inputs: Sequence[TensorSpec],
-        outputs: Sequence[TensorSpec],
-        version_folder: Path,
-    ) -> None:
-        tokenizer = config.tokenizer
-        path = find_tokenizer(tokenizer, version_folder, version_folder.parent)
-        self.encoder = TextEncoder(path, tokenizer, config.max_texts_per_request)
-        input_names = {s.name for s in inputs}
-        wanted = [tokenizer.input_ids, tokenizer.attention_mask, tokenizer.token_type_ids]
-        missing = [n for n in wanted if n is not None and n not in input_names]
-        if missing:
-            raise ValueError(f"tokenizer inputs {missing} are not inputs of the model")
-        extra = input_names - {n for n in wanted if n is not None}
-        if extra:
-            raise ValueError(
-                f"the model also takes {sorted(extra)}; name them in the tokenizer section"
-            )
-        self.embedding: EmbeddingTask | None = None
-        self.classification: ClassificationTask | None = None
-        if config.task == "embedding":
-            self.embedding = EmbeddingTask(config.embedding, outputs)
-            self.output = self.embedding.output
-        else:
-            self.classification = ClassificationTask(config.classification, outputs)
-            self.output = self.classification.output
+def label_outputs(classes: int) -> tuple[TensorSpec, ...]:
+    """What a classifier answers over V2."""
+    return (
+        TensorSpec("label", "BYTES", (-1,), ("batch",)),
+        TensorSpec("score", "FP32", (-1,), ("batch",)),
+        TensorSpec("probabilities", "FP32", (-1, classes), ("batch", None)),
+    )
 
-    def pad_values(self) -> dict[str, float]:
-        return self.encoder.pad_values()
 
-    async def _run(
-        self,
-        batcher: DynamicBatcher,
-        texts: Sequence[str],
-        deadline: float | None,
-        trace: RequestTrace | None,
-    ) -> tuple[EncodedTexts, list[dict[str, Array]]]:
+def label_arrays(classified: Classified) -> dict[str, Array]:
+    return {
+        "label": np.array([p.labels[0] for p in classified.predictions], dtype=object),
+        "score": np.array([p.scores[0] for p in classified.predictions], dtype=np.float32),
+        "probabilities": classified.probabilities.astype(np.float32),
+    }
+
+
+class TextServable(BatchedServable):
+    """What the two text kinds share: their tokenizer, one batch item per text, and the one
+    model output their task reads (the others are not fetched)."""
+
+    def __init__(self, ctx: BuildContext, output: str, outputs: tuple[TensorSpec, ...]) -> None:
+        text = ctx.loaded.text
+        if text is None:
+            raise ValueError(f"model '{ctx.model}' is a text model without its tokenizer")
+        batcher = start_batcher(
+            ctx.model,
+            ctx.version,
+            ctx.config,
+            ctx.loaded,
+            ctx.batch_observer,
+            text.pad_values(),
+            output,
+        )
+        super().__init__(
+            ctx.model,
+            ctx.version,
+            ctx.config,
+            ctx.loaded,
+            batcher,
+            (TEXT_INPUTS, outputs),
+            ctx.observer,
+        )
+        self._encoder = text.encoder
+        self._output = output
+
+    async def _run_texts(
+        self, texts: Sequence[str], deadline: float | None
+    ) -> tuple[EncodedTexts, list[Array]]:
+        """Each text's output (the task's one), in order."""
+        trace = current_trace()
         started = time.perf_counter()
-        encoded = self.encoder.encode(texts)
+        encoded = self._encoder.encode(texts)
+        trace.preprocess_s = time.perf_counter() - started
+        trace.items = len(texts)
+        trace.input_length = sum(encoded.token_counts)
         timing = Timing()
-        if trace is not None:
-            trace.preprocess_s = time.perf_counter() - started
-            trace.items = len(texts)
-            trace.input_length = sum(encoded.token_counts)
-        outputs = await batcher.submit_items(encoded.items, deadline, timing)
-        if trace is not None:
-            trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
-            trace.batch_size = timing.batch_rows
-        return encoded, outputs
+        outputs = await self._batcher.submit_items(encoded.items, deadline, timing)
+        trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
+        trace.batch_size = timing.batch_rows
+        return encoded, [out[self._output] for out in outputs]
+
+
+class EmbeddingServable(TextServable):
+    kind = "an embedding model"
+
+    def __init__(self, ctx: BuildContext) -> None:
+        self._task = EmbeddingTask(ctx.config.embedding, ctx.loaded.outputs)
+        dim = self._task.dimension or -1
+        outputs = (TensorSpec("embedding", "FP32", (-1, dim), ("batch", None)),)
+        super().__init__(ctx, self._task.output, outputs)
+        self._mask = ctx.config.tokenizer.attention_mask
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> EmbeddingServable:
+        return cls(ctx)
 
     async def embed(
-        self,
-        batcher: DynamicBatcher,
-        texts: Sequence[str],
-        deadline: float | None,
-        dimensions: int | None = None,
-        trace: RequestTrace | None = None,
+        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
     ) -> Embeddings:
-        task = self.embedding
-        if task is None:
-            raise InvalidInputError("this model classifies texts; it does not embed them")
+        task = self._task
         task.check_dimensions(dimensions)
-        encoded, outputs = await self._run(batcher, texts, deadline, trace)
+        encoded, outputs = await self._run_texts(texts, deadline)
         started = time.perf_counter()
-        mask_name = self.encoder.config.attention_mask
+        mask = self._mask
         vectors = np.stack(
             [
-                task.pool(out[self.output], item.get(mask_name) if mask_name else None)
+                task.pool(out, item.get(mask) if mask else None)
                 for out, item in zip(outputs, encoded.items, strict=True)
             ]
         )
         result = Embeddings(task.finish(vectors, dimensions), encoded.token_counts)
-        if trace is not None:
-            trace.postprocess_s = time.perf_counter() - started
-            trace.output_length = int(result.vectors.size)
+        trace = current_trace()
+        trace.postprocess_s = time.perf_counter() - started
+        trace.output_length = int(result.vectors.size)
+        self.report_texts(result.token_counts)
         return result
 
-    async def classify(
-        self,
-        batcher: DynamicBatcher,
-        texts: Sequence[str],
-        k: int,
-        deadline: float | None,
-        trace: RequestTrace | None = None,
-    ) -> Classified:
-        task = self.classification
-        if task is None:
-            raise InvalidInputError("this model embeds texts; use /embed, or a classifier")
-        encoded, outputs = await self._run(batcher, texts, deadline, trace)
+    async def _infer(
+        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
+    ) -> dict[str, Array]:
+        embedded = await self.embed(texts_of(self.model, feeds), deadline)
+        return {"embedding": embedded.vectors}
+
+
+class LabelsOverV2(Servable):
+    """A text classifier's KServe V2 answer: its texts in (BYTES `text`), the top label, its
+    score and every probability out."""
+
+    async def _infer(
+        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
+    ) -> dict[str, Array]:
+        return label_arrays(await self.classify(texts_of(self.model, feeds), 1, deadline))
+
+
+class ClassifierServable(TextServable, LabelsOverV2):
+    kind = "a text classifier"
+
+    def __init__(self, ctx: BuildContext) -> None:
+        self._task = ClassificationTask(ctx.config.classification, ctx.loaded.outputs)
+        super().__init__(ctx, self._task.output, label_outputs(len(self._task.labels)))
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> ClassifierServable:
+        return cls(ctx)
+
+    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
+        task = self._task
+        encoded, outputs = await self._run_texts(texts, deadline)
         started = time.perf_counter()
-        logits = np.concatenate([out[self.output].reshape(1, -1) for out in outputs])
+        logits = np.concatenate([out.reshape(1, -1) for out in outputs])
         probabilities = task.probabilities(logits)
         result = Classified(
             top_k(probabilities, task.labels, k), probabilities, encoded.token_counts
         )
-        if trace is not None:
-            trace.postprocess_s = time.perf_counter() - started
-            trace.output_length = len(texts) * k
+        trace = current_trace()
+        trace.postprocess_s = time.perf_counter() - started
+        trace.output_length = len(texts) * k
+        report_classified(self, result)
         return result
+
+
+def report_classified(servable: Servable, result: Classified) -> None:
+    servable.report_texts(
+        result.token_counts,
+        [p.labels[0] for p in result.predictions],
+        [p.scores[0] for p in result.predictions],
+    )

@@ -66,8 +66,10 @@ class DecoderShape:
         return DecoderShape(layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace)
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
-        return [np.zeros((rows, self.heads, length, self.head_dim), dtype=self.dtype)
-                for _ in self.past_names]  # fmt: skip
+        return [
+            np.zeros((rows, self.heads, length, self.head_dim), dtype=self.dtype)
+            for _ in self.past_names
+        ]
 
     @property
     def output_names(self) -> list[str]:

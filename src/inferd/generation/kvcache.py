@@ -41,8 +41,9 @@ class KVBatch:
         existing rows (reused) or the next new ones (appended)."""
         width = int(mask.shape[1])
         if not self.cache:  # the first rows: the arrays take the model's heads and dtype
-            self.cache = [np.zeros((self.rows, a.shape[1], self.length, a.shape[3]), a.dtype)
-                          for a in cache]  # fmt: skip
+            self.cache = [
+                np.zeros((self.rows, a.shape[1], self.length, a.shape[3]), a.dtype) for a in cache
+            ]
         rows = max(self.rows, max(slots) + 1)
         if rows > self.rows or width > self.length:
             self._resize(list(range(self.rows)), rows, max(self.length, width))
@@ -112,8 +113,7 @@ class PaddedKV:
         return Step(prefill_feeds(self._shape, prompts, pad_id), slots=tuple(slots))
 
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
-        self.batch.place(step.slots, [out[n] for n in self._shape.present_names],
-                         step.feeds[MASK])  # fmt: skip
+        self.batch.place(step.slots, [out[n] for n in self._shape.present_names], step.feeds[MASK])
         return out[LOGITS][:, -1, :]
 
     def decode(self, tokens: Array, positions: Array) -> Step:

@@ -79,3 +79,31 @@ def check_prompt(prompt_tokens: int, context_length: int) -> None:
             f"the prompt has {prompt_tokens} tokens; the context window is {context_length} "
             "and at least one new token must fit"
         )
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """What a request asked for, before the model is known; `resolve` checks it against the
+    model's generation limits and fills in its defaults."""
+
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+
+    def resolve(self, config: GenerationConfig) -> SamplingParams:
+        return build_params(
+            config,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+            seed=self.seed,
+            stop=self.stop,
+            ignore_eos=self.ignore_eos,
+        )

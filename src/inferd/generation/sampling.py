@@ -54,8 +54,11 @@ def sample_batch(
         out[greedy] = np.argmax(scores if len(greedy) == rows else scores[greedy], axis=1)
     drawn = [r for r, p in enumerate(params) if not p.greedy]
     if drawn:
-        out[drawn] = _draw(scores if len(drawn) == rows else scores[drawn],
-                           [params[r] for r in drawn], [rngs[r] for r in drawn])  # fmt: skip
+        out[drawn] = _draw(
+            scores if len(drawn) == rows else scores[drawn],
+            [params[r] for r in drawn],
+            [rngs[r] for r in drawn],
+        )
     return out.tolist()
 
 

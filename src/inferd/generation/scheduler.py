@@ -36,13 +36,13 @@ from inferd.errors import (
     InternalError,
     QueueFullError,
     UnavailableError,
-)  # fmt: skip
+)
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.kvstore import kv_store
-from inferd.generation.observer import GenerationObserver, NoGenerationObserver
 from inferd.generation.params import SamplingParams, check_prompt
 from inferd.generation.sampling import sample_batch
 from inferd.generation.sequence import Sequence as Seq
+from inferd.observability.observer import Observer, notify
 from inferd.runtime.protocol import Array
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,18 @@ RunStep = Callable[[dict[str, Array], Sequence[str], dict[str, str]], Awaitable[
 
 class Scheduler:
     def __init__(
-        self, run: RunStep, shape: DecoderShape, tokenizer: Tokenizer, config: GenerationConfig,
-        eos_id: int | None, pad_id: int, *, model: str = "", version: str = "",
-        observer: GenerationObserver | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        run: RunStep,
+        shape: DecoderShape,
+        tokenizer: Tokenizer,
+        config: GenerationConfig,
+        eos_id: int | None,
+        pad_id: int,
+        *,
+        model: str = "",
+        version: str = "",
+        observer: Observer | None = None,
+    ) -> None:
         self._run = run
         self._shape = shape
         self._tokenizer = tokenizer
@@ -63,7 +71,7 @@ class Scheduler:
         self._eos = eos_id
         self._pad = pad_id
         self._model, self._version = model, version
-        self._observer: GenerationObserver = observer or NoGenerationObserver()
+        self._observer = observer or Observer()
         self._waiting: deque[Seq] = deque()
         self._running: list[Seq] = []
         """The sequences still generating."""
@@ -104,8 +112,11 @@ class Scheduler:
                 f"the prompt has {len(prompt_ids)} tokens; the KV cache holds "
                 f"{config.max_kv_tokens}"
             )
-        room = min(params.max_new_tokens, config.context_length - len(prompt_ids),
-                   config.max_kv_tokens - len(prompt_ids))  # fmt: skip
+        room = min(
+            params.max_new_tokens,
+            config.context_length - len(prompt_ids),
+            config.max_kv_tokens - len(prompt_ids),
+        )
         if room < params.max_new_tokens:  # ends with finish_reason "length" at the window
             params = SamplingParams(**{**params.__dict__, "max_new_tokens": room})
         if len(self._waiting) >= config.max_waiting:
@@ -200,8 +211,11 @@ class Scheduler:
             raise
         except Exception as exc:
             log.exception("generation step failed", extra={"model": self._model})
-            error = exc if isinstance(exc, InferdError) else InternalError(
-                f"the generation step failed: {type(exc).__name__}")  # fmt: skip
+            error = (
+                exc
+                if isinstance(exc, InferdError)
+                else InternalError(f"the generation step failed: {type(exc).__name__}")
+            )
             for seq in [*seqs, *self._rows]:
                 seq.fail(error)
             self._rows, self._running = [], []
@@ -228,12 +242,13 @@ class Scheduler:
             seq.cached = len(seq.prompt_ids)
             seq.accept(token, now)
             firsts.append(now - seq.created)
-        self._observer.on_generation_tokens(self._model, firsts, ())
+        notify(self._observer.on_generation_tokens, self._model, firsts, ())
         self._report("prefill", len(seqs), now - started)
 
     async def _decode(self, rows: list[Seq]) -> None:
-        tokens = np.array([s.last_token if s.generated else self._pad for s in rows],
-                          dtype=np.int64)  # fmt: skip
+        tokens = np.array(
+            [s.last_token if s.generated else self._pad for s in rows], dtype=np.int64
+        )
         # a finished row left in the batch may run past the window: its output is unused, but
         # its position must stay a valid index
         last = self._config.context_length - 1
@@ -255,7 +270,7 @@ class Scheduler:
                 since = rows[row].accept(token, now)
                 if since is not None:
                     gaps.append(since)
-        self._observer.on_generation_tokens(self._model, (), gaps)
+        notify(self._observer.on_generation_tokens, self._model, (), gaps)
         self._report("decode", len(rows), now - started)
 
     def _retire(self) -> None:
@@ -270,10 +285,13 @@ class Scheduler:
             if seq.done:
                 finished = seq.finished
                 if finished is not None:
-                    self._observer.on_generation_finished(
-                        self._model, finished.reason, finished.prompt_tokens,
+                    notify(
+                        self._observer.on_generation_finished,
+                        self._model,
+                        finished.reason,
+                        finished.prompt_tokens,
                         finished.completion_tokens,
-                    )  # fmt: skip
+                    )
             else:
                 still.append(seq)
         self._running = still
@@ -298,15 +316,21 @@ class Scheduler:
             self._waiting = deque(s for s in self._waiting if not s.cancelled)
 
     def _report(self, kind: str, rows: int, seconds: float) -> None:
-        try:
-            self._observer.on_generation_step(
-                self._model, self._version, kind, rows, seconds, len(self._running),
-                len(self._waiting), self._kv.held_tokens, self._config.max_kv_tokens,
-            )  # fmt: skip
-        except Exception:
-            log.exception("generation observer failed; generation is unaffected")
+        notify(
+            self._observer.on_generation_step,
+            self._model,
+            self._version,
+            kind,
+            rows,
+            seconds,
+            len(self._running),
+            len(self._waiting),
+            self._kv.held_tokens,
+            self._config.max_kv_tokens,
+        )
 
 
 def _sample(logits: Array, seqs: list[Seq]) -> list[int]:
-    return sample_batch(logits, [s.params for s in seqs], [s.rng for s in seqs],
-                        [s.seen for s in seqs])  # fmt: skip
+    return sample_batch(
+        logits, [s.params for s in seqs], [s.rng for s in seqs], [s.seen for s in seqs]
+    )

@@ -30,9 +30,13 @@ Event = str | Finished | BaseException
 
 class Sequence:
     def __init__(
-        self, prompt_ids: list[int], params: SamplingParams, tokenizer: Tokenizer,
-        eos_id: int | None, context_length: int,
-    ) -> None:  # fmt: skip
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        tokenizer: Tokenizer,
+        eos_id: int | None,
+        context_length: int,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.generated: list[int] = []
@@ -105,14 +109,21 @@ class Sequence:
             if rest and not self._whole:
                 self.events.put_nowait(rest)
         first = None if self.first_token_at is None else self.first_token_at - self.created
-        self.finished = Finished(self._text.text, reason, len(self.prompt_ids),
-                                 len(self.generated), first, now - self.created)  # fmt: skip
+        self.finished = Finished(
+            self._text.text,
+            reason,
+            len(self.prompt_ids),
+            len(self.generated),
+            first,
+            now - self.created,
+        )
         self.events.put_nowait(self.finished)
 
     def fail(self, error: BaseException) -> None:
         if self.finished is None:
-            self.finished = Finished(self._text.text, "error", len(self.prompt_ids),
-                                     len(self.generated), None, 0.0)  # fmt: skip
+            self.finished = Finished(
+                self._text.text, "error", len(self.prompt_ids), len(self.generated), None, 0.0
+            )
             self.events.put_nowait(error)
 
     async def stream(self) -> AsyncIterator[str | Finished]:

@@ -51,8 +51,9 @@ class SlotKV:
         names = self._shape.past_names
         return {n: buffer[start:stop] for n, buffer in zip(names, self._buffers, strict=True)}
 
-    def _step(self, feeds: dict[str, Array], start: int, stop: int,
-              prompt_lengths: tuple[int, ...] = ()) -> Step:  # fmt: skip
+    def _step(
+        self, feeds: dict[str, Array], start: int, stop: int, prompt_lengths: tuple[int, ...] = ()
+    ) -> Step:
         """The step on rows [start, stop): their buffer views as past, written as present."""
         feeds.update(self._views(start, stop))
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))

@@ -52,8 +52,9 @@ class IncrementalText:
         """At the end: whatever was held back (an unfinished character included)."""
         if not self.stopped and self._read < len(self._ids):
             tail = self._tokenizer.decode(self._ids[self._prefix :], skip_special_tokens=True)
-            head = self._tokenizer.decode(self._ids[self._prefix : self._read],
-                                          skip_special_tokens=True)  # fmt: skip
+            head = self._tokenizer.decode(
+                self._ids[self._prefix : self._read], skip_special_tokens=True
+            )
             self._decoded += tail[len(head) :]
             self.text = self._decoded
         return self._take(len(self.text))

@@ -12,8 +12,10 @@ import bisect
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from inferd.observability.observer import Observer
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,13 @@ class DriftMonitor:
                 self._alerting.add(name)
                 log.warning(
                     "input drift over threshold",
-                    extra={"model": self.model, "feature": name, "psi": round(psi, 4),
-                           "threshold": self.threshold},
-                )  # fmt: skip
+                    extra={
+                        "model": self.model,
+                        "feature": name,
+                        "psi": round(psi, 4),
+                        "threshold": self.threshold,
+                    },
+                )
             elif psi <= self.threshold and name in self._alerting:
                 self._alerting.discard(name)
                 log.info(
@@ -121,3 +127,28 @@ class DriftMonitor:
                     extra={"model": self.model, "feature": name, "psi": round(psi, 4)},
                 )
         return result
+
+
+class DriftObserver(Observer):
+    """Drift as an observer of served texts: each model's monitor sees its texts (and top
+    confidences), and every PSI it computes goes to `report(model, feature, psi)` (the metrics'
+    gauge)."""
+
+    def __init__(
+        self, monitors: Mapping[str, DriftMonitor], report: Callable[[str, str, float], None]
+    ) -> None:
+        self._monitors = dict(monitors)
+        self._report = report
+
+    def on_texts(
+        self,
+        model: str,
+        token_counts: Sequence[int],
+        top_labels: Sequence[str] | None = None,
+        top_scores: Sequence[float] | None = None,
+    ) -> None:
+        monitor = self._monitors.get(model)
+        if monitor is None:
+            return
+        for feature, psi in monitor.observe(token_counts, top_scores).items():
+            self._report(model, feature, psi)

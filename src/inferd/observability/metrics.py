@@ -25,15 +25,29 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inferd.observability.drift import DriftMonitor
 from inferd.observability.gpu import GpuCollector
+from inferd.observability.observer import Observer
 from inferd.observability.stats import BatchFacts
 
 log = logging.getLogger(__name__)
 
 SECONDS_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    30.0,
+)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LENGTH_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
@@ -106,111 +120,159 @@ class _MemoryLimitCollector(Collector):
         yield gauge
 
 
-class Metrics:
-    """Prometheus metrics for one server; also the engine's observer (batches, texts)."""
+class Metrics(Observer):
+    """Prometheus metrics for one server; also an observer of the data path (batches, texts,
+    generation steps). Drift is observed apart (`DriftObserver`) and reported here."""
 
     def __init__(
         self,
         known_models: Sequence[str],
         labels_by_model: dict[str, Sequence[str]] | None = None,
         # models absent here have labels bounded by their output size: all are allowed
-        drift: dict[str, DriftMonitor] | None = None,
         gpu: bool = True,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._known = set(known_models)
         self._labels = {m: set(v) for m, v in (labels_by_model or {}).items()}
-        self._drift = drift or {}
         self._view: ServerView | None = None
         self._request_children: dict[tuple[object, ...], tuple[Any, Any]] = {}
         self._stage_children: dict[tuple[str, str], dict[str, Any]] = {}
         r = self.registry
         self.requests = Counter(
-            "inferd_requests", "Requests by endpoint, model, HTTP status and error code",
-            ["endpoint", "model", "status", "code"], registry=r,
-        )  # fmt: skip
+            "inferd_requests",
+            "Requests by endpoint, model, HTTP status and error code",
+            ["endpoint", "model", "status", "code"],
+            registry=r,
+        )
         self.latency = Histogram(
-            "inferd_request_duration_seconds", "Total time of a request in the server",
-            ["endpoint", "model"], buckets=SECONDS_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_request_duration_seconds",
+            "Total time of a request in the server",
+            ["endpoint", "model"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         self.stage = Histogram(
-            "inferd_stage_duration_seconds", "Time per stage of a request",
-            ["model", "version", "stage"], buckets=SECONDS_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_stage_duration_seconds",
+            "Time per stage of a request",
+            ["model", "version", "stage"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         self.batch_rows = Histogram(
-            "inferd_batch_size", "Rows in a batch run", ["model", "version"],
-            buckets=SIZE_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_batch_size",
+            "Rows in a batch run",
+            ["model", "version"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
         self.batch_items = Histogram(
-            "inferd_batch_items", "Queued items (requests or texts) in a batch run",
-            ["model", "version"], buckets=SIZE_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_batch_items",
+            "Queued items (requests or texts) in a batch run",
+            ["model", "version"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
         self.tokens = Counter(
-            "inferd_padded_elements", "Elements of padded inputs (tokens for text) run, by kind: "
+            "inferd_padded_elements",
+            "Elements of padded inputs (tokens for text) run, by kind: "
             "real or padded; real/padded is the padding efficiency",
-            ["model", "version", "kind"], registry=r,
-        )  # fmt: skip
+            ["model", "version", "kind"],
+            registry=r,
+        )
         self.oom_events = Counter(
-            "inferd_out_of_memory_events", "Batches that ran out of memory",
-            ["model", "version"], registry=r,
-        )  # fmt: skip
+            "inferd_out_of_memory_events",
+            "Batches that ran out of memory",
+            ["model", "version"],
+            registry=r,
+        )
         self.batch_limit = Gauge(
-            "inferd_batch_size_limit", "Batch size limit now (lowered after out-of-memory)",
-            ["model", "version"], registry=r,
-        )  # fmt: skip
+            "inferd_batch_size_limit",
+            "Batch size limit now (lowered after out-of-memory)",
+            ["model", "version"],
+            registry=r,
+        )
         self.input_length = Histogram(
-            "inferd_input_length_tokens", "Tokens per text", ["model"],
-            buckets=LENGTH_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_input_length_tokens",
+            "Tokens per text",
+            ["model"],
+            buckets=LENGTH_BUCKETS,
+            registry=r,
+        )
         self.confidence = Histogram(
-            "inferd_top_confidence", "Score of the top label per text", ["model"],
-            buckets=CONFIDENCE_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_top_confidence",
+            "Score of the top label per text",
+            ["model"],
+            buckets=CONFIDENCE_BUCKETS,
+            registry=r,
+        )
         self.predicted = Counter(
             "inferd_predicted_labels", "Top labels predicted", ["model", "label"], registry=r
         )
         self.drift_psi = Gauge(
-            "inferd_drift_psi", "Population stability index, recent window against reference",
-            ["model", "feature"], registry=r,
-        )  # fmt: skip
+            "inferd_drift_psi",
+            "Population stability index, recent window against reference",
+            ["model", "feature"],
+            registry=r,
+        )
         self.first_token = Histogram(
             "inferd_generation_time_to_first_token_seconds",
-            "From a generation's arrival to its first token (queue and prefill)", ["model"],
-            buckets=SECONDS_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.inter_token = Histogram(
-            "inferd_generation_inter_token_seconds", "Between a sequence's consecutive tokens",
-            ["model"], buckets=SECONDS_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.generated = Counter(
-            "inferd_generation_tokens", "Tokens by kind: prompt (prefilled) or completion "
-            "(generated); rate() of completion is tokens per second", ["model", "kind"],
+            "From a generation's arrival to its first token (queue and prefill)",
+            ["model"],
+            buckets=SECONDS_BUCKETS,
             registry=r,
-        )  # fmt: skip
+        )
+        self.inter_token = Histogram(
+            "inferd_generation_inter_token_seconds",
+            "Between a sequence's consecutive tokens",
+            ["model"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.generated = Counter(
+            "inferd_generation_tokens",
+            "Tokens by kind: prompt (prefilled) or completion "
+            "(generated); rate() of completion is tokens per second",
+            ["model", "kind"],
+            registry=r,
+        )
         self.generation_finished = Counter(
-            "inferd_generation_finished", "Generations by finish reason",
-            ["model", "reason"], registry=r,
-        )  # fmt: skip
+            "inferd_generation_finished",
+            "Generations by finish reason",
+            ["model", "reason"],
+            registry=r,
+        )
         self.generation_step = Histogram(
-            "inferd_generation_step_seconds", "One prefill or decode step of the batch",
-            ["model", "kind"], buckets=SECONDS_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_generation_step_seconds",
+            "One prefill or decode step of the batch",
+            ["model", "kind"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         self.generation_rows = Histogram(
-            "inferd_generation_step_rows", "Sequences in one prefill or decode step",
-            ["model", "kind"], buckets=SIZE_BUCKETS, registry=r,
-        )  # fmt: skip
+            "inferd_generation_step_rows",
+            "Sequences in one prefill or decode step",
+            ["model", "kind"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
         self.sequences = Gauge(
-            "inferd_generation_sequences", "Sequences running (in the batch) or waiting",
-            ["model", "version", "state"], registry=r,
-        )  # fmt: skip
+            "inferd_generation_sequences",
+            "Sequences running (in the batch) or waiting",
+            ["model", "version", "state"],
+            registry=r,
+        )
         self.kv_tokens = Gauge(
-            "inferd_generation_kv_cache_tokens", "Token slots the KV cache holds, padding included",
-            ["model", "version"], registry=r,
-        )  # fmt: skip
+            "inferd_generation_kv_cache_tokens",
+            "Token slots the KV cache holds, padding included",
+            ["model", "version"],
+            registry=r,
+        )
         self.kv_limit = Gauge(
-            "inferd_generation_kv_cache_limit_tokens", "The KV cache budget (max_kv_tokens)",
-            ["model", "version"], registry=r,
-        )  # fmt: skip
+            "inferd_generation_kv_cache_limit_tokens",
+            "The KV cache budget (max_kv_tokens)",
+            ["model", "version"],
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_MemoryLimitCollector())
         r.register(_EngineCollector(lambda: self._view))
@@ -276,9 +338,17 @@ class Metrics:
         self.batch_limit.labels(label, version).set(limit)
 
     def on_generation_step(
-        self, model: str, version: str, kind: str, rows: int, seconds: float, running: int,
-        waiting: int, kv_tokens: int, kv_limit: int,
-    ) -> None:  # fmt: skip
+        self,
+        model: str,
+        version: str,
+        kind: str,
+        rows: int,
+        seconds: float,
+        running: int,
+        waiting: int,
+        kv_tokens: int,
+        kv_limit: int,
+    ) -> None:
         label = self.model_label(model)
         if kind != "idle":
             self.generation_step.labels(label, kind).observe(seconds)
@@ -329,7 +399,6 @@ class Metrics:
             for name in top_labels:
                 known = allowed is None or name in allowed
                 self.predicted.labels(label, name if known else UNKNOWN).inc()
-        monitor = self._drift.get(model)
-        if monitor is not None:
-            for feature, psi in monitor.observe(token_counts, top_scores).items():
-                self.drift_psi.labels(label, feature).set(psi)
+
+    def on_drift(self, model: str, feature: str, psi: float) -> None:
+        self.drift_psi.labels(self.model_label(model), feature).set(psi)

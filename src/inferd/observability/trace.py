@@ -1,10 +1,18 @@
 """The record of one request as it flows through the server: what it asked, where its time
 went, how it ended. Filled in along the data path; read once, when the response is sent, for
-the log line and the metrics."""
+the log line and the metrics.
+
+The observing middleware opens one per request in a context variable (`tracing`); the engine
+and the routes fill in `current_trace()` without passing it around. Outside a request (a
+library call, a test) `current_trace()` is a detached record that nobody reads.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 
@@ -34,3 +42,22 @@ class RequestTrace:
             "inference": self.inference_s,
             "postprocess": self.postprocess_s,
         }
+
+
+_CURRENT: ContextVar[RequestTrace | None] = ContextVar("inferd_request_trace", default=None)
+
+
+def current_trace() -> RequestTrace:
+    """The trace of the request being served (a detached one outside any request)."""
+    trace = _CURRENT.get()
+    return trace if trace is not None else RequestTrace(request_id="")
+
+
+@contextmanager
+def tracing(trace: RequestTrace) -> Iterator[RequestTrace]:
+    """Makes `trace` the current trace while the block (the request) runs."""
+    token = _CURRENT.set(trace)
+    try:
+        yield trace
+    finally:
+        _CURRENT.reset(token)

@@ -37,10 +37,13 @@ class Accuracy:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "max_abs": self.max_abs, "value_range": self.value_range,
-            "cosine_mean": self.cosine_mean, "cosine_min": self.cosine_min,
-            "label_agreement": self.agreement, "items": len(self.cosines or self.agreements),
-        }  # fmt: skip
+            "max_abs": self.max_abs,
+            "value_range": self.value_range,
+            "cosine_mean": self.cosine_mean,
+            "cosine_min": self.cosine_min,
+            "label_agreement": self.agreement,
+            "items": len(self.cosines or self.agreements),
+        }
 
 
 def _embedding_task(config: ModelConfig, specs: list[TensorSpec]) -> EmbeddingTask | None:
@@ -58,9 +61,12 @@ def _logits_name(config: ModelConfig, names: list[str]) -> str | None:
 
 
 def compare(
-    config: ModelConfig, specs: list[TensorSpec], batches: list[Feeds],
-    reference: Sequence[Sequence[np.ndarray]], candidate: Sequence[Sequence[np.ndarray]],
-) -> Accuracy:  # fmt: skip
+    config: ModelConfig,
+    specs: list[TensorSpec],
+    batches: list[Feeds],
+    reference: Sequence[Sequence[np.ndarray]],
+    candidate: Sequence[Sequence[np.ndarray]],
+) -> Accuracy:
     names = [s.name for s in specs]
     result = Accuracy()
     embedder = _embedding_task(config, specs)

@@ -27,8 +27,12 @@ class Reporter:
     @contextmanager
     def bar(self, text: str, total: int) -> Iterator[Callable[[], None]]:
         start = time.perf_counter()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())  # fmt: skip
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=self.err, transient=True) as progress:
             task = progress.add_task(text, total=total)
             yield lambda: progress.advance(task)

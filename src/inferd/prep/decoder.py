@@ -27,8 +27,9 @@ def wrap_decoder(model: Any, layers: int) -> Any:
     from transformers.cache_utils import DynamicCache
 
     # transformers 5 names the argument `cache`; older releases `past_key_values`
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else (
-        "past_key_values")  # fmt: skip
+    cache_arg = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else ("past_key_values")
+    )
 
     class DecoderExport(torch.nn.Module):
         def __init__(self) -> None:
@@ -89,8 +90,15 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
     dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
 
-    plan = FeedPlan(kind="decoder", input_names=tuple(inputs), vocab=vocab, layers=layers,
-                    heads=heads, head_dim=head_dim, max_length=context)  # fmt: skip
+    plan = FeedPlan(
+        kind="decoder",
+        input_names=tuple(inputs),
+        vocab=vocab,
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        max_length=context,
+    )
     eos = raw.get("eos_token_id")
     generation: dict[str, Any] = {"context_length": context}
     if isinstance(eos, int) and 0 <= eos < vocab:

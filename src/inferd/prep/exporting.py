@@ -22,22 +22,36 @@ from inferd.prep.writer import (
     staging,
     write_config_if_missing,
     write_report,
-)  # fmt: skip
+)
 from inferd.repository.scan import MODEL_FILE
 
 
 def parity_rows(report: ParityReport) -> list[list[str]]:
     return [
-        [o.name, f"{o.max_abs:.2e}", o.case, "✓" if o.problem is None and o.max_abs <= report.atol
-         else f"✗ {o.problem or 'over the bound'}"]
+        [
+            o.name,
+            f"{o.max_abs:.2e}",
+            o.case,
+            "✓"
+            if o.problem is None and o.max_abs <= report.atol
+            else f"✗ {o.problem or 'over the bound'}",
+        ]
         for o in report.outputs
-    ]  # fmt: skip
+    ]
 
 
 def run_export(
-    ref: str, repo: Path, model: str, spec: ModuleSpec | None, *, opset: int, atol: float,
-    version: int | None, reporter: Reporter, kv_cache: str = "concat",
-) -> int:  # fmt: skip
+    ref: str,
+    repo: Path,
+    model: str,
+    spec: ModuleSpec | None,
+    *,
+    opset: int,
+    atol: float,
+    version: int | None,
+    reporter: Reporter,
+    kv_cache: str = "concat",
+) -> int:
     folder = model_folder(repo, model)
     target_version = next_version(folder, version)
     quiet_transformers()
@@ -51,18 +65,34 @@ def run_export(
     stage = staging(folder, target_version)
     try:
         onnx_path = stage / MODEL_FILE
-        trace = source.make_feeds(2, 3 if source.kind == "decoder" else 13,
-                                  np.random.default_rng(1))  # fmt: skip
+        trace = source.make_feeds(
+            2, 3 if source.kind == "decoder" else 13, np.random.default_rng(1)
+        )
         with reporter.step(f"exporting to ONNX (opset {opset})"):
             export(source, onnx_path, opset, trace)
         cases = source.plan.cases(source.plan.parity_cases)
         with reporter.bar("parity: ONNX Runtime vs PyTorch", len(cases)) as advance:
-            report = check_parity(torch_runner(source), runner(session(onnx_path)), cases,
-                                  source.output_names, atol, advance)  # fmt: skip
-        reporter.grid(f"Parity (bound {atol:g})", ["output", "max |diff|", "worst case", ""],
-                      parity_rows(report))  # fmt: skip
-        result = {"source": ref, "model": model, "version": target_version, "opset": opset,
-                  "parity": report.to_dict(), "training_modules": lingering}  # fmt: skip
+            report = check_parity(
+                torch_runner(source),
+                runner(session(onnx_path)),
+                cases,
+                source.output_names,
+                atol,
+                advance,
+            )
+        reporter.grid(
+            f"Parity (bound {atol:g})",
+            ["output", "max |diff|", "worst case", ""],
+            parity_rows(report),
+        )
+        result = {
+            "source": ref,
+            "model": model,
+            "version": target_version,
+            "opset": opset,
+            "parity": report.to_dict(),
+            "training_modules": lingering,
+        }
         report_file = write_report(folder, f"export-{target_version}.json", result)
         if not report.ok:
             for line in report.failures():
@@ -74,16 +104,21 @@ def run_export(
             result["inplace_kv_max_abs_diff"] = inplace_diff
             write_report(folder, f"export-{target_version}.json", result)
             if inplace_diff <= atol:
-                reporter.ok(f"in-place KV cache: logits match the export (max |diff| "
-                            f"{inplace_diff:.2e} ≤ {atol:g})")  # fmt: skip
+                reporter.ok(
+                    f"in-place KV cache: logits match the export (max |diff| "
+                    f"{inplace_diff:.2e} ≤ {atol:g})"
+                )
             else:
-                reporter.fail(f"the in-place KV cache graph differs from the export by "
-                              f"{inplace_diff:.2e} > {atol:g}; nothing written")  # fmt: skip
+                reporter.fail(
+                    f"the in-place KV cache graph differs from the export by "
+                    f"{inplace_diff:.2e} > {atol:g}; nothing written"
+                )
                 return 1
         tokenizer = (
             copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
-            if source.tokenizer_dir is not None else []
-        )  # fmt: skip
+            if source.tokenizer_dir is not None
+            else []
+        )
         size = onnx_path.stat().st_size
         target = publish(stage, folder, target_version)
     finally:
@@ -98,13 +133,16 @@ def run_export(
             ("parameters", f"{params:,}"),
             ("file size", megabytes(size)),
             ("opset", str(opset)),
-            ("parity", f"max |diff| {report.max_abs:.2e} ≤ {atol:g} over {len(report.cases)} "
-                       f"cases ({', '.join(report.cases)})"),
+            (
+                "parity",
+                f"max |diff| {report.max_abs:.2e} ≤ {atol:g} over {len(report.cases)} "
+                f"cases ({', '.join(report.cases)})",
+            ),
             ("tokenizer", ", ".join(tokenizer) or "none"),
             ("config.yaml", "written" if wrote_config else "kept (already there)"),
             ("report", str(report_file)),
         ],
-    )  # fmt: skip
+    )
     return 0
 
 
@@ -123,7 +161,8 @@ def _to_inplace(source: Source, onnx_path: Path, reporter: Reporter) -> float:
             entry = model.metadata_props.add()
             entry.key, entry.value = key, value
         onnx.save(model, inplace_path)
-        diff = compare_with_concat(onnx_path, inplace_path, source.plan.vocab,
-                                   source.plan.max_length)  # fmt: skip
+        diff = compare_with_concat(
+            onnx_path, inplace_path, source.plan.vocab, source.plan.max_length
+        )
     inplace_path.replace(onnx_path)
     return diff

@@ -35,18 +35,24 @@ class InplaceDecoderError(SourceError):
 def check_config(raw: dict[str, Any]) -> None:
     activation = raw.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
-        raise InplaceDecoderError(f"activation {activation!r} is not supported in place; "
-                                  f"supported: {', '.join(ACTIVATIONS)}")  # fmt: skip
-    for key, plain in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                       ("reorder_and_upcast_attn", False)):  # fmt: skip
+        raise InplaceDecoderError(
+            f"activation {activation!r} is not supported in place; "
+            f"supported: {', '.join(ACTIVATIONS)}"
+        )
+    for key, plain in (
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+        ("reorder_and_upcast_attn", False),
+    ):
         if raw.get(key, plain) != plain:
             raise InplaceDecoderError(f"{key}={raw[key]!r} is not supported in place")
     if raw.get("tie_word_embeddings", True) is not True:
         raise InplaceDecoderError("untied output embeddings are not supported in place")
 
 
-def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
-                          opset: int = 17) -> Any:  # fmt: skip
+def build_inplace_decoder(
+    weights: dict[str, np.ndarray], raw: dict[str, Any], opset: int = 17
+) -> Any:
     """The ONNX model (onnx.ModelProto) for a GPT-2 state dict (`transformer.*` names, float32
     arrays) and its config.json."""
     from onnx import TensorProto, helper, numpy_helper
@@ -75,9 +81,13 @@ def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
         return node("Add", [y, weight(f"{prefix}.bias")], out)
 
     def norm(x: str, prefix: str, out: str) -> str:
-        return node("LayerNormalization",
-                    [x, weight(f"{prefix}.weight"), weight(f"{prefix}.bias")], out, axis=-1,
-                    epsilon=eps)  # fmt: skip
+        return node(
+            "LayerNormalization",
+            [x, weight(f"{prefix}.weight"), weight(f"{prefix}.bias")],
+            out,
+            axis=-1,
+            epsilon=eps,
+        )
 
     tokens = node("Gather", [weight("transformer.wte.weight"), "input_ids"], "tok_emb")
     places = node("Gather", [weight("transformer.wpe.weight"), "position_ids"], "pos_emb")
@@ -90,13 +100,18 @@ def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
         h = norm(x, f"{p}.ln_1", f"h{i}_ln1")
         qkv = linear(h, f"{p}.attn.c_attn", f"h{i}_qkv")
         q, k, v = f"h{i}_q", f"h{i}_k", f"h{i}_v"
-        nodes.append(helper.make_node("Split", [qkv, split], [q, k, v], name=f"h{i}_split",
-                                      axis=2))  # fmt: skip
-        nodes.append(helper.make_node(
-            "GroupQueryAttention", [q, k, v, past[2 * i], past[2 * i + 1], SEQLENS, TOTAL],
-            [f"h{i}_attn", present[2 * i], present[2 * i + 1]], name=f"h{i}_gqa",
-            domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
-        ))  # fmt: skip
+        nodes.append(helper.make_node("Split", [qkv, split], [q, k, v], name=f"h{i}_split", axis=2))
+        nodes.append(
+            helper.make_node(
+                "GroupQueryAttention",
+                [q, k, v, past[2 * i], past[2 * i + 1], SEQLENS, TOTAL],
+                [f"h{i}_attn", present[2 * i], present[2 * i + 1]],
+                name=f"h{i}_gqa",
+                domain="com.microsoft",
+                num_heads=heads,
+                kv_num_heads=heads,
+            )
+        )
         a = linear(f"h{i}_attn", f"{p}.attn.c_proj", f"h{i}_proj")
         x = node("Add", [x, a], f"h{i}_res1")
         h = norm(x, f"{p}.ln_2", f"h{i}_ln2")
@@ -111,16 +126,21 @@ def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
     f32, i64, i32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
     cache_shape: list[str | int | None] = ["batch", heads, "capacity", head_dim]
     graph = helper.make_graph(
-        nodes, "inferd-gpt2-inplace",
-        [helper.make_tensor_value_info("input_ids", i64, ["batch", "sequence"]),
-         helper.make_tensor_value_info("position_ids", i64, ["batch", "sequence"]),
-         helper.make_tensor_value_info(SEQLENS, i32, ["batch"]),
-         helper.make_tensor_value_info(TOTAL, i32, []),
-         *(helper.make_tensor_value_info(n, f32, cache_shape) for n in past)],
-        [helper.make_tensor_value_info("logits", f32, ["batch", "sequence", vocab]),
-         *(helper.make_tensor_value_info(n, f32, cache_shape) for n in present)],
+        nodes,
+        "inferd-gpt2-inplace",
+        [
+            helper.make_tensor_value_info("input_ids", i64, ["batch", "sequence"]),
+            helper.make_tensor_value_info("position_ids", i64, ["batch", "sequence"]),
+            helper.make_tensor_value_info(SEQLENS, i32, ["batch"]),
+            helper.make_tensor_value_info(TOTAL, i32, []),
+            *(helper.make_tensor_value_info(n, f32, cache_shape) for n in past),
+        ],
+        [
+            helper.make_tensor_value_info("logits", f32, ["batch", "sequence", vocab]),
+            *(helper.make_tensor_value_info(n, f32, cache_shape) for n in present),
+        ],
         inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)],
@@ -129,8 +149,9 @@ def build_inplace_decoder(weights: dict[str, np.ndarray], raw: dict[str, Any],
     return model
 
 
-def compare_with_concat(concat_path: Path, inplace_path: Path, vocab: int, context: int,
-                        seed: int = 0) -> float:  # fmt: skip
+def compare_with_concat(
+    concat_path: Path, inplace_path: Path, vocab: int, context: int, seed: int = 0
+) -> float:
     """The largest |difference| of logits between the two layouts of one model, both driven
     by the KV stores that serve them: four prompts of different lengths prefilled together,
     decode steps, then two sequences leaving (the stores compact their rows, each its own
@@ -143,8 +164,9 @@ def compare_with_concat(concat_path: Path, inplace_path: Path, vocab: int, conte
     rng = np.random.default_rng(seed)
     lengths = [min(n, context // 2) for n in (5, 11, 3, 8)]
     prompts = [[int(t) for t in rng.integers(1, vocab, n)] for n in lengths]
-    config = GenerationConfig(context_length=context, max_running=len(prompts),
-                              max_kv_tokens=len(prompts) * context)  # fmt: skip
+    config = GenerationConfig(
+        context_length=context, max_running=len(prompts), max_kv_tokens=len(prompts) * context
+    )
     worst = 0.0
     per_layout: list[dict[int, list[Array]]] = []
     for path in (concat_path, inplace_path):

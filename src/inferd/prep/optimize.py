@@ -23,7 +23,7 @@ from inferd.prep.writer import (
     source_version,
     staging,
     write_report,
-)  # fmt: skip
+)
 from inferd.repository.scan import MODEL_FILE
 
 FUSABLE = {"bert": "bert", "gpt2": "gpt2"}
@@ -33,9 +33,13 @@ def _fuse(source: Path, target: Path, arch: str, heads: int, hidden: int) -> Non
     from onnxruntime.transformers.optimizer import optimize_model
 
     optimized = optimize_model(
-        str(source), model_type=FUSABLE[arch], num_heads=heads, hidden_size=hidden,
-        opt_level=1, use_gpu=False,
-    )  # fmt: skip
+        str(source),
+        model_type=FUSABLE[arch],
+        num_heads=heads,
+        hidden_size=hidden,
+        opt_level=1,
+        use_gpu=False,
+    )
     optimized.save_model_to_file(str(target))
 
 
@@ -48,9 +52,15 @@ def _ort_offline(source: Path, target: Path) -> None:
 
 
 def run_optimize(
-    repo: Path, model: str, *, from_version: int | None, version: int | None, atol: float,
-    reporter: Reporter, force: bool = False,
-) -> int:  # fmt: skip
+    repo: Path,
+    model: str,
+    *,
+    from_version: int | None,
+    version: int | None,
+    atol: float,
+    reporter: Reporter,
+    force: bool = False,
+) -> int:
     folder = model_folder(repo, model)
     src_version, src_path = source_version(folder, from_version)
     target_version = next_version(folder, version)
@@ -62,8 +72,13 @@ def run_optimize(
         if arch in FUSABLE:
             step = f"transformer fusions ({arch}) and basic graph optimization"
             with reporter.step(step):
-                _fuse(src_path, out, arch, int(original.metadata.get("inferd.num_heads", 0)),
-                      int(original.metadata.get("inferd.hidden_size", 0)))  # fmt: skip
+                _fuse(
+                    src_path,
+                    out,
+                    arch,
+                    int(original.metadata.get("inferd.num_heads", 0)),
+                    int(original.metadata.get("inferd.hidden_size", 0)),
+                )
         else:
             step = "ONNX Runtime offline graph optimization (extended)"
             with reporter.step(step):
@@ -77,8 +92,9 @@ def run_optimize(
         names = output_names(reference)
         cases = original.plan.cases(original.plan.parity_cases)
         with reporter.bar("parity: optimized vs original", len(cases)) as advance:
-            parity = check_parity(runner(reference, names), runner(candidate, names), cases,
-                                  names, atol, advance)  # fmt: skip
+            parity = check_parity(
+                runner(reference, names), runner(candidate, names), cases, names, atol, advance
+            )
         timing = original.plan.cases(TIMING_CASES, seed=7)
         with reporter.step("timing both on this machine"):
             speed = compare_speed(runner(reference, names), runner(candidate, names), timing)
@@ -86,19 +102,27 @@ def run_optimize(
         problems = refusals(size_ratio, speed)
         changed = sorted(op for op in set(before) | set(after) if before[op] != after[op])
         result = {
-            "model": model, "from_version": src_version, "version": target_version,
-            "step": step, "nodes_before": sum(before.values()), "nodes_after": sum(after.values()),
+            "model": model,
+            "from_version": src_version,
+            "version": target_version,
+            "step": step,
+            "nodes_before": sum(before.values()),
+            "nodes_after": sum(after.values()),
             "op_changes": {op: [before[op], after[op]] for op in changed},
             "latency_s": {"original": speed.source_s, "optimized": speed.candidate_s},
-            "speedup": speed.speedup, "speed": speed.to_dict(), "size_ratio": size_ratio,
-            "parity": parity.to_dict(), "problems": problems,
+            "speedup": speed.speedup,
+            "speed": speed.to_dict(),
+            "size_ratio": size_ratio,
+            "parity": parity.to_dict(),
+            "problems": problems,
             "forced": bool(problems) and force,
-        }  # fmt: skip
+        }
         report_file = write_report(folder, f"optimize-{target_version}.json", result)
         reporter.grid(
-            "Nodes by operator (changed only)", ["operator", "before", "after"],
+            "Nodes by operator (changed only)",
+            ["operator", "before", "after"],
             [[op, str(before[op]), str(after[op])] for op in changed],
-        )  # fmt: skip
+        )
         if not parity.ok:
             for line in parity.failures():
                 reporter.fail(line)
@@ -122,5 +146,5 @@ def run_optimize(
             ("parity", f"max |diff| {parity.max_abs:.2e} ≤ {atol:g}"),
             ("report", str(report_file)),
         ],
-    )  # fmt: skip
+    )
     return 0

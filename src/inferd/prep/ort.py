@@ -46,7 +46,11 @@ def output_specs(sess: ort.InferenceSession) -> list[TensorSpec]:
 
 def input_dtypes(sess: ort.InferenceSession) -> dict[str, str]:
     kinds = {
-        "tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32",
-        "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(bool)": "bool",
-    }  # fmt: skip
+        "tensor(float)": "float32",
+        "tensor(int64)": "int64",
+        "tensor(int32)": "int32",
+        "tensor(float16)": "float16",
+        "tensor(double)": "float64",
+        "tensor(bool)": "bool",
+    }
     return {i.name: kinds.get(i.type, "float32") for i in sess.get_inputs()}

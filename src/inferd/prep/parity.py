@@ -59,11 +59,16 @@ class ParityReport:
             "ok": self.ok,
             "cases": self.cases,
             "outputs": [
-                {"name": o.name, "max_abs": o.max_abs, "case": o.case, "index": list(o.index),
-                 "problem": o.problem}
+                {
+                    "name": o.name,
+                    "max_abs": o.max_abs,
+                    "case": o.case,
+                    "index": list(o.index),
+                    "problem": o.problem,
+                }
                 for o in self.outputs
             ],
-        }  # fmt: skip
+        }
 
 
 def case_label(feeds: Feeds) -> str:
@@ -72,9 +77,12 @@ def case_label(feeds: Feeds) -> str:
 
 
 def compare_outputs(
-    report: ParityReport, case: str, names: Sequence[str],
-    expected: Sequence[np.ndarray], actual: Sequence[np.ndarray],
-) -> None:  # fmt: skip
+    report: ParityReport,
+    case: str,
+    names: Sequence[str],
+    expected: Sequence[np.ndarray],
+    actual: Sequence[np.ndarray],
+) -> None:
     """Folds one case into `report` (keeping each output's worst difference)."""
     if not report.outputs:
         report.outputs = [OutputParity(n) for n in names]
@@ -101,9 +109,13 @@ def compare_outputs(
 
 
 def check_parity(
-    reference: Runner, candidate: Runner, cases: Sequence[Feeds], names: Sequence[str],
-    atol: float, advance: Callable[[], None] | None = None,
-) -> ParityReport:  # fmt: skip
+    reference: Runner,
+    candidate: Runner,
+    cases: Sequence[Feeds],
+    names: Sequence[str],
+    atol: float,
+    advance: Callable[[], None] | None = None,
+) -> ParityReport:
     report = ParityReport(atol)
     for feeds in cases:
         case = case_label(feeds)

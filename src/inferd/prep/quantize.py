@@ -29,7 +29,7 @@ from inferd.prep.writer import (
     source_version,
     staging,
     write_report,
-)  # fmt: skip
+)
 from inferd.repository.scan import MODEL_FILE, scan_model
 
 
@@ -46,10 +46,13 @@ def _int8(source: Path, target: Path) -> None:
 
     with without_root_message(ORT_PREPROCESS_ADVICE):
         quantize_dynamic(
-            str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+            str(source),
+            str(target),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
             # fused contrib ops (Attention, SkipLayerNorm) have no ONNX type inference
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )  # fmt: skip
+        )
 
 
 def _fp16(source: Path, target: Path) -> None:
@@ -82,9 +85,18 @@ def verdict(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:
 
 
 def run_quantize(
-    repo: Path, model: str, *, to: str, from_version: int | None, version: int | None,
-    samples: Path | None, count: int, thresholds: Thresholds, force: bool, reporter: Reporter,
-) -> int:  # fmt: skip
+    repo: Path,
+    model: str,
+    *,
+    to: str,
+    from_version: int | None,
+    version: int | None,
+    samples: Path | None,
+    count: int,
+    thresholds: Thresholds,
+    force: bool,
+    reporter: Reporter,
+) -> int:
     folder = model_folder(repo, model)
     src_version, src_path = source_version(folder, from_version)
     target_version = next_version(folder, version)
@@ -100,19 +112,27 @@ def run_quantize(
         with reporter.step(f"quantizing version {src_version} to {to}"):
             (_int8 if to == "int8" else _fp16)(src_path, out)
         quantized = onnx.load(str(out))
-        set_metadata(quantized, {**original.metadata, "inferd.quantized": to,
-                                 "inferd.quantized_from": str(src_version)})  # fmt: skip
+        set_metadata(
+            quantized,
+            {
+                **original.metadata,
+                "inferd.quantized": to,
+                "inferd.quantized_from": str(src_version),
+            },
+        )
         onnx.save(quantized, str(out))
 
         reference, candidate = session(src_path), session(out)
         specs = output_specs(reference)
         names = [s.name for s in specs]
-        sample_set = load_samples(samples, count, config, src_path.parent, original.plan,
-                                  input_dtypes(reference))  # fmt: skip
+        sample_set = load_samples(
+            samples, count, config, src_path.parent, original.plan, input_dtypes(reference)
+        )
         run_ref, run_new = runner(reference, names), runner(candidate, names)
         want, got = [], []
-        with reporter.bar(f"accuracy on {sample_set.count} samples",
-                          len(sample_set.batches)) as advance:  # fmt: skip
+        with reporter.bar(
+            f"accuracy on {sample_set.count} samples", len(sample_set.batches)
+        ) as advance:
             for feeds in sample_set.batches:
                 want.append(run_ref(feeds))
                 got.append(run_new(feeds))
@@ -127,12 +147,19 @@ def run_quantize(
             size_ratio, speed if to == "int8" else None, "fp32"
         )
         result = {
-            "model": model, "from_version": src_version, "version": target_version, "to": to,
-            "samples": sample_set.description, "accuracy": accuracy.to_dict(),
-            "size_ratio": size_ratio, "speed_ratio": speed.speedup, "speed": speed.to_dict(),
-            "latency_s": {"fp32": speed.source_s, to: speed.candidate_s}, "problems": problems,
+            "model": model,
+            "from_version": src_version,
+            "version": target_version,
+            "to": to,
+            "samples": sample_set.description,
+            "accuracy": accuracy.to_dict(),
+            "size_ratio": size_ratio,
+            "speed_ratio": speed.speedup,
+            "speed": speed.to_dict(),
+            "latency_s": {"fp32": speed.source_s, to: speed.candidate_s},
+            "problems": problems,
             "forced": bool(problems) and force,
-        }  # fmt: skip
+        }
         report_file = write_report(folder, f"quantize-{target_version}-{to}.json", result)
         _show(reporter, accuracy, sample_set.description, size_ratio, speed, to)
         if refuse(reporter, problems, force, report_file):
@@ -150,13 +177,21 @@ def run_quantize(
 
 
 def _show(
-    reporter: Reporter, accuracy: Accuracy, samples: str, size_ratio: float,
-    speed: SpeedComparison, to: str,
-) -> None:  # fmt: skip
+    reporter: Reporter,
+    accuracy: Accuracy,
+    samples: str,
+    size_ratio: float,
+    speed: SpeedComparison,
+    to: str,
+) -> None:
     rows = [("samples", samples)]
     if accuracy.cosine_mean is not None:
-        rows.append(("cosine (embeddings)", f"mean {accuracy.cosine_mean:.5f}, "
-                                            f"min {accuracy.cosine_min:.5f}"))  # fmt: skip
+        rows.append(
+            (
+                "cosine (embeddings)",
+                f"mean {accuracy.cosine_mean:.5f}, min {accuracy.cosine_min:.5f}",
+            )
+        )
     if accuracy.agreement is not None:
         rows.append(("label agreement", f"{accuracy.agreement:.2%}"))
     rows += [(f"max |diff| {name}", f"{diff:.3g}") for name, diff in accuracy.max_abs.items()]

@@ -60,8 +60,9 @@ def _jsonl_batches(path: Path, dtypes: dict[str, str]) -> list[Feeds]:
             row = json.loads(line)
             if not isinstance(row, dict):
                 raise ValueError("expected an object of input name -> nested list")
-            batches.append({k: np.asarray(v, dtype=dtypes.get(k, "float32")) for k, v in
-                            row.items()})  # fmt: skip
+            batches.append(
+                {k: np.asarray(v, dtype=dtypes.get(k, "float32")) for k, v in row.items()}
+            )
         except ValueError as exc:
             raise SampleError(f"{path}:{number}: {exc}") from exc
     if not batches:
@@ -70,13 +71,18 @@ def _jsonl_batches(path: Path, dtypes: dict[str, str]) -> list[Feeds]:
 
 
 def load_samples(
-    path: Path | None, count: int, config: ModelConfig, version_folder: Path, plan: FeedPlan,
+    path: Path | None,
+    count: int,
+    config: ModelConfig,
+    version_folder: Path,
+    plan: FeedPlan,
     dtypes: dict[str, str],
-) -> SampleSet:  # fmt: skip
+) -> SampleSet:
     if path is not None and path.suffix == ".jsonl":
         batches = _jsonl_batches(path, dtypes)
-        return SampleSet(batches, f"{path} (input tensors)", sum(len(next(iter(b.values())))
-                                                                   for b in batches))  # fmt: skip
+        return SampleSet(
+            batches, f"{path} (input tensors)", sum(len(next(iter(b.values()))) for b in batches)
+        )
     if config.task in TEXT_TASKS:
         tokenizer = find_tokenizer(config.tokenizer, version_folder, version_folder.parent)
         encoder = TextEncoder(tokenizer, config.tokenizer, max_texts=BATCH)
@@ -91,6 +97,7 @@ def load_samples(
         return SampleSet(_text_batches(encoder, texts), source, len(texts))
     if path is not None:
         raise SampleError(f"{path}: a non-text model takes samples as .jsonl input tensors")
-    shapes = tuple((8, GENERATED_LENGTHS[i % len(GENERATED_LENGTHS)]) for i in
-                   range(max(1, count // 8)))  # fmt: skip
+    shapes = tuple(
+        (8, GENERATED_LENGTHS[i % len(GENERATED_LENGTHS)]) for i in range(max(1, count // 8))
+    )
     return SampleSet(plan.cases(shapes, seed=11), f"{count} generated inputs", 8 * len(shapes))

@@ -23,13 +23,25 @@ from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.spec import BATCH_AXIS, ModuleSpec
 
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-    "vocab.json", "merges.txt",
-)  # fmt: skip
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+)
 ENCODER_TYPES = {
-    "bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "albert", "camembert",
-    "deberta", "deberta-v2",
-}  # fmt: skip
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "electra",
+    "mpnet",
+    "albert",
+    "camembert",
+    "deberta",
+    "deberta-v2",
+}
 DECODER_TYPES = {"gpt2"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -106,9 +118,10 @@ def _module_source(ref: str, spec: ModuleSpec | None) -> Source:
     if not isinstance(module, torch.nn.Module):
         raise SourceError(f"{ref}: the factory returned {type(module).__name__}, not a nn.Module")
     params = [
-        p for p in inspect.signature(module.forward).parameters.values()
+        p
+        for p in inspect.signature(module.forward).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]  # fmt: skip
+    ]
     if len(params) < len(spec.inputs):
         raise SourceError(
             f"{ref}: forward takes {len(params)} inputs, the spec gives {len(spec.inputs)}"
@@ -125,8 +138,9 @@ def _module_source(ref: str, spec: ModuleSpec | None) -> Source:
         sample = trace_feeds(np.random.default_rng(0))
         out = module(*(torch.from_numpy(v) for v in sample.values()))
     outs = out if isinstance(out, tuple | list) else (out,)
-    names = list(spec.outputs) or [f"output_{i}" if len(outs) > 1 else "output" for i in
-                                   range(len(outs))]  # fmt: skip
+    names = list(spec.outputs) or [
+        f"output_{i}" if len(outs) > 1 else "output" for i in range(len(outs))
+    ]
     if len(names) != len(outs):
         raise SourceError(
             f"{ref}: the spec names {len(names)} outputs, forward returns {len(outs)}"
@@ -238,9 +252,13 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     sbert = _sbert_pooling(folder)
     config: dict[str, Any] = {
         "max_batch_size": 32,
-        "dynamic_batching": {"max_queue_delay_ms": 2, "max_batch_tokens": 4096,
-                             "length_grouping": True, "max_padding_waste": 0.1},
-    }  # fmt: skip
+        "dynamic_batching": {
+            "max_queue_delay_ms": 2,
+            "max_batch_tokens": 4096,
+            "length_grouping": True,
+            "max_padding_waste": 0.1,
+        },
+    }
     max_positions = int(raw.get("max_position_embeddings", 512))
     max_tokens = min(max_positions, 512)
     sbert_file = folder / "sentence_bert_config.json"
@@ -254,21 +272,29 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         id2label = raw.get("id2label") or {}
         labels = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
         multi = raw.get("problem_type") == "multi_label_classification"
-        config.update(task="text-classification", classification={
-            "labels": labels, "activation": "sigmoid" if multi else "softmax"})  # fmt: skip
+        config.update(
+            task="text-classification",
+            classification={"labels": labels, "activation": "sigmoid" if multi else "softmax"},
+        )
         description = f"{architectures[0]} text classifier, {len(labels)} labels"
     else:
         outputs = ["last_hidden_state"]
         pooling, normalize = sbert or ("mean", False)
-        config.update(task="embedding", embedding={"pooling": pooling, "normalize": normalize,
-                                                    "output": "last_hidden_state"})  # fmt: skip
+        config.update(
+            task="embedding",
+            embedding={"pooling": pooling, "normalize": normalize, "output": "last_hidden_state"},
+        )
         description = f"{raw.get('model_type')} encoder, embeddings ({pooling} pooling)"
     config["tokenizer"] = tokenizer
     dynamic = {n: {0: BATCH_AXIS, 1: "sequence"} for n in input_names}
     dynamic["last_hidden_state"] = {0: BATCH_AXIS, 1: "sequence"}
     dynamic["logits"] = {0: BATCH_AXIS}
-    plan = FeedPlan(kind="encoder", input_names=tuple(input_names),
-                    vocab=int(raw["vocab_size"]), max_length=max_positions)  # fmt: skip
+    plan = FeedPlan(
+        kind="encoder",
+        input_names=tuple(input_names),
+        vocab=int(raw["vocab_size"]),
+        max_length=max_positions,
+    )
     return Source(
         module=_Encoder.wrap(model, input_names, outputs),
         input_names=input_names,

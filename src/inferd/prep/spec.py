@@ -19,9 +19,13 @@ import numpy as np
 from inferd.config.yamlfile import read_yaml_mapping
 
 DTYPES = {
-    "float32": np.float32, "float16": np.float16, "float64": np.float64,
-    "int64": np.int64, "int32": np.int32, "bool": np.bool_,
-}  # fmt: skip
+    "float32": np.float32,
+    "float16": np.float16,
+    "float64": np.float64,
+    "int64": np.int64,
+    "int32": np.int32,
+    "bool": np.bool_,
+}
 
 BATCH_AXIS = "batch"
 

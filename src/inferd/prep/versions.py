@@ -18,10 +18,13 @@ from inferd.prep.writer import copy_beside
 from inferd.repository.scan import MODEL_FILE
 
 ONNX_DTYPES = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.INT32: "int32", onnx.TensorProto.BOOL: "bool",
-}  # fmt: skip
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.BOOL: "bool",
+}
 
 
 @dataclass
@@ -70,9 +73,10 @@ def read_version(path: Path) -> VersionModel:
         )
     metadata = {p.key: p.value for p in model.metadata_props}
     plan = (
-        FeedPlan.from_json(metadata[METADATA_KEY]) if METADATA_KEY in metadata
+        FeedPlan.from_json(metadata[METADATA_KEY])
+        if METADATA_KEY in metadata
         else _graph_plan(model)
-    )  # fmt: skip
+    )
     return VersionModel(path, model, metadata, plan)
 
 

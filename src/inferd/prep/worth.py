@@ -58,9 +58,14 @@ class SpeedComparison:
 
     def to_dict(self) -> dict[str, float | int]:
         return {
-            "speedup": self.speedup, "low": self.low, "high": self.high, "rounds": self.rounds,
-            "batches": self.batches, "source_s": self.source_s, "candidate_s": self.candidate_s,
-        }  # fmt: skip
+            "speedup": self.speedup,
+            "low": self.low,
+            "high": self.high,
+            "rounds": self.rounds,
+            "batches": self.batches,
+            "source_s": self.source_s,
+            "candidate_s": self.candidate_s,
+        }
 
 
 def median_interval(ratios: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
@@ -80,9 +85,15 @@ def _pass(run: Runner, feeds: Sequence[Feeds]) -> float:
 
 
 def compare_speed(
-    source: Runner, candidate: Runner, feeds: Sequence[Feeds], *, min_rounds: int = 15,
-    max_rounds: int = 120, budget_s: float = 30.0, tolerance: float = 0.02,
-) -> SpeedComparison:  # fmt: skip
+    source: Runner,
+    candidate: Runner,
+    feeds: Sequence[Feeds],
+    *,
+    min_rounds: int = 15,
+    max_rounds: int = 120,
+    budget_s: float = 30.0,
+    tolerance: float = 0.02,
+) -> SpeedComparison:
     if not feeds:
         raise ValueError("no timing batches")
     for run in (source, candidate):  # warm-up: first runs allocate
@@ -107,9 +118,14 @@ def compare_speed(
         tight = (high - low) / 2 <= tolerance * speedup
         if tight or rounds >= max_rounds or time.monotonic() - started > budget_s:
             return SpeedComparison(
-                speedup, low, high, rounds, len(feeds),
-                float(np.median(source_times)), float(np.median(candidate_times)),
-            )  # fmt: skip
+                speedup,
+                low,
+                high,
+                rounds,
+                len(feeds),
+                float(np.median(source_times)),
+                float(np.median(candidate_times)),
+            )
 
 
 def refusals(
@@ -134,6 +150,7 @@ def refuse(reporter: Reporter, problems: Sequence[str], force: bool, report: Pat
         for line in problems:
             reporter.note(f"written despite: {line} (--force)")
         return False
-    reporter.fail(f"nothing written: {'; '.join(problems)} (--force writes it anyway; "
-                  f"report: {report})")  # fmt: skip
+    reporter.fail(
+        f"nothing written: {'; '.join(problems)} (--force writes it anyway; report: {report})"
+    )
     return True

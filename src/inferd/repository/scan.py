@@ -75,9 +75,12 @@ def scan_model(folder: Path) -> ModelEntry:
         return ModelEntry(name, folder, None, (), error=str(exc))
     if config.name is not None and config.name != name:
         return ModelEntry(
-            name, folder, config, (),
+            name,
+            folder,
+            config,
+            (),
             error=f"{config_path}: name '{config.name}' differs from the folder name '{name}'",
-        )  # fmt: skip
+        )
     if not config.needs_versions:
         return ModelEntry(name, folder, config, ())
     entries = _version_entries(folder)
@@ -89,16 +92,23 @@ def scan_model(folder: Path) -> ModelEntry:
     by_version = {e.version: e for e in entries if e.error is None}
     if not by_version:
         return ModelEntry(
-            name, folder, config, (), error=f"no version folder holds a {MODEL_FILE}",
+            name,
+            folder,
+            config,
+            (),
+            error=f"no version folder holds a {MODEL_FILE}",
             skipped=skipped,
-        )  # fmt: skip
+        )
     selected = config.version_policy.select(list(by_version))
     if not selected:
         return ModelEntry(
-            name, folder, config, (),
+            name,
+            folder,
+            config,
+            (),
             error=f"the version policy selects none of the versions {sorted(by_version)}",
             skipped=skipped,
-        )  # fmt: skip
+        )
     return ModelEntry(
         name,
         folder,

@@ -139,9 +139,11 @@ class OnnxSession:
         return self._providers
 
     def run(
-        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
-    ) -> dict[str, Array]:  # fmt: skip
+    ) -> dict[str, Array]:
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         run_options = None
         if (

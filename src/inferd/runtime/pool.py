@@ -42,9 +42,11 @@ class InstancePool:
         return self._free
 
     async def run(
-        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
-    ) -> dict[str, Array]:  # fmt: skip
+    ) -> dict[str, Array]:
         free = self._free_queue()
         instance = await free.get()
         try:

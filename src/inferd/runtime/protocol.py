@@ -45,9 +45,11 @@ class Runtime(Protocol):
     def providers(self) -> tuple[str, ...]: ...
 
     def run(
-        self, feeds: Feeds, output_names: Sequence[str] | None = None,
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
-    ) -> dict[str, Array]:  # fmt: skip
+    ) -> dict[str, Array]:
         """`into` maps outputs to inputs whose arrays they are written into, in place (a
         decoder's KV cache); those outputs are not returned."""
         ...

@@ -14,11 +14,11 @@ from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
 from inferd.config.server import ServerSettings
-from inferd.engine.manager import ModelManager
+from inferd.engine import Engine
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import AuthMiddleware, read_keys
+from inferd.server.dataplane import DataPlane, data_route
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
-from inferd.server.hot import HotRoutes, hot_route
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.routes import completions, generate, health, openai, repository, tasks, v2
@@ -26,25 +26,25 @@ from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
 
-HOT_ROUTES = (
+DATA_ROUTES = (
     ("/predict", tasks.predict),
     ("/embed", tasks.embed),
     ("/v1/embeddings", openai.embeddings),
     ("/v2/models/{model}/infer", v2.infer),
     ("/v2/models/{model}/versions/{version}/infer", v2.version_infer),
+    ("/generate", generate.generate),
+    ("/v1/completions", completions.completions),
 )
-"""Served by `HotRoutes`, past FastAPI's per-request layers (inferd.server.hot); FastAPI
-registers them too, at the same paths, for the schema."""
+"""Served by `DataPlane`'s Starlette router, past FastAPI's per-request layers
+(inferd.server.dataplane); FastAPI registers them too, at the same paths, for the schema."""
 
 
-def create_app(
-    settings: ServerSettings, manager: ModelManager, metrics: Metrics | None = None
-) -> FastAPI:
-    """An app that serves `manager`'s models. Models load in the background once it starts."""
+def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None = None) -> FastAPI:
+    """An app that serves `engine`'s models. Models load in the background once it starts."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loading = asyncio.get_running_loop().create_task(manager.load_all(), name="inferd-load")
+        loading = asyncio.get_running_loop().create_task(engine.load_all(), name="inferd-load")
         app.state.loading = loading
         try:
             yield
@@ -52,9 +52,9 @@ def create_app(
             if not loading.done():
                 loading.cancel()
                 await asyncio.gather(loading, return_exceptions=True)
-            if manager.accepting:  # not drained by a signal (e.g. an embedding app)
-                await manager.drain(settings.drain_timeout_s)
-            await manager.close()
+            if engine.accepting:  # not drained by a signal (e.g. an embedding app)
+                await engine.drain(settings.drain_timeout_s)
+            await engine.close()
             log.info("models closed")
 
     app = FastAPI(
@@ -64,17 +64,17 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.manager = manager
+    app.state.engine = engine
     app.state.metrics = metrics
     if metrics is not None:
-        metrics.attach(manager)
+        metrics.attach(engine)
     install_error_handlers(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     for module in (health, v2, tasks, generate, openai, completions, metrics_route, repository):
         app.include_router(module.router, responses=ERROR_RESPONSES)
-    # added first, so innermost: every middleware below still applies to the hot routes
-    routes = [hot_route(path, endpoint) for path, endpoint in HOT_ROUTES]
-    app.add_middleware(HotRoutes, routes=routes, handlers=app.exception_handlers)
+    # added first, so innermost: every middleware below still applies to the data plane
+    routes = [data_route(path, endpoint) for path, endpoint in DATA_ROUTES]
+    app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AuthMiddleware,

@@ -1,20 +1,44 @@
-"""Reading a request body: `Content-Encoding` gzip or deflate, bounded after decompression."""
+"""Reading a request body, the one way every route does: `Content-Encoding` gzip or deflate,
+bounded after decompression, noted for the log when payload logging is on; then, for the JSON
+routes, parsed and validated against the route's schema."""
 
 from __future__ import annotations
 
 import zlib
+from typing import TypeVar
 
-from fastapi import Request
+from pydantic import BaseModel
+from starlette.requests import Request
 
 from inferd.errors import EncodingError, InvalidInputError
+from inferd.observability.trace import current_trace
 from inferd.server.errors import PayloadTooLargeError
+from inferd.server.jsonbody import validate_body
+from inferd.server.observe import note_payload
+from inferd.server.state import settings_of
+
+M = TypeVar("M", bound=BaseModel)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The body as sent, or inflated when compressed; a body that inflates past `max_bytes` is
-    413 (a small compressed body must not become a large one in memory)."""
-    body = await request.body()
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+async def read_body(request: Request) -> bytes:
+    """The body as sent, or inflated when compressed; a body that inflates past the server's
+    `max_body_bytes` is 413 (a small compressed body must not become a large one in memory)."""
+    settings = settings_of(request)
+    body = _inflate(
+        await request.body(), request.headers.get("content-encoding", ""), settings.max_body_bytes
+    )
+    note_payload(current_trace(), body, settings.log_payloads)
+    return body
+
+
+async def read_json(request: Request, schema: type[M]) -> M:
+    """The body, read as above, parsed and validated against `schema` (4002-4004 naming the
+    field that is wrong)."""
+    return validate_body(schema, await read_body(request))
+
+
+def _inflate(body: bytes, content_encoding: str, max_bytes: int) -> bytes:
+    encoding = content_encoding.strip().lower()
     if encoding in ("identity", ""):
         return body
     if encoding == "gzip":

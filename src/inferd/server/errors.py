@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from inferd.errors import ErrorCode, InferdError, InvalidInputError
+from inferd.observability.trace import current_trace
 from inferd.server.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,7 @@ def request_id_of(request: Request) -> str:
 
 def _mark(request: Request, code: int) -> None:
     """Puts the error code on the request's trace, for its log line and metrics."""
-    trace = request.scope.get("state", {}).get("trace")
-    if trace is not None:
-        trace.error_code = code
+    current_trace().error_code = code
 
 
 def error_response(

@@ -7,14 +7,17 @@ from collections.abc import Sequence
 
 import orjson
 
-from inferd.observability.drift import DriftMonitor
+from inferd.observability.drift import DriftMonitor, DriftObserver
 from inferd.observability.metrics import Metrics
+from inferd.observability.observer import Observer, Observers
 from inferd.repository.scan import ModelEntry
 
 log = logging.getLogger(__name__)
 
 
-def build_metrics(entries: Sequence[ModelEntry]) -> Metrics:
+def build_metrics(entries: Sequence[ModelEntry]) -> tuple[Metrics, Observer]:
+    """The server's metrics, and the observer the engine reports to (the metrics and the drift
+    monitors of the models that have drift on)."""
     labels: dict[str, Sequence[str]] = {}
     drift: dict[str, DriftMonitor] = {}
     for entry in entries:
@@ -35,9 +38,12 @@ def build_metrics(entries: Sequence[ModelEntry]) -> Metrics:
             except (OSError, orjson.JSONDecodeError) as exc:
                 log.error(
                     "drift reference file unreadable; the first requests are the reference",
-                    extra={"model": entry.name, "file": config.drift.reference_file,
-                           "reason": str(exc)},
-                )  # fmt: skip
+                    extra={
+                        "model": entry.name,
+                        "file": config.drift.reference_file,
+                        "reason": str(exc),
+                    },
+                )
         drift[entry.name] = DriftMonitor(
             entry.name,
             reference_size=config.drift.reference_size,
@@ -45,4 +51,5 @@ def build_metrics(entries: Sequence[ModelEntry]) -> Metrics:
             threshold=config.drift.threshold,
             reference=reference,
         )
-    return Metrics([e.name for e in entries], labels, drift)
+    metrics = Metrics([e.name for e in entries], labels)
+    return metrics, Observers([metrics, DriftObserver(drift, metrics.on_drift)])

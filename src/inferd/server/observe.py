@@ -11,18 +11,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TypeVar
 
-from fastapi import Request
-from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.metrics import Metrics
-from inferd.observability.trace import RequestTrace
-from inferd.server.jsonbody import validate_body
-
-M = TypeVar("M", bound=BaseModel)
+from inferd.observability.trace import RequestTrace, tracing
 
 log = logging.getLogger("inferd.request")
 
@@ -32,14 +26,9 @@ QUIET_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/rea
 PAYLOAD_LIMIT = 256
 
 
-def trace_of(scope: Scope) -> RequestTrace | None:
-    trace = scope.get("state", {}).get("trace")
-    return trace if isinstance(trace, RequestTrace) else None
-
-
-def note_payload(trace: RequestTrace | None, body: bytes, enabled: bool) -> None:
+def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
     """With payload logging on (debug only), keeps a truncated, marked copy for the log line."""
-    if trace is None or not enabled:
+    if not enabled:
         return
     text = body[:PAYLOAD_LIMIT].decode("utf-8", "replace")
     more = f" ... [{len(body) - PAYLOAD_LIMIT} more bytes]" if len(body) > PAYLOAD_LIMIT else ""
@@ -66,7 +55,6 @@ class ObserveMiddleware:
             return
         state = scope.setdefault("state", {})
         trace = RequestTrace(request_id=str(state.get("request_id", "")))
-        state["trace"] = trace
         status = 500
 
         async def send_and_watch(message: Message) -> None:
@@ -76,7 +64,8 @@ class ObserveMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_watch)
+            with tracing(trace):  # the engine and the routes fill it in as the request runs
+                await self.app(scope, receive, send_and_watch)
         finally:
             self._finish(scope, trace, status)
 
@@ -136,14 +125,3 @@ class ObserveMiddleware:
             fields["payload"] = trace.payload
         level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
         log.log(level, "request", extra=fields)
-
-
-async def read_traced_body(
-    request: Request, schema: type[M], log_payloads: bool
-) -> tuple[M, RequestTrace | None]:
-    """The request's body validated against `schema`, and its trace (with the payload noted
-    when payload logging is on)."""
-    raw = await request.body()
-    trace = trace_of(request.scope)
-    note_payload(trace, raw, log_payloads)
-    return validate_body(schema, raw), trace

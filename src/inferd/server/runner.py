@@ -17,16 +17,16 @@ from types import FrameType
 import uvicorn
 
 from inferd.config.server import ServerSettings
-from inferd.engine.manager import ModelManager
+from inferd.engine import Engine
 from inferd.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, manager: ModelManager, settings: ServerSettings):
+    def __init__(self, config: uvicorn.Config, engine: Engine, settings: ServerSettings):
         super().__init__(config)
-        self._manager = manager
+        self._engine = engine
         self._settings = settings
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -51,35 +51,35 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self, sig: int) -> None:
         settings = self._settings
-        self._manager.begin_drain()
+        self._engine.begin_drain()
         log.info(
             "drain started",
             extra={
                 "signal": signal.Signals(sig).name,
                 "grace_s": settings.drain_grace_s,
                 "timeout_s": settings.drain_timeout_s,
-                "in_flight": self._manager.in_flight,
+                "in_flight": self._engine.in_flight,
             },
         )
         if settings.drain_grace_s > 0:
             await asyncio.sleep(settings.drain_grace_s)
-        finished = await self._manager.drain(settings.drain_timeout_s)
+        finished = await self._engine.drain(settings.drain_timeout_s)
         log.info(
-            "drain finished", extra={"complete": finished, "in_flight": self._manager.in_flight}
+            "drain finished", extra={"complete": finished, "in_flight": self._engine.in_flight}
         )
         self.should_exit = True
 
 
 def run_server(
     settings: ServerSettings,
-    manager: ModelManager,
+    engine: Engine,
     metrics: Metrics | None = None,
     sock: socket.socket | None = None,
 ) -> None:
     """Serves until drained; on `sock` when given (already bound), else on host:port."""
     from inferd.server.app import create_app
 
-    app = create_app(settings, manager, metrics)
+    app = create_app(settings, engine, metrics)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -90,4 +90,4 @@ def run_server(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
-    DrainingServer(config, manager, settings).run(sockets=None if sock is None else [sock])
+    DrainingServer(config, engine, settings).run(sockets=None if sock is None else [sock])

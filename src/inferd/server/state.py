@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from starlette.requests import Request
 
 from inferd.config.server import ServerSettings
-from inferd.engine.manager import ModelManager
+from inferd.engine import Engine
 from inferd.errors import InvalidInputError
 
 TIMEOUT_HEADER = "x-request-timeout-ms"
 
 
-def manager_of(request: Request) -> ModelManager:
-    manager: ModelManager = request.app.state.manager
-    return manager
+def engine_of(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
 
 
 def settings_of(request: Request) -> ServerSettings:

@@ -194,9 +194,13 @@ def encode_response(
             blob = encode_binary(array)
             blobs.append(blob)
             tensors.append(
-                {"name": name, "datatype": datatype, "shape": list(array.shape),
-                 "parameters": {"binary_data_size": len(blob)}}
-            )  # fmt: skip
+                {
+                    "name": name,
+                    "datatype": datatype,
+                    "shape": list(array.shape),
+                    "parameters": {"binary_data_size": len(blob)},
+                }
+            )
             continue
         flat = np.ascontiguousarray(array).reshape(-1)
         data: Any = flat.tolist() if datatype == "BYTES" else flat

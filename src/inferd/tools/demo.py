@@ -147,8 +147,9 @@ def build_demo(out: Path, force: bool = False) -> Path:
                 },
             },
         )
-    head = build_head(version / "model.onnx", version / "tokenizer.json", SENTIMENT_LABELS,
-                      ZERO_SHOT_TEMPERATURE)  # fmt: skip
+    head = build_head(
+        version / "model.onnx", version / "tokenizer.json", SENTIMENT_LABELS, ZERO_SHOT_TEMPERATURE
+    )
     (staging / HEAD_MODEL / "1").mkdir(parents=True)
     onnx.save(head, str(staging / HEAD_MODEL / "1" / "model.onnx"))
     _write(staging / HEAD_MODEL / "config.yaml", {"max_batch_size": 64})

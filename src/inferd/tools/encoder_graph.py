@@ -55,8 +55,12 @@ def random_weights(shape: EncoderShape, seed: int = 0) -> dict[str, npt.NDArray[
 
     for n in range(shape.layers):
         p = f"encoder.layer.{n}."
-        for name in ("attention.self.query", "attention.self.key", "attention.self.value",
-                     "attention.output.dense"):  # fmt: skip
+        for name in (
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+        ):
             w[p + name + ".weight"] = normal(h, h)
             w[p + name + ".bias"] = np.zeros(h, np.float32)
         w[p + "intermediate.dense.weight"] = normal(i, h)

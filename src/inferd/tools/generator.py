@@ -49,9 +49,11 @@ def train_tokenizer(texts: list[str], vocab: int) -> Tokenizer:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=[EOS], show_progress=False,
+        vocab_size=vocab,
+        special_tokens=[EOS],
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
@@ -61,9 +63,13 @@ Progress = Callable[[int, float], None]
 
 
 def _train(
-    model: Any, ids: list[int], shape: GeneratorShape, steps: int, seed: int,
+    model: Any,
+    ids: list[int],
+    shape: GeneratorShape,
+    steps: int,
+    seed: int,
     progress: Progress | None,
-) -> float:  # fmt: skip
+) -> float:
     import torch
 
     torch.manual_seed(seed)
@@ -94,19 +100,31 @@ def _train(
         if progress is not None:
             progress(step, loss_value)
         if step % 200 == 0 or step == steps - 1:
-            log.info("training the demo generator", extra={
-                "step": step, "loss": round(loss_value, 3),
-                "elapsed_s": round(time.monotonic() - started, 1)})  # fmt: skip
+            log.info(
+                "training the demo generator",
+                extra={
+                    "step": step,
+                    "loss": round(loss_value, 3),
+                    "elapsed_s": round(time.monotonic() - started, 1),
+                },
+            )
     model.eval()
     return loss_value
 
 
 def build_generator(
-    repo: Path, name: str = "docgen", *, steps: int = DEMO_STEPS,
-    shape: GeneratorShape | None = None, seed: int = 0, corpus_chars: int = 2_000_000,
+    repo: Path,
+    name: str = "docgen",
+    *,
+    steps: int = DEMO_STEPS,
+    shape: GeneratorShape | None = None,
+    seed: int = 0,
+    corpus_chars: int = 2_000_000,
     config: dict[str, Any] | None = None,
-    progress: Progress | None = None, init_std: float | None = None, kv_cache: str = "concat",
-) -> dict[str, Any]:  # fmt: skip
+    progress: Progress | None = None,
+    init_std: float | None = None,
+    kv_cache: str = "concat",
+) -> dict[str, Any]:
     """Trains (or with steps=0 only initializes) the model and exports it as `repo/name/1`;
     returns facts for the caller (final loss, parameters)."""
     import torch
@@ -125,12 +143,19 @@ def build_generator(
         raise RuntimeError(f"the tokenizer lost its {EOS} token")
     torch.manual_seed(seed)
     model_config = GPT2Config(
-        n_layer=shape.layers, n_head=shape.heads, n_embd=shape.hidden, n_positions=shape.context,
-        vocab_size=tokenizer.get_vocab_size(), bos_token_id=eos, eos_token_id=eos,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        n_layer=shape.layers,
+        n_head=shape.heads,
+        n_embd=shape.hidden,
+        n_positions=shape.context,
+        vocab_size=tokenizer.get_vocab_size(),
+        bos_token_id=eos,
+        eos_token_id=eos,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
         # untrained and small: a wide init gives peaked logits, a clear argmax for tests
         initializer_range=init_std or (0.02 if steps else 0.2),
-    )  # fmt: skip
+    )
     model = GPT2LMHeadModel(model_config)
     loss = None
     if steps:
@@ -145,19 +170,34 @@ def build_generator(
         tokenizer.save(str(folder / "tokenizer.json"))
         if (repo / name / "config.yaml").exists():
             (repo / name / "config.yaml").unlink()
-        code = run_export(str(folder), repo, name, None, opset=17, atol=1e-4, version=None,
-                          reporter=Reporter(), kv_cache=kv_cache)  # fmt: skip
+        code = run_export(
+            str(folder),
+            repo,
+            name,
+            None,
+            opset=17,
+            atol=1e-4,
+            version=None,
+            reporter=Reporter(),
+            kv_cache=kv_cache,
+        )
     if code != 0:
         raise RuntimeError(f"exporting the demo generator failed (exit {code})")
     config_file = repo / name / "config.yaml"
     written = yaml.safe_load(config_file.read_text())
-    written["generation"].update({"max_new_tokens": 64, "max_running": 16,
-                                  "max_kv_tokens": 16 * shape.context})  # fmt: skip
+    written["generation"].update(
+        {"max_new_tokens": 64, "max_running": 16, "max_kv_tokens": 16 * shape.context}
+    )
     written["tokenizer"] = {"max_tokens": shape.context}
     written.update(config or {})
     config_file.write_text(yaml.safe_dump(written, sort_keys=False))
-    facts = {"loss": loss, "steps": steps, "parameters": sum(p.numel() for p in model.parameters()),
-             "corpus_chars": sum(map(len, texts)), "random_weights": steps == 0}  # fmt: skip
+    facts = {
+        "loss": loss,
+        "steps": steps,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "corpus_chars": sum(map(len, texts)),
+        "random_weights": steps == 0,
+    }
     (repo / name / "TRAINING.json").write_text(json.dumps(facts, indent=2) + "\n")
     return facts
 

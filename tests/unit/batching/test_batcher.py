@@ -8,8 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
-from inferd.batching.batcher import BatchRecord
+from inferd.batching import DynamicBatcher, build_layout
 from inferd.errors import (
     DeadlineExceededError,
     InternalError,
@@ -17,8 +16,10 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
+from inferd.observability.observer import Observer
+from inferd.observability.stats import BatchFacts
 from inferd.runtime.protocol import TensorSpec
-from tests.fakes import FakeRunner
+from tests.fakes import FakeRunner, batcher_settings
 
 X = TensorSpec("x", "FP32", (-1, 2), ("batch", None))
 Y = TensorSpec("y", "FP32", (-1, 2), ("batch", None))
@@ -29,7 +30,7 @@ POOLED = TensorSpec("pooled", "INT64", (-1,), ("batch",))
 
 def make(runner: FakeRunner, max_batch_size: int = 4, **kwargs: object) -> DynamicBatcher:
     layout = build_layout([X], [Y], {}, batched=max_batch_size > 0)
-    settings = BatcherSettings(max_batch_size=max_batch_size, **kwargs)  # type: ignore[arg-type]
+    settings = batcher_settings(max_batch_size, **kwargs)
     batcher = DynamicBatcher(layout, settings, runner)
     batcher.start()
     return batcher
@@ -162,9 +163,7 @@ async def test_many_concurrent_producers_each_get_their_own_rows() -> None:
 async def test_padded_items_of_different_lengths_share_a_batch_and_come_back_exact() -> None:
     runner = FakeRunner(gate=asyncio.Event())
     layout = build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
-    batcher = DynamicBatcher(
-        layout, BatcherSettings(max_batch_size=8, max_padding_waste=0.5), runner
-    )
+    batcher = DynamicBatcher(layout, batcher_settings(8, max_padding_waste=0.5), runner)
     batcher.start()
     first = asyncio.create_task(batcher.submit({"ids": np.ones((1, 3), dtype=np.int64)}, 1))
     await runner.started.wait()
@@ -295,15 +294,15 @@ async def test_close_answers_queued_and_running_requests() -> None:
 
 
 async def test_observer_sees_each_batch_and_a_failing_observer_breaks_nothing() -> None:
-    records: list[BatchRecord] = []
+    records: list[BatchFacts] = []
 
-    class Observer:
-        def on_batch(self, record: BatchRecord) -> None:
+    class Failing(Observer):
+        def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
             records.append(record)
             raise RuntimeError("observer bug")
 
     layout = build_layout([X], [Y], {}, batched=True)
-    batcher = DynamicBatcher(layout, BatcherSettings(max_batch_size=4), FakeRunner(), Observer())
+    batcher = DynamicBatcher(layout, batcher_settings(4), FakeRunner(), Failing())
     batcher.start()
     out = await batcher.submit(x(2, 1.0), 2)
     np.testing.assert_array_equal(out["y"], np.full((2, 2), 2.0))
@@ -314,7 +313,7 @@ async def test_observer_sees_each_batch_and_a_failing_observer_breaks_nothing() 
 async def test_unbatched_model_runs_each_request_alone() -> None:
     runner = FakeRunner(delay_s=0.001)
     layout = build_layout([TensorSpec("x", "FP32", (2,), (None,))], [], {}, batched=False)
-    batcher = DynamicBatcher(layout, BatcherSettings(max_batch_size=0), runner)
+    batcher = DynamicBatcher(layout, batcher_settings(0), runner)
     batcher.start()
     feeds = [{"x": np.full((2,), i, dtype=np.float32)} for i in range(4)]
     outs = await asyncio.gather(*(batcher.submit(f, 1) for f in feeds))
@@ -328,7 +327,7 @@ async def test_items_of_one_request_are_batched_like_separate_requests() -> None
     gate = asyncio.Event()
     runner = FakeRunner(gate=gate)
     layout = build_layout([IDS], [HIDDEN, POOLED], {"ids": 0}, batched=True)
-    settings = BatcherSettings(max_batch_size=4, max_padding_waste=0.6, max_batch_tokens=64)
+    settings = batcher_settings(4, max_padding_waste=0.6, max_batch_tokens=64)
     batcher = DynamicBatcher(layout, settings, runner)
     batcher.start()
     blocker = asyncio.create_task(batcher.submit({"ids": np.ones((1, 1), dtype=np.int64)}, 1))

@@ -8,10 +8,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
+from inferd.batching import DynamicBatcher, build_layout
 from inferd.batching.batcher import BatchRecord
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError, UnavailableError
+from inferd.observability.observer import Observer
+from inferd.observability.stats import BatchFacts
 from inferd.runtime.protocol import Array, TensorSpec
+from tests.fakes import batcher_settings
 
 X = TensorSpec("x", "FP32", (-1, 2), ("batch", None))
 Y = TensorSpec("y", "FP32", (-1, 2), ("batch", None))
@@ -52,19 +55,20 @@ class OomRunner:
         return {"y": feeds["x"] * 2}
 
 
-class Recorder:
+class Recorder(Observer):
     def __init__(self) -> None:
         self.records: list[BatchRecord] = []
         self.pressure: list[tuple[int, int]] = []
         self.unhealthy: list[str] = []
 
-    def on_batch(self, record: BatchRecord) -> None:
+    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
+        assert isinstance(record, BatchRecord)
         self.records.append(record)
 
-    def on_memory_pressure(self, rows: int, limit: int) -> None:
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
         self.pressure.append((rows, limit))
 
-    def on_unhealthy(self, reason: str) -> None:
+    def on_unhealthy(self, model: str, version: str, reason: str) -> None:
         self.unhealthy.append(reason)
 
 
@@ -72,7 +76,7 @@ def batcher(runner: object, observer: Recorder | None = None, **settings: object
     layout = build_layout([X], [Y], {}, batched=True)
     made = DynamicBatcher(
         layout,
-        BatcherSettings(**{"max_batch_size": 8, **settings}),  # type: ignore[arg-type]
+        batcher_settings(**{"max_batch_size": 8, **settings}),
         runner,  # type: ignore[arg-type]
         observer,
     )

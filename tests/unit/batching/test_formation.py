@@ -124,12 +124,19 @@ def test_length_grouping_gathers_the_lengths_nearest_the_oldest_item() -> None:
 def test_a_deep_queue_tightens_the_padding_bound_to_a_quarter() -> None:
     # head 20; 18 pads 2 of 40 (5%), 16 would make it 1 - 54/60 = 10%
     shallow = [item(n) for n in (20, 18, 16)]
-    assert select_batch(shallow, max_rows=4, max_padding_waste=0.12,
-                        group_by_length=True) == [0, 1, 2]  # fmt: skip
+    assert select_batch(shallow, max_rows=4, max_padding_waste=0.12, group_by_length=True) == [
+        0,
+        1,
+        2,
+    ]
     # more rows wait than one batch takes: the ones left out will find partners of their own
     # length, so only 0.12 / 4 = 3% waste is allowed: 18 (5%) stays out too
     deep = [item(n) for n in (20, 18, 16, 5, 5)]
     assert select_batch(deep, max_rows=4, max_padding_waste=0.12, group_by_length=True) == [0]
     same = [item(20) for _ in range(6)]  # no padding at all: the bound does not matter
-    assert select_batch(same, max_rows=4, max_padding_waste=0.12,
-                        group_by_length=True) == [0, 1, 2, 3]  # fmt: skip
+    assert select_batch(same, max_rows=4, max_padding_waste=0.12, group_by_length=True) == [
+        0,
+        1,
+        2,
+        3,
+    ]

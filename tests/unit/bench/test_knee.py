@@ -72,10 +72,16 @@ def test_bodies_per_endpoint() -> None:
 
 def test_settings_are_yaml_values_under_dotted_keys() -> None:
     config: dict[str, object] = {"dynamic_batching": {"max_queue_size": 10}}
-    for text in ("max_batch_size=8", "dynamic_batching.max_queue_delay_ms=2.5",
-                 "version_policy={specific: [1, 3]}"):  # fmt: skip
+    for text in (
+        "max_batch_size=8",
+        "dynamic_batching.max_queue_delay_ms=2.5",
+        "version_policy={specific: [1, 3]}",
+    ):
         set_dotted(config, *parse_setting(text))
-    assert config == {"dynamic_batching": {"max_queue_size": 10, "max_queue_delay_ms": 2.5},
-                      "max_batch_size": 8, "version_policy": {"specific": [1, 3]}}  # fmt: skip
+    assert config == {
+        "dynamic_batching": {"max_queue_size": 10, "max_queue_delay_ms": 2.5},
+        "max_batch_size": 8,
+        "version_policy": {"specific": [1, 3]},
+    }
     with pytest.raises(ValueError):
         parse_setting("novalue")

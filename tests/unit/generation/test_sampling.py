@@ -65,18 +65,29 @@ def test_a_seed_reproduces_the_draws() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("max_new_tokens", 0, "max_length"), ("max_new_tokens", 5000, "max_length"),
-        ("temperature", -0.1, "temperature"), ("temperature", 9.0, "temperature"),
-        ("top_k", -1, "top_k"), ("top_p", 0.0, "top_p"), ("top_p", 1.5, "top_p"),
-        ("repetition_penalty", 0.0, "repetition_penalty"), ("seed", -1, "seed"),
-        ("stop", [""], "stop sequence 0"), ("stop", ["x"] * 9, "at most 8"),
+        ("max_new_tokens", 0, "max_length"),
+        ("max_new_tokens", 5000, "max_length"),
+        ("temperature", -0.1, "temperature"),
+        ("temperature", 9.0, "temperature"),
+        ("top_k", -1, "top_k"),
+        ("top_p", 0.0, "top_p"),
+        ("top_p", 1.5, "top_p"),
+        ("repetition_penalty", 0.0, "repetition_penalty"),
+        ("seed", -1, "seed"),
+        ("stop", [""], "stop sequence 0"),
+        ("stop", ["x"] * 9, "at most 8"),
     ],
-)  # fmt: skip
+)
 def test_out_of_range_parameters_are_4004(field: str, value: object, message: str) -> None:
     values: dict[str, object] = {
-        "max_new_tokens": None, "temperature": None, "top_k": None, "top_p": None,
-        "repetition_penalty": None, "seed": None, "stop": None,
-    }  # fmt: skip
+        "max_new_tokens": None,
+        "temperature": None,
+        "top_k": None,
+        "top_p": None,
+        "repetition_penalty": None,
+        "seed": None,
+        "stop": None,
+    }
     values[field] = value
     with pytest.raises(InvalidInputError, match=message):
         build_params(GenerationConfig(), **values)  # type: ignore[arg-type]
@@ -84,9 +95,15 @@ def test_out_of_range_parameters_are_4004(field: str, value: object, message: st
 
 def test_defaults_come_from_the_model_config() -> None:
     params = build_params(
-        GenerationConfig(max_new_tokens=7), max_new_tokens=None, temperature=None, top_k=None,
-        top_p=None, repetition_penalty=None, seed=None, stop="END",
-    )  # fmt: skip
+        GenerationConfig(max_new_tokens=7),
+        max_new_tokens=None,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        repetition_penalty=None,
+        seed=None,
+        stop="END",
+    )
     assert params == SamplingParams(7, stop=("END",))
 
 
@@ -102,14 +119,18 @@ def test_a_row_samples_the_same_alone_and_in_a_batch() -> None:
     rng = np.random.default_rng(5)
     logits = rng.standard_normal((6, 300)).astype(np.float32)
     cases = [(40, 0.9), (0, 1.0), (7, 0.5), (300, 0.95), (1, 1.0), (0, 0.3)]
-    params = [SamplingParams(5, temperature=0.8, top_k=k, top_p=p, seed=i) for i, (k, p) in
-              enumerate(cases)]  # fmt: skip
+    params = [
+        SamplingParams(5, temperature=0.8, top_k=k, top_p=p, seed=i)
+        for i, (k, p) in enumerate(cases)
+    ]
     for _ in range(20):  # the generators advance alike on both sides
         alone_rngs = [np.random.default_rng(p.seed) for p in params]
         batch_rngs = [np.random.default_rng(p.seed) for p in params]
         for _step in range(5):
             together = sample_batch(logits, params, batch_rngs, [()] * 6)
-            alone = [sample_batch(logits[r : r + 1], [params[r]], [alone_rngs[r]], [()])[0]
-                     for r in range(6)]  # fmt: skip
+            alone = [
+                sample_batch(logits[r : r + 1], [params[r]], [alone_rngs[r]], [()])[0]
+                for r in range(6)
+            ]
             assert together == alone
         logits = rng.standard_normal((6, 300)).astype(np.float32)

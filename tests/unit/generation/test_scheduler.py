@@ -1,56 +1,89 @@
-"""The continuous-batching scheduler on a real ONNX decoder (random-weight GPT-2, in process),
-in both KV cache layouts (concatenated and in place): a sequence's output never depends on its
-neighbours, requests join and leave a running batch, cancelled sequences free their rows, and
-the static baseline keeps its batch closed."""
+"""The continuous-batching scheduler, on a fake decoder (tests/fake_decoder.py: numpy, the fast
+tier) and on a real exported GPT-2 in both KV cache layouts (concatenated and in place; slow):
+a sequence's output never depends on its neighbours, requests join and leave a running batch,
+cancelled sequences free their rows, the static baseline keeps its batch closed, the KV budget
+and queue limits hold, and a failing observer strands nothing."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from inferd.config.model import GenerationConfig
-from inferd.engine.loading import LoadedModel, load_instances
-from inferd.engine.manager import onnx_runtime_loader
+from inferd.engine.decoder_parts import GenerationParts
+from inferd.engine.loading import load_instances
 from inferd.errors import InputTooLongError, QueueFullError
 from inferd.generation.params import SamplingParams
-from inferd.generation.scheduler import Scheduler
+from inferd.generation.scheduler import RunStep, Scheduler
 from inferd.generation.sequence import Finished
+from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
+from inferd.runtime.onnx_session import OnnxSession
+from tests import fake_decoder
 from tests.generator_model import MODEL, build_generator_repo
 
 
-@pytest.fixture(scope="module", params=["concat", "inplace"])
-def repo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_generator_repo(tmp_path_factory.mktemp("gen"), kv_cache=request.param)
+@dataclass(frozen=True)
+class Decoder:
+    run: RunStep
+    parts: GenerationParts
 
 
-@pytest.fixture(scope="module")
-def loaded(repo: Path) -> LoadedModel:
-    entry = scan_model(repo / MODEL)
+def _fake() -> Decoder:
+    parts = GenerationParts(fake_decoder.SHAPE, fake_decoder.tokenizer(), 0, 0)
+    return Decoder(fake_decoder.FakeDecoder(), parts)
+
+
+def _exported(root: Path, kv_cache: str) -> Decoder:
+    build_generator_repo(root, kv_cache=kv_cache)
+    entry = scan_model(root / MODEL)
     assert entry.config is not None
     path = entry.versions[-1].path
-    return load_instances(entry.config, lambda: onnx_runtime_loader(path, entry.config.runtime),
-                          path.parent)  # fmt: skip
+    config = entry.config
+    loaded = load_instances(config, lambda: OnnxSession(path, config.runtime), path.parent)
+    assert loaded.generation is not None
+    return Decoder(loaded.pool.run, loaded.generation)
 
 
-Make = Callable[..., Any]
+@pytest.fixture(
+    scope="module",
+    params=[
+        "fake",
+        pytest.param("concat", marks=pytest.mark.slow),  # exports a GPT-2 with torch
+        pytest.param("inplace", marks=pytest.mark.slow),
+    ],
+)
+def decoder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Decoder:
+    if request.param == "fake":
+        return _fake()
+    return _exported(tmp_path_factory.mktemp("gen"), request.param)
+
+
+Make = Callable[..., Scheduler]
 
 
 @pytest.fixture
-async def make(loaded: LoadedModel) -> AsyncIterator[Make]:
+async def make(decoder: Decoder) -> AsyncIterator[Make]:
     made: list[Scheduler] = []
 
-    def build(**overrides: Any) -> Scheduler:
-        parts = loaded.generation
-        assert parts is not None
+    def build(observer: Observer | None = None, **overrides: Any) -> Scheduler:
+        parts = decoder.parts
         settings = {"max_running": 8, "max_kv_tokens": 4096, **overrides}
         config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, **settings)
-        scheduler = Scheduler(loaded.pool.run, parts.shape, parts.tokenizer, config,
-                              parts.eos_id, parts.pad_id)  # fmt: skip
+        scheduler = Scheduler(
+            decoder.run,
+            parts.shape,
+            parts.tokenizer,
+            config,
+            parts.eos_id,
+            parts.pad_id,
+            observer=observer,
+        )
         scheduler.start()
         made.append(scheduler)
         return scheduler
@@ -78,28 +111,32 @@ async def run(scheduler: Scheduler, prompt: str, params: SamplingParams) -> Fini
 
 async def test_greedy_output_is_the_same_alone_and_in_a_busy_mixed_batch(make: Make) -> None:
     scheduler = make()
-    prompt = "Return a new list containing all items from the iterable"
+    prompt = "w5 w9 w12 w3"
     alone = await run(scheduler, prompt, greedy(40))
     others = [
-        ("Open", SamplingParams(60, temperature=1.0, seed=i, ignore_eos=True)) if i % 2 else
-        ("A much longer prompt about sockets, files and the state of the module " * 2,
-         SamplingParams(25, temperature=0.7, top_k=20, seed=i, ignore_eos=True))
+        ("w1", SamplingParams(60, temperature=1.0, seed=i, ignore_eos=True))
+        if i % 2
+        else (
+            "w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21",
+            SamplingParams(25, temperature=0.7, top_k=20, seed=i, ignore_eos=True),
+        )
         for i in range(7)
-    ]  # fmt: skip
+    ]
     seqs = [scheduler.submit(scheduler.encode(p), params) for p, params in others[:4]]
-    await asyncio.sleep(0.01)  # the batch is running: the prompt joins it mid-flight
+    await asyncio.sleep(0.005)  # the batch is running: the prompt joins it mid-flight
     target = scheduler.submit(scheduler.encode(prompt), greedy(40))
     seqs += [scheduler.submit(scheduler.encode(p), params) for p, params in others[4:]]
     busy = await target.result()
     await asyncio.gather(*(s.result() for s in seqs))
     assert busy.text == alone.text and busy.completion_tokens == 40
+    assert len(set(alone.text.split())) > 3  # a real sequence, not one token repeated
 
 
 async def test_requests_join_and_leave_a_running_batch(make: Make) -> None:
     scheduler = make(prefill_chunk=2)
-    long = scheduler.submit(scheduler.encode("Long"), greedy(200))
+    long = scheduler.submit(scheduler.encode("w2"), greedy(200))
     await until(lambda: bool(long.generated))
-    shorts = [scheduler.submit(scheduler.encode(f"Short {i}"), greedy(5)) for i in range(4)]
+    shorts = [scheduler.submit(scheduler.encode(f"w{i + 3}"), greedy(5)) for i in range(4)]
     done = await asyncio.gather(*(s.result() for s in shorts))
     assert all(d.reason == "length" for d in done)
     assert not long.done and len(long.generated) < 200  # they finished while it still ran
@@ -109,24 +146,24 @@ async def test_requests_join_and_leave_a_running_batch(make: Make) -> None:
 
 async def test_a_cancelled_sequence_frees_its_rows_at_the_next_step(make: Make) -> None:
     scheduler = make()
-    keep = scheduler.submit(scheduler.encode("Keep going"), greedy(300))
-    drop = scheduler.submit(scheduler.encode("Drop me"), greedy(300))
+    keep = scheduler.submit(scheduler.encode("w4 w4"), greedy(300))
+    drop = scheduler.submit(scheduler.encode("w6 w6"), greedy(300))
     await until(lambda: len(drop.generated) >= 3)
     both = scheduler.kv_tokens
     drop.cancel()
     finished = await drop.result()
     assert finished.reason == "cancelled"
     await until(lambda: scheduler.running == 1)
-    assert scheduler.kv_tokens <= both // 2 + 4  # one row is left (a few steps longer)
+    assert scheduler.kv_tokens <= both // 2 + 8  # one row is left (a few steps longer)
     await keep.result()
     assert scheduler.running == 0 and scheduler.kv_tokens == 0
 
 
 async def test_static_batching_keeps_its_batch_closed(make: Make) -> None:
     scheduler = make(scheduling="static")
-    first = scheduler.submit(scheduler.encode("First"), greedy(60))
+    first = scheduler.submit(scheduler.encode("w1"), greedy(60))
     await until(lambda: bool(first.generated))
-    late = scheduler.submit(scheduler.encode("Late"), greedy(2))
+    late = scheduler.submit(scheduler.encode("w2"), greedy(2))
     await late.result()
     assert first.done  # the late one only started after the whole batch ended
 
@@ -135,10 +172,30 @@ async def test_the_kv_budget_and_queue_limits(make: Make) -> None:
     scheduler = make(max_kv_tokens=300, max_waiting=2, max_running=1)
     with pytest.raises(InputTooLongError):
         scheduler.submit(list(range(1, 400)), greedy(5))
-    seqs = [scheduler.submit(scheduler.encode("Budget"), greedy(250)) for _ in range(2)]
+    seqs = [scheduler.submit(scheduler.encode("w3"), greedy(250)) for _ in range(2)]
     assert scheduler.waiting == 2
     with pytest.raises(QueueFullError):
-        scheduler.submit(scheduler.encode("One too many"), greedy(5))
+        scheduler.submit(scheduler.encode("w9"), greedy(5))
     done = await asyncio.gather(*(s.result() for s in seqs))
-    # max_new_tokens was cut to what the budget holds: prompt + new <= 300
     assert all(d.prompt_tokens + d.completion_tokens <= 300 for d in done)
+
+
+async def test_a_failing_observer_strands_no_sequence(make: Make) -> None:
+    class Broken(Observer):
+        def on_generation_finished(self, *args: object) -> None:
+            raise RuntimeError("observer bug")
+
+        def on_generation_step(self, *args: object) -> None:
+            raise RuntimeError("observer bug")
+
+        def on_generation_tokens(
+            self, model: str, first: Sequence[float], gaps: Sequence[float]
+        ) -> None:
+            raise RuntimeError("observer bug")
+
+    scheduler = make(Broken())
+    seqs = [scheduler.submit(scheduler.encode(f"w{i + 1}"), greedy(6)) for i in range(3)]
+    done = await asyncio.wait_for(asyncio.gather(*(s.result() for s in seqs)), 10)
+    assert [d.completion_tokens for d in done] == [6, 6, 6]
+    later = await asyncio.wait_for(run(scheduler, "w9", greedy(3)), 10)  # the loop lives on
+    assert later.completion_tokens == 3

@@ -95,9 +95,15 @@ def test_rows_are_slots_placed_left_padded_and_compacted_on_demand() -> None:
 
 
 def test_in_place_slots_run_packed_and_move_only_the_last_rows_into_holes() -> None:
-    shape = DecoderShape(layers=1, heads=2, head_dim=4, dtype=np.dtype(np.float32),
-                         past_names=("past.key", "past.value"),
-                         present_names=("present.key", "present.value"), inplace=True)  # fmt: skip
+    shape = DecoderShape(
+        layers=1,
+        heads=2,
+        head_dim=4,
+        dtype=np.dtype(np.float32),
+        past_names=("past.key", "past.value"),
+        present_names=("present.key", "present.value"),
+        inplace=True,
+    )
     store = SlotKV(shape, capacity=16, max_rows=4)
     step = store.prefill([[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]], range(4), pad_id=0)
     assert step.into == {"present.key": "past.key", "present.value": "past.value"}

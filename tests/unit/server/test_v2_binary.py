@@ -25,8 +25,15 @@ def bytes_elements(*items: bytes) -> bytes:
 )
 def test_numeric_round_trip(dtype: type) -> None:
     array = (np.arange(6) % 2).astype(dtype).reshape(2, 3)
-    datatype = {np.float32: "FP32", np.float16: "FP16", np.float64: "FP64", np.int8: "INT8",
-                np.uint16: "UINT16", np.int64: "INT64", np.bool_: "BOOL"}[dtype]  # fmt: skip
+    datatype = {
+        np.float32: "FP32",
+        np.float16: "FP16",
+        np.float64: "FP64",
+        np.int8: "INT8",
+        np.uint16: "UINT16",
+        np.int64: "INT64",
+        np.bool_: "BOOL",
+    }[dtype]
     decoded = decode_binary("t", datatype, [2, 3], memoryview(encode_binary(array)))
     assert decoded.dtype == array.dtype
     np.testing.assert_array_equal(decoded, array)
@@ -60,13 +67,17 @@ def test_a_whole_binary_request_and_response() -> None:
     header = orjson.dumps(
         {
             "inputs": [
-                {"name": "x", "shape": [2, 4], "datatype": "FP32",
-                 "parameters": {"binary_data_size": x.nbytes}},
+                {
+                    "name": "x",
+                    "shape": [2, 4],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                },
                 {"name": "n", "shape": [1], "datatype": "INT32", "data": [7]},
             ],
             "outputs": [{"name": "y", "parameters": {"binary_data": True}}, {"name": "z"}],
         }
-    )  # fmt: skip
+    )
     body = header + x.tobytes()
     json_part, binary = split_body(body, str(len(header)))
     request = parse_infer_request(json_part)
@@ -86,19 +97,29 @@ def test_a_whole_binary_request_and_response() -> None:
 def test_binary_data_output_parameter_makes_every_output_binary() -> None:
     request = parse_infer_request(
         orjson.dumps(
-            {"parameters": {"binary_data_output": True},
-             "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-             "outputs": [{"name": "b", "parameters": {"binary_data": False}}]}
+            {
+                "parameters": {"binary_data_output": True},
+                "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+                "outputs": [{"name": "b", "parameters": {"binary_data": False}}],
+            }
         )
-    )  # fmt: skip
+    )
     assert binary_outputs(request, ["a", "b"]) == {"a"}
 
 
 def test_sizes_that_do_not_add_up_are_rejected() -> None:
     header = orjson.dumps(
-        {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32",
-                     "parameters": {"binary_data_size": 4}}]}
-    )  # fmt: skip
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [1],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 4},
+                }
+            ]
+        }
+    )
     request = parse_infer_request(header)
     with pytest.raises(InvalidInputError, match="runs past"):
         decode_inputs(request, memoryview(b"\x00\x00"))

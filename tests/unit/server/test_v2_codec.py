@@ -29,11 +29,20 @@ def test_flat_and_nested_data_give_the_same_tensor(data: object) -> None:
 @pytest.mark.parametrize(
     ("datatype", "dtype"),
     [
-        ("BOOL", np.bool_), ("UINT8", np.uint8), ("UINT16", np.uint16), ("UINT32", np.uint32),
-        ("UINT64", np.uint64), ("INT8", np.int8), ("INT16", np.int16), ("INT32", np.int32),
-        ("INT64", np.int64), ("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64),
+        ("BOOL", np.bool_),
+        ("UINT8", np.uint8),
+        ("UINT16", np.uint16),
+        ("UINT32", np.uint32),
+        ("UINT64", np.uint64),
+        ("INT8", np.int8),
+        ("INT16", np.int16),
+        ("INT32", np.int32),
+        ("INT64", np.int64),
+        ("FP16", np.float16),
+        ("FP32", np.float32),
+        ("FP64", np.float64),
     ],
-)  # fmt: skip
+)
 def test_every_numeric_datatype_decodes_and_encodes(datatype: str, dtype: type) -> None:
     data = [True, False] if datatype == "BOOL" else [1, 2]
     array = decode_tensor(tensor(datatype, [2], data))

@@ -17,16 +17,16 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from inferd.engine.generation import Generation
+from inferd.engine import Generation
 from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
 from inferd.generation.sequence import Finished
+from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.jsonbody import openapi_body
-from inferd.server.observe import read_traced_body
-from inferd.server.routes.generate import check_prompt_text, error_event, sampling_for, usage
+from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
-from inferd.server.state import manager_of, settings_of
+from inferd.server.state import engine_of
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -66,12 +66,14 @@ class CompletionRequest(BaseModel):
 
 def _refuse_unsupported(body: CompletionRequest) -> None:
     unsupported = {
-        "n": body.n not in (None, 1), "best_of": body.best_of not in (None, 1),
-        "echo": bool(body.echo), "logprobs": body.logprobs is not None,
+        "n": body.n not in (None, 1),
+        "best_of": body.best_of not in (None, 1),
+        "echo": bool(body.echo),
+        "logprobs": body.logprobs is not None,
         "suffix": body.suffix is not None,
         "presence_penalty": body.presence_penalty not in (None, 0, 0.0),
         "frequency_penalty": body.frequency_penalty not in (None, 0, 0.0),
-    }  # fmt: skip
+    }
     named = [k for k, v in unsupported.items() if v]
     if named:
         penalties = {"presence_penalty", "frequency_penalty"} & set(named)
@@ -94,17 +96,16 @@ def _prompts(value: str | list[str]) -> list[str]:
     "/completions", summary="Completions (OpenAI)", openapi_extra=openapi_body(CompletionRequest)
 )
 async def completions(request: Request) -> Response:
-    settings = settings_of(request)
-    body, trace = await read_traced_body(request, CompletionRequest, settings.log_payloads)
+    body = await read_json(request, CompletionRequest)
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
-    params_for = sampling_for(body, body.max_tokens)
+    sampling = sampling_of(body, body.max_tokens)
 
-    manager = manager_of(request)
+    engine = engine_of(request)
     generations: list[Generation] = []
     try:
         for prompt in prompts:
-            generations.append(manager.start_generation(body.model, prompt, params_for, trace))
+            generations.append(engine.start_generation(body.model, prompt, sampling))
     except BaseException:
         for g in generations:
             g.close()
@@ -127,8 +128,12 @@ async def completions(request: Request) -> Response:
         {"text": done.text, "index": i, "logprobs": None, "finish_reason": _reason(done)}
         for i, done in enumerate(results)
     ]
-    payload = {**head, "object": "text_completion", "choices": choices,
-               "usage": _total_usage(results)}  # fmt: skip
+    payload = {
+        **head,
+        "object": "text_completion",
+        "choices": choices,
+        "usage": _total_usage(results),
+    }
     return Response(orjson.dumps(payload), media_type="application/json")
 
 
@@ -173,14 +178,19 @@ async def _chunks(
                 return
             if isinstance(event, Finished):
                 results.append(event)
-                choice = {"text": "", "index": index, "logprobs": None,
-                          "finish_reason": _reason(event)}  # fmt: skip
+                choice = {
+                    "text": "",
+                    "index": index,
+                    "logprobs": None,
+                    "finish_reason": _reason(event),
+                }
             else:
                 choice = {"text": event, "index": index, "logprobs": None, "finish_reason": None}
             yield sse({**head, "object": "text_completion", "choices": [choice]})
         if with_usage:
-            yield sse({**head, "object": "text_completion", "choices": [],
-                       "usage": _total_usage(results)})  # fmt: skip
+            yield sse(
+                {**head, "object": "text_completion", "choices": [], "usage": _total_usage(results)}
+            )
         yield sse(b"[DONE]")
     finally:
         for task in tasks:

@@ -10,7 +10,7 @@ generation; its KV cache rows are freed at the next step.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 import orjson
@@ -18,17 +18,16 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from inferd.config.model import GenerationConfig
-from inferd.engine.generation import Generation
+from inferd.engine import Generation
 from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
-from inferd.generation.params import SamplingParams, build_params
+from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Finished
+from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.jsonbody import openapi_body
-from inferd.server.observe import read_traced_body
 from inferd.server.sse import sse, sse_response
-from inferd.server.state import manager_of, settings_of
+from inferd.server.state import engine_of
 
 router = APIRouter(tags=["generation"])
 
@@ -68,20 +67,19 @@ class SamplingFields(Protocol):
     ignore_eos: bool
 
 
-def sampling_for(
-    body: SamplingFields, max_new_tokens: int | None
-) -> Callable[[GenerationConfig], SamplingParams]:
-    """The request's sampling fields, checked against the model's generation limits once the
-    model is known (both /generate and /v1/completions take the same fields)."""
-
-    def params_for(config: GenerationConfig) -> SamplingParams:
-        return build_params(
-            config, max_new_tokens=max_new_tokens, temperature=body.temperature,
-            top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
-            seed=body.seed, stop=body.stop, ignore_eos=body.ignore_eos,
-        )  # fmt: skip
-
-    return params_for
+def sampling_of(body: SamplingFields, max_new_tokens: int | None) -> SamplingRequest:
+    """The request's sampling fields (both /generate and /v1/completions take them); the
+    engine checks them against the model's generation limits once the model is known."""
+    return SamplingRequest(
+        max_new_tokens=max_new_tokens,
+        temperature=body.temperature,
+        top_k=body.top_k,
+        top_p=body.top_p,
+        repetition_penalty=body.repetition_penalty,
+        seed=body.seed,
+        stop=body.stop,
+        ignore_eos=body.ignore_eos,
+    )
 
 
 def usage(done: Finished) -> dict[str, int]:
@@ -100,11 +98,10 @@ def error_event(exc: BaseException, request_id: str) -> dict[str, object]:
 @router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
 async def generate(request: Request) -> Response:
     started = time.perf_counter()
-    settings = settings_of(request)
-    body, trace = await read_traced_body(request, GenerateRequest, settings.log_payloads)
+    body = await read_json(request, GenerateRequest)
     check_prompt_text(body.prompt)
-    params_for = sampling_for(body, body.max_length)
-    generation = manager_of(request).start_generation(body.model, body.prompt, params_for, trace)
+    sampling = sampling_of(body, body.max_length)
+    generation = engine_of(request).start_generation(body.model, body.prompt, sampling)
     if body.stream:
         return sse_response(_events(generation, started, request_id_of(request)))
     try:
@@ -121,12 +118,13 @@ def _final(generation: Generation, done: Finished, started: float) -> dict[str, 
         "tokens": done.completion_tokens,
         "finish_reason": done.reason,
         "latency_ms": round((time.perf_counter() - started) * 1000, 2),
-        "time_to_first_token_ms": None if done.first_token_s is None
+        "time_to_first_token_ms": None
+        if done.first_token_s is None
         else round(done.first_token_s * 1000, 2),
         "model": generation.model,
         "version": str(generation.version),
         "usage": usage(done),
-    }  # fmt: skip
+    }
 
 
 async def _events(generation: Generation, started: float, request_id: str) -> AsyncIterator[bytes]:

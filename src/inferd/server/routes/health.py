@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from inferd.server.state import manager_of, settings_of
+from inferd.server.state import engine_of, settings_of
 
 router = APIRouter(tags=["health"])
 
@@ -32,12 +32,12 @@ def _live() -> Response:
 
 
 def _ready(request: Request) -> Response:
-    manager = manager_of(request)
-    readiness = manager.readiness(settings_of(request).strict_readiness)
+    engine = engine_of(request)
+    readiness = engine.readiness(settings_of(request).strict_readiness)
     body = {
         "ready": readiness.ready,
         "reason": readiness.reason,
-        "in_flight": manager.in_flight,
+        "in_flight": engine.in_flight,
         "models": readiness.models,
     }
     return Response(

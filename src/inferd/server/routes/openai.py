@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.errors import InvalidInputError
+from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body
-from inferd.server.observe import read_traced_body
-from inferd.server.state import header_timeout_s, manager_of, settings_of
+from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -49,14 +49,12 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
 )
 async def embeddings(request: Request) -> Response:
-    body, trace = await read_traced_body(
-        request, EmbeddingsRequest, settings_of(request).log_payloads
-    )
+    body = await read_json(request, EmbeddingsRequest)
     texts = _texts(body.input)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
-        served, result = await manager_of(request).embed(
-            body.model, texts, body.dimensions, timeout_s, trace
+        served, result = await engine_of(request).embed(
+            body.model, texts, body.dimensions, timeout_s
         )
     vectors = result.vectors
     data = []
@@ -79,26 +77,17 @@ async def embeddings(request: Request) -> Response:
 
 @router.get("/models", summary="Models (OpenAI)")
 async def models(request: Request) -> Response:
-    manager = manager_of(request)
-    default_for: dict[str, list[str]] = {}
-    for purpose, name in sorted(manager.defaults().items()):
-        default_for.setdefault(name, []).append(purpose)
-    data = []
-    for name, versions in sorted(manager.versions.items()):
-        ready = [v for v in versions.values() if v.ready]
-        if not ready:
-            continue
-        served = max(ready, key=lambda v: v.version)
-        data.append(
-            {
-                "id": name,
-                "object": "model",
-                "created": manager.loaded_at.get(name, 0),
-                "owned_by": "inferd",
-                "task": served.task,
-                "version": str(served.version),
-                # the task routes that use this model when a request names none
-                "default_for": default_for.get(name, []),
-            }
-        )
+    data = [
+        {
+            "id": m.name,
+            "object": "model",
+            "created": m.loaded_at,
+            "owned_by": "inferd",
+            "task": m.newest.task,
+            "version": str(m.newest.version),
+            # the task routes that use this model when a request names none
+            "default_for": list(m.default_for),
+        }
+        for m in engine_of(request).registry.served_models()
+    ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")

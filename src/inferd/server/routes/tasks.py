@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body
-from inferd.server.observe import read_traced_body
-from inferd.server.state import header_timeout_s, manager_of, settings_of
+from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["tasks"])
 
@@ -50,13 +50,11 @@ def _json(body: object) -> Response:
 @router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
-    body, trace = await read_traced_body(request, PredictRequest, settings_of(request).log_payloads)
+    body = await read_json(request, PredictRequest)
     timeout_s = header_timeout_s(request)
     k = body.top_k or 1
     async with cancel_on_disconnect(request.receive):
-        served, result = await manager_of(request).classify(
-            body.model, body.texts, k, timeout_s, trace
-        )
+        served, result = await engine_of(request).classify(body.model, body.texts, k, timeout_s)
     nested = body.top_k is not None and body.top_k > 1
     return _json(
         {
@@ -73,11 +71,11 @@ async def predict(request: Request) -> Response:
 @router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
-    body, trace = await read_traced_body(request, EmbedRequest, settings_of(request).log_payloads)
+    body = await read_json(request, EmbedRequest)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
-        served, result = await manager_of(request).embed(
-            body.model, body.texts, body.dimensions, timeout_s, trace
+        served, result = await engine_of(request).embed(
+            body.model, body.texts, body.dimensions, timeout_s
         )
     return _json(
         {

@@ -10,15 +10,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from inferd import __version__
-from inferd.engine.specs import served_shape
-from inferd.engine.version import ServedVersion
-from inferd.errors import InvalidInputError, UnavailableError
+from inferd.engine import Version, served_shape
+from inferd.errors import InvalidInputError
+from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import TensorSpec
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body
-from inferd.server.observe import note_payload, trace_of
-from inferd.server.state import header_timeout_s, manager_of, settings_of
+from inferd.server.state import engine_of, header_timeout_s
 from inferd.server.v2_binary import HEADER_LENGTH, split_body
 from inferd.server.v2_codec import (
     InferRequest,
@@ -42,13 +41,9 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
 
 
-def _ready_version(request: Request, model: str, version: str | None) -> ServedVersion:
-    served = manager_of(request).resolve(model, version)
-    if not served.ready:
-        raise UnavailableError(
-            f"model '{model}' version {served.version} is not ready ({served.state.value.lower()})"
-            + (f": {served.reason}" if served.reason else "")
-        )
+def _ready_version(request: Request, model: str, version: str | None) -> Version:
+    served = engine_of(request).registry.resolve(model, version)
+    served.ensure_ready()
     return served
 
 
@@ -60,20 +55,19 @@ async def server_metadata(request: Request) -> Response:
             "name": "inferd",
             "version": __version__,
             "extensions": EXTENSIONS,
-            "defaults": manager_of(request).defaults(),
+            "defaults": engine_of(request).registry.defaults(),
         }
     )
 
 
 def _stats(request: Request, model: str | None, version: str | None) -> Response:
-    manager = manager_of(request)
+    registry = engine_of(request).registry
     if model is None:
-        chosen = [v for versions in manager.versions.values() for v in versions.values()]
+        chosen = list(registry.all_versions())
     elif version is None:
-        manager.resolve(model)  # 404 for an unknown model
-        chosen = list(manager.versions.get(model, {}).values())
+        chosen = registry.versions_of(model)  # 404 for an unknown model
     else:
-        chosen = [manager.resolve(model, version)]
+        chosen = [registry.resolve(model, version)]
     return _json({"model_stats": [v.stats.as_dict() for v in chosen]})
 
 
@@ -94,11 +88,11 @@ async def version_stats(request: Request, model: str, version: str) -> Response:
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
     served = _ready_version(request, model, version)
-    versions = sorted(manager_of(request).versions[model])
+    versions = engine_of(request).registry.versions_of(model)
     return _json(
         {
             "name": model,
-            "versions": [str(v) for v in versions],
+            "versions": [str(v.version) for v in versions],
             "platform": PLATFORM,
             "inputs": [_tensor(s) for s in served.inputs],
             "outputs": [_tensor(s) for s in served.outputs],
@@ -117,7 +111,7 @@ async def version_metadata(request: Request, model: str, version: str) -> Respon
 
 
 def _model_ready(request: Request, model: str, version: str | None) -> Response:
-    served = manager_of(request).resolve(model, version)
+    served = engine_of(request).registry.resolve(model, version)
     body = {"name": model, "version": str(served.version), "ready": served.ready}
     if served.reason:
         body["reason"] = served.reason
@@ -134,7 +128,7 @@ async def version_ready(request: Request, model: str, version: str) -> Response:
     return _model_ready(request, model, version)
 
 
-def _config_body(served: ServedVersion) -> dict[str, Any]:
+def _config_body(served: Version) -> dict[str, Any]:
     config = served.config
     batching = config.dynamic_batching
 
@@ -190,29 +184,25 @@ INFER_BODY = openapi_body(InferRequest)
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
-    settings = settings_of(request)
-    body = await read_body(request, settings.max_body_bytes)
-    trace = trace_of(request.scope)
-    note_payload(trace, body, settings.log_payloads)
+    body = await read_body(request)
+    trace = current_trace()
     started = time.perf_counter()
     json_part, binary = split_body(body, request.headers.get(HEADER_LENGTH))
     parsed = parse_infer_request(json_part)
     feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
-    if trace is not None:
-        trace.preprocess_s = time.perf_counter() - started
+    trace.preprocess_s = time.perf_counter() - started
     async with cancel_on_disconnect(request.receive):
-        served, outputs = await manager_of(request).infer(
-            model, version, feeds, output_names, timeout_s, trace
+        served, outputs = await engine_of(request).infer(
+            model, version, feeds, output_names, timeout_s
         )
     started = time.perf_counter()
     as_binary = binary_outputs(parsed, list(outputs))
     content, header_length = encode_response(
         served.model, served.version, parsed.id, outputs, as_binary
     )
-    if trace is not None:
-        trace.postprocess_s += time.perf_counter() - started
+    trace.postprocess_s += time.perf_counter() - started
     if header_length is None:
         return Response(content, media_type="application/json")
     return Response(

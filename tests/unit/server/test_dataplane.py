@@ -1,4 +1,4 @@
-"""The hot-route shortcut: which endpoints it may take, and that it answers as FastAPI would
+"""The data plane's router: which endpoints it may take, and that it answers as FastAPI would
 (path parameters, the route in the scope, exception handlers, everything else passed on)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from inferd.server.app import HOT_ROUTES
-from inferd.server.hot import HotRoutes, hot_route
+from inferd.server.app import DATA_ROUTES
+from inferd.server.dataplane import DataPlane, data_route
 
 
 class Boom(Exception):
@@ -46,23 +46,24 @@ def make_app() -> FastAPI:
     app.get("/items/{name}/run")(read)
     app.post("/typed")(typed)
     app.add_exception_handler(Boom, on_boom)
-    app.add_middleware(HotRoutes, routes=[hot_route("/items/{name}/run", run)],
-                       handlers=app.exception_handlers)  # fmt: skip
+    app.add_middleware(
+        DataPlane, routes=[data_route("/items/{name}/run", run)], handlers=app.exception_handlers
+    )
     return app
 
 
 def test_only_endpoints_fastapi_need_not_resolve_are_taken() -> None:
     with pytest.raises(ValueError, match="typed at /typed"):
-        hot_route("/typed", typed)  # a body model: FastAPI must parse and validate it
-    for path, endpoint in HOT_ROUTES:  # inferd's own: each takes the request and path params
-        assert hot_route(path, endpoint).path == path
+        data_route("/typed", typed)  # a body model: FastAPI must parse and validate it
+    for path, endpoint in DATA_ROUTES:  # inferd's own: each takes the request and path params
+        assert data_route(path, endpoint).path == path
 
 
-async def test_hot_requests_answer_as_fastapi_would_and_the_rest_pass_on() -> None:
+async def test_data_plane_answers_as_fastapi_would_and_the_rest_pass_on() -> None:
     transport = httpx.ASGITransport(app=make_app())
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        hot = await client.post("/items/abc/run", content=b"payload")
-        assert hot.json() == {"name": "abc", "route": "/items/{name}/run", "body": "payload"}
+        served = await client.post("/items/abc/run", content=b"payload")
+        assert served.json() == {"name": "abc", "route": "/items/{name}/run", "body": "payload"}
         boom = await client.post("/items/boom/run")
         assert (boom.status_code, boom.json()) == (418, {"error": "exploded"})
         assert (await client.get("/items/abc/run")).json() == {"read": "abc"}  # not POST

@@ -1,0 +1,22 @@
+"""What a servable is built from: the version's identity and configuration, what loading
+produced (warm runtimes, specs, the tokenizer's parts), and whom it reports to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferd.config.model import ModelConfig
+from inferd.engine.loading import LoadedModel
+from inferd.observability.observer import Observer
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    model: str
+    version: int
+    config: ModelConfig
+    loaded: LoadedModel
+    observer: Observer
+    """The engine's observer (metrics, drift)."""
+    batch_observer: Observer
+    """The version's own: its statistics and health first, then the engine's observer."""

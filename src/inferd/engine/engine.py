@@ -1,0 +1,165 @@
+"""The engine: what every protocol front end (HTTP routes today) calls.
+
+It composes the registry (which version answers), the loader (what serves), and admission (may
+this request start, by when is it due, what a drain waits for), and runs each request on the
+version's servable, recording its outcome in the version's statistics and its model and version
+in the request's trace. It never imports a web framework, and it does not choose the runtime:
+the composition root (the CLI) passes a runtime loader in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from inferd.config.server import ServerSettings
+from inferd.engine.admission import Admission
+from inferd.engine.generation import Generation
+from inferd.engine.loader import Loader, RuntimeLoader
+from inferd.engine.registry import Readiness, Registry
+from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.version import Version
+from inferd.generation.params import SamplingRequest
+from inferd.observability.observer import Observer
+from inferd.observability.trace import current_trace
+from inferd.repository.scan import ModelEntry
+from inferd.runtime.protocol import Array, Feeds
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        entries: Sequence[ModelEntry],
+        runtime_loader: RuntimeLoader,
+        observer: Observer | None = None,
+        root: Path | None = None,
+    ) -> None:
+        self._settings = settings
+        self.registry = Registry(entries)
+        self.admission = Admission(settings)
+        self.loader = Loader(
+            self.registry,
+            settings,
+            runtime_loader,
+            observer or Observer(),
+            root,
+            lambda: self.admission.draining,
+        )
+
+    # -- inference --------------------------------------------------------------------------
+
+    async def infer(
+        self,
+        model: str,
+        version: str | None,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[Version, dict[str, Array]]:
+        async with self.admission.admit():
+            served = self._named(self.registry.resolve(model, version))
+            deadline = self.admission.deadline_for(served.config, timeout_s)
+            with _outcome(served):
+                outputs = await served.servable.infer(
+                    feeds, output_names, deadline, self._settings.max_request_rows
+                )
+        return served, outputs
+
+    async def embed(
+        self,
+        model: str | None,
+        texts: Sequence[str],
+        dimensions: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[Version, Embeddings]:
+        async with self.admission.admit():
+            served = self._named(self._task_model(model, "embed"))
+            deadline = self.admission.deadline_for(served.config, timeout_s)
+            with _outcome(served):
+                return served, await served.servable.embed(texts, deadline, dimensions)
+
+    async def classify(
+        self,
+        model: str | None,
+        texts: Sequence[str],
+        k: int = 1,
+        timeout_s: float | None = None,
+    ) -> tuple[Version, Classified]:
+        async with self.admission.admit():
+            served = self._named(self._task_model(model, "predict"))
+            deadline = self.admission.deadline_for(served.config, timeout_s)
+            with _outcome(served):
+                return served, await served.servable.classify(texts, k, deadline)
+
+    def start_generation(
+        self, model: str | None, prompt: str, sampling: SamplingRequest
+    ) -> Generation:
+        """Admits and queues a generation. The returned handle holds an in-flight slot (what
+        a drain waits for) until its stream ends or it is closed."""
+        self.admission.enter()
+        try:
+            served = self._named(self._task_model(model, "generate"))
+            seq = served.servable.generate(prompt, sampling)
+        except BaseException:
+            self.admission.leave()
+            raise
+        return Generation(seq, served.model, served.version, self.admission.leave)
+
+    def _task_model(self, model: str | None, purpose: str) -> Version:
+        return self.registry.resolve(model) if model else self.registry.default_for(purpose)
+
+    @staticmethod
+    def _named(served: Version) -> Version:
+        trace = current_trace()
+        trace.model, trace.version = served.model, str(served.version)
+        return served
+
+    # -- life -------------------------------------------------------------------------------
+
+    async def load_all(self) -> None:
+        await self.loader.load_all()
+
+    def readiness(self, strict: bool) -> Readiness:
+        return self.registry.readiness(strict, self.loader.done, self.admission.draining)
+
+    @property
+    def in_flight(self) -> int:
+        return self.admission.in_flight
+
+    @property
+    def accepting(self) -> bool:
+        return self.admission.accepting
+
+    def begin_drain(self) -> None:
+        self.admission.begin_drain()
+
+    async def drain(self, timeout_s: float) -> bool:
+        return await self.admission.drain(timeout_s)
+
+    async def close(self) -> None:
+        self.admission.accepting = False
+        for version in list(self.registry.all_versions()):
+            await version.close()
+
+    # -- what the metrics read at scrape time (observability's ServerView) -------------------
+
+    def queue_depths(self) -> list[tuple[str, str, int]]:
+        return self.registry.queue_depths()
+
+    def model_states(self) -> list[tuple[str, str, bool, float | None]]:
+        return self.registry.model_states()
+
+
+@contextmanager
+def _outcome(served: Version) -> Iterator[None]:
+    """Records the request's success or failure and duration in the version's statistics."""
+    started = time.perf_counter()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        served.stats.on_request(ok, time.perf_counter() - started)

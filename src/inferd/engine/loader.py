@@ -1,0 +1,268 @@
+"""The loader: turns repository entries into serving versions, at start-up (in the background,
+with fallback to an older version) and on the admin's load and unload.
+
+Which servable a model becomes is decided here, once, by its task (`SERVABLES`); a zero-shot
+classifier is built over its base model's servable once the bases are up. Loading a version
+never raises: a failure is recorded on the version (its state and reason) and logged, and the
+other models serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from inferd.config.model import RuntimeOptions
+from inferd.config.server import ServerSettings
+from inferd.engine.build import BuildContext
+from inferd.engine.generation import GeneratorServable
+from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.registry import Registry
+from inferd.engine.servable import Servable
+from inferd.engine.tensor import TensorServable
+from inferd.engine.text import ClassifierServable, EmbeddingServable
+from inferd.engine.version import Version, VersionState
+from inferd.engine.zero_shot import ZeroShotServable
+from inferd.errors import (
+    ConfigError,
+    InferdError,
+    InvalidInputError,
+    NotFoundError,
+    UnavailableError,
+)
+from inferd.observability.observer import Observer
+from inferd.repository.scan import ModelEntry, scan_model, task_defaults, valid_name
+from inferd.runtime.protocol import Runtime
+
+log = logging.getLogger(__name__)
+
+RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
+"""Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""
+
+SERVABLES: dict[str, Callable[[BuildContext], Servable]] = {
+    "tensor": TensorServable.build,
+    "embedding": EmbeddingServable.build,
+    "text-classification": ClassifierServable.build,
+    "text-generation": GeneratorServable.build,
+}
+"""Task -> how a loaded version of it is served. A new model kind is a servable class and a
+line here (zero-shot, which loads no file, is built over its base in `_load_zero_shot`)."""
+
+
+class Loader:
+    def __init__(
+        self,
+        registry: Registry,
+        settings: ServerSettings,
+        runtime_loader: RuntimeLoader,
+        observer: Observer,
+        root: Path | None,
+        draining: Callable[[], bool],
+    ) -> None:
+        self._registry = registry
+        self._settings = settings
+        self._runtime_loader = runtime_loader
+        self._observer = observer
+        self._root = root
+        self._draining = draining
+        self.done = False
+        """Start-up loading has finished (whatever its outcome)."""
+
+    # -- start-up --------------------------------------------------------------------------
+
+    async def load_all(self) -> None:
+        """Loads every selected version, `load_concurrency` at a time. Never raises."""
+        registry = self._registry
+        for name, error in registry.errors().items():
+            log.error("model not loaded", extra={"model": name, "reason": error})
+        limit = asyncio.Semaphore(self._settings.load_concurrency)
+
+        async def load(entry: ModelEntry, version: Version) -> None:
+            async with limit:
+                await self._load_version(entry, version)
+
+        jobs = [
+            load(registry.entries[v.model], v)
+            for v in registry.all_versions()
+            if v.config.needs_versions
+        ]
+        try:
+            await asyncio.gather(*jobs)
+            for name in registry.models():
+                await self._fall_back(name)
+            for version in list(registry.all_versions()):  # derived models, once bases are up
+                if not version.config.needs_versions:
+                    await self._load_zero_shot(version)
+        finally:
+            self.done = True
+        ready = sum(v.ready for v in registry.all_versions())
+        log.info("model loading finished", extra={"ready_versions": ready})
+
+    async def _fall_back(self, name: str) -> bool:
+        """With a `latest` policy and no selected version serving, the newest older version
+        that loads serves instead: a broken new version never takes the model down."""
+        entry = self._registry.entries[name]
+        config = entry.config
+        versions = self._registry.versions_map(name)
+        if config is None or not config.needs_versions or any(v.ready for v in versions.values()):
+            return True
+        policy = config.version_policy
+        if policy.all or policy.specific is not None:
+            return False
+        for candidate in sorted(entry.available, key=lambda v: -v.version):
+            if candidate.version in versions:
+                continue
+            version = Version(name, candidate.version, config)
+            versions[candidate.version] = version
+            await self._load_version(entry, version)
+            if version.ready:
+                log.warning(
+                    "serving an older version: the selected ones failed to load",
+                    extra={"model": name, "version": candidate.version},
+                )
+                for failed in versions.values():
+                    if failed.state is VersionState.FAILED:
+                        failed.superseded = True  # reported, but the model serves
+                return True
+        return False
+
+    async def _load_version(self, entry: ModelEntry, version: Version) -> None:
+        config = version.config
+        path = next(v.path for v in entry.available if v.version == version.version)
+        loop = asyncio.get_running_loop()
+        try:
+            loaded: LoadedModel = await loop.run_in_executor(
+                None,
+                load_instances,
+                config,
+                lambda: self._runtime_loader(path, config.runtime),
+                path.parent,
+            )
+        except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
+            self._failed(version, exc, "model version failed to load")
+            return
+        if self._draining():
+            await loop.run_in_executor(None, loaded.pool.close)
+            version.fail("the server began draining while this version loaded")
+            return
+        context = BuildContext(
+            version.model,
+            version.version,
+            config,
+            loaded,
+            self._observer,
+            version.watch(self._observer),
+        )
+        try:
+            servable = SERVABLES[config.task](context)
+        except Exception as exc:  # the parts do not fit the task (caught before any request)
+            await loop.run_in_executor(None, loaded.pool.close)
+            self._failed(version, exc, "model version failed to load")
+            return
+        version.serve(servable, loaded.load_s)
+        self._registry.mark_loaded(version.model, int(time.time()))
+        log.info(
+            "model version ready",
+            extra={
+                "model": version.model,
+                "version": version.version,
+                "load_ms": round(loaded.load_s * 1000, 1),
+                "providers": list(servable.providers),
+                "instances": config.instance_count,
+            },
+        )
+
+    async def _load_zero_shot(self, version: Version) -> None:
+        zero_shot = version.config.zero_shot
+        if zero_shot is None:
+            return
+        try:
+            base = self._registry.resolve(zero_shot.base_model).servable
+            servable = await ZeroShotServable.build(
+                version.model, version.config, base, self._observer
+            )
+        except Exception as exc:  # the base is missing, failed, or cannot embed the labels
+            self._failed(version, exc, "zero-shot model failed to load")
+            return
+        version.serve(servable)
+        self._registry.mark_loaded(version.model, int(time.time()))
+        log.info(
+            "zero-shot model ready",
+            extra={
+                "model": version.model,
+                "base": zero_shot.base_model,
+                "labels": len(zero_shot.labels),
+            },
+        )
+
+    @staticmethod
+    def _failed(version: Version, exc: BaseException, message: str) -> None:
+        reason = _reason(exc)
+        version.fail(reason)
+        log.error(
+            message, extra={"model": version.model, "version": version.version, "reason": reason}
+        )
+
+    # -- repository changes (admin) -------------------------------------------------------
+
+    async def load_model(self, name: str) -> Version:
+        """Reads a model's folder again and loads the versions its policy selects that do not
+        serve yet. Versions no longer selected are drained and closed only once a selected
+        version serves: a new version that fails to load leaves the previous one serving."""
+        if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
+            raise NotFoundError(f"no model folder '{name}' in the repository")
+        entry = scan_model(self._root / name)
+        if entry.error is not None or entry.config is None:
+            raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
+        if not entry.config.needs_versions:
+            raise InvalidInputError("a zero-shot model follows its base model; load that one")
+        try:
+            task_defaults([*self._registry.serving_entries(besides=name), entry])
+        except ConfigError as exc:
+            raise InvalidInputError(f"model '{name}' cannot load: {exc}") from exc
+        self._registry.register_entry(entry)
+        current = self._registry.versions_map(name)
+        fresh = []
+        for selected in entry.versions:
+            existing = current.get(selected.version)
+            if existing is not None and existing.ready:
+                continue
+            version = Version(name, selected.version, entry.config)
+            current[selected.version] = version
+            fresh.append(version)
+        for version in fresh:
+            await self._load_version(entry, version)
+        chosen = {v.version for v in entry.versions}
+        if not any(current[v].ready for v in chosen if v in current):
+            failures = "; ".join(f"version {v.version}: {v.reason}" for v in fresh if v.reason)
+            for version in fresh:
+                current.pop(version.version, None)
+            serving = sorted(n for n, v in current.items() if v.ready)
+            raise UnavailableError(
+                f"model '{name}' did not load ({failures}); still serving: {serving or 'none'}"
+            )
+        for number in sorted(set(current) - chosen):
+            retired = current.pop(number)
+            await retired.drain(self._settings.drain_timeout_s)
+            await retired.close()
+            log.info("version retired", extra={"model": name, "version": number})
+        self._registry.mark_loaded(name, int(time.time()))
+        return self._registry.resolve(name)
+
+    async def unload_model(self, name: str) -> None:
+        """Drains and closes every version of a model; it then answers 404 until loaded."""
+        versions = self._registry.remove_model(name)
+        for version in versions.values():
+            await version.drain(self._settings.drain_timeout_s)
+            await version.close()
+        log.info("model unloaded", extra={"model": name})
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, InferdError):
+        return exc.message
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

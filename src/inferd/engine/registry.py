@@ -1,0 +1,216 @@
+"""The registry: every model of the repository and every version of each, with the questions
+the rest of inferd asks of them (which version answers, which model is a task's default, what
+is ready, what the repository index says). Routes ask through these methods only.
+
+The loader changes what is registered (`add`, `replace_versions`, `remove_model`, `fail_model`);
+nothing else does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from inferd.config.model import ModelConfig
+from inferd.engine.version import Version, VersionState
+from inferd.errors import InvalidInputError, NotFoundError, UnavailableError
+from inferd.repository.scan import ModelEntry, valid_name
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str
+    models: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model with a ready version, as `/v1/models` lists it."""
+
+    name: str
+    newest: Version
+    loaded_at: int
+    default_for: tuple[str, ...]
+
+
+class Registry:
+    def __init__(self, entries: Sequence[ModelEntry]) -> None:
+        self.entries: dict[str, ModelEntry] = {e.name: e for e in entries}
+        self._versions: dict[str, dict[int, Version]] = {}
+        self._errors: dict[str, str] = {}
+        self._unloaded: set[str] = set()
+        self._loaded_at: dict[str, int] = {}
+        for entry in entries:
+            if entry.error is not None or entry.config is None:
+                self._errors[entry.name] = entry.error or "no configuration"
+            elif not entry.config.needs_versions:  # zero-shot: one virtual version
+                self._versions[entry.name] = {1: Version(entry.name, 1, entry.config)}
+            else:
+                self._versions[entry.name] = {
+                    v.version: Version(entry.name, v.version, entry.config) for v in entry.versions
+                }
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def resolve(self, model: str, version: str | None = None) -> Version:
+        """The version that answers: the one named, else the highest ready one (else the
+        newest, whose requests then get 5030 with its state)."""
+        if not valid_name(model) or (model not in self._versions and model not in self._errors):
+            raise NotFoundError(f"unknown model '{model}'")
+        if model in self._errors:
+            raise UnavailableError(f"model '{model}' failed to load: {self._errors[model]}")
+        versions = self._versions[model]
+        if version is not None:
+            # isascii: str.isdigit also accepts digits that int() refuses ("²")
+            if not (version.isascii() and version.isdigit()) or int(version) not in versions:
+                raise NotFoundError(
+                    f"model '{model}' has no served version '{version}'; served: {sorted(versions)}"
+                )
+            return versions[int(version)]
+        ready = [v for v in versions.values() if v.ready]
+        if ready:
+            return max(ready, key=lambda v: v.version)
+        return versions[max(versions)]
+
+    def versions_of(self, model: str) -> list[Version]:
+        """Every registered version of `model`, oldest first (404 for an unknown model)."""
+        self.resolve(model)
+        return [v for _, v in sorted(self._versions.get(model, {}).items())]
+
+    def all_versions(self) -> Iterator[Version]:
+        for versions in self._versions.values():
+            yield from versions.values()
+
+    def models(self) -> list[str]:
+        return sorted(self._versions)
+
+    def config_of(self, model: str) -> ModelConfig | None:
+        versions = self._versions.get(model)
+        return next(iter(versions.values())).config if versions else None
+
+    def defaults(self) -> dict[str, str]:
+        """Purpose ("embed", "predict", "generate") -> the model that answers requests naming
+        none: the one model served for that purpose, else the one marked `default: true`."""
+        fits: dict[str, list[str]] = {}
+        marked: dict[str, str] = {}
+        for name in self._versions:
+            config = self.config_of(name)
+            if config is None or config.purpose is None:
+                continue
+            fits.setdefault(config.purpose, []).append(name)
+            if config.default:
+                marked[config.purpose] = name
+        only = {purpose: names[0] for purpose, names in fits.items() if len(names) == 1}
+        return {**marked, **only}
+
+    def default_for(self, purpose: str) -> Version:
+        chosen = self.defaults().get(purpose)
+        if chosen is not None:
+            return self.resolve(chosen)
+        fits = sorted(
+            name
+            for name in self._versions
+            if getattr(self.config_of(name), "purpose", None) == purpose
+        )
+        if not fits:
+            raise NotFoundError(f"no model here can {purpose}; see GET /v1/models")
+        raise InvalidInputError(
+            f"several models can {purpose} ({fits}) and none is the default: name one in "
+            "'model' (or set default: true in one's config.yaml)"
+        )
+
+    def served_models(self) -> list[ServedModel]:
+        default_for: dict[str, list[str]] = {}
+        for purpose, name in sorted(self.defaults().items()):
+            default_for.setdefault(name, []).append(purpose)
+        served = []
+        for name, versions in sorted(self._versions.items()):
+            ready = [v for v in versions.values() if v.ready]
+            if ready:
+                newest = max(ready, key=lambda v: v.version)
+                served.append(
+                    ServedModel(
+                        name, newest, self._loaded_at.get(name, 0), tuple(default_for.get(name, ()))
+                    )
+                )
+        return served
+
+    def index(self) -> list[dict[str, str]]:
+        """The repository extension's index: every model and version with its state."""
+        rows = []
+        for name in sorted(set(self.entries) | set(self._versions)):
+            if name in self._unloaded:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
+                continue
+            if name in self._errors:
+                rows.append({"name": name, "state": "UNAVAILABLE", "reason": self._errors[name]})
+                continue
+            for number, served in sorted(self._versions.get(name, {}).items()):
+                row = {"name": name, "version": str(number), "state": served.state.value}
+                if served.reason:
+                    row["reason"] = served.reason
+                rows.append(row)
+        return rows
+
+    def readiness(self, strict: bool, loading_done: bool, draining: bool) -> Readiness:
+        models: dict[str, dict[str, object]] = {}
+        problems: list[str] = []
+        for name, error in self._errors.items():
+            models[name] = {"ready": False, "reason": error}
+            problems.append(f"model '{name}' failed: {error}")
+        for name, versions in self._versions.items():
+            states = {
+                str(n): {"state": v.state.value, **({"reason": v.reason} if v.reason else {})}
+                for n, v in versions.items()
+            }
+            model_ready = any(v.ready for v in versions.values())
+            models[name] = {"ready": model_ready, "versions": states}
+            for n, v in versions.items():
+                if v.state is VersionState.FAILED and not v.superseded:
+                    problems.append(f"model '{name}' version {n} failed: {v.reason}")
+            if not model_ready and loading_done:
+                problems.append(f"model '{name}' has no ready version")
+        if draining:
+            return Readiness(False, "draining", models)
+        if not loading_done:
+            return Readiness(False, "loading models", models)
+        if not any(m.get("ready") for m in models.values()):
+            return Readiness(False, "; ".join(problems) or "no model in the repository", models)
+        if strict and problems:
+            return Readiness(False, "; ".join(problems), models)
+        return Readiness(True, "ready", models)
+
+    def errors(self) -> dict[str, str]:
+        return dict(self._errors)
+
+    def queue_depths(self) -> list[tuple[str, str, int]]:
+        return [(v.model, str(v.version), v.queued_items) for v in self.all_versions() if v.ready]
+
+    def model_states(self) -> list[tuple[str, str, bool, float | None]]:
+        return [(v.model, str(v.version), v.ready, v.load_s) for v in self.all_versions()]
+
+    # -- changes (the loader's) ------------------------------------------------------------
+
+    def versions_map(self, model: str) -> dict[int, Version]:
+        """The loader's handle on a model's versions (created empty when new)."""
+        return self._versions.setdefault(model, {})
+
+    def mark_loaded(self, model: str, at: int) -> None:
+        self._loaded_at.setdefault(model, at)
+
+    def register_entry(self, entry: ModelEntry) -> None:
+        self.entries[entry.name] = entry
+        self._errors.pop(entry.name, None)
+        self._unloaded.discard(entry.name)
+
+    def remove_model(self, model: str) -> dict[int, Version]:
+        """Takes a model out (it answers 404 until loaded again); returns its versions."""
+        if model not in self._versions:
+            raise NotFoundError(f"model '{model}' is not loaded")
+        self._unloaded.add(model)
+        return self._versions.pop(model)
+
+    def serving_entries(self, besides: str) -> list[ModelEntry]:
+        """The entries of the models registered now, but `besides`."""
+        return [e for n, e in self.entries.items() if n != besides and n in self._versions]

@@ -1,0 +1,124 @@
+"""What a loaded model version does: the `Servable` base, and the answers of the text tasks.
+
+One class per model kind derives from `Servable` (tensor, text embedding, text classification
+and zero-shot classification, generation) and overrides the requests it serves; the base
+refuses every other one with a 4004 that says what the model does instead. Nothing above the
+engine asks which kind a model is: it calls the verb, and the servable answers or refuses.
+
+A servable is built ready (by the loader, once its runtimes are warm) and lives until `close`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from inferd.config.model import ModelConfig
+from inferd.errors import InvalidInputError
+from inferd.generation.params import SamplingRequest
+from inferd.generation.sequence import Sequence as Seq
+from inferd.observability.observer import Observer, notify
+from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.tasks.classification import Prediction
+
+TEXT_INPUT = "text"
+"""Text models take their texts over KServe V2 as one BYTES input of this name."""
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    vectors: Array
+    """[texts, dimension], float32."""
+    token_counts: list[int]
+
+
+@dataclass(frozen=True)
+class Classified:
+    predictions: list[Prediction]
+    probabilities: Array
+    token_counts: list[int]
+
+
+class Servable:
+    kind: ClassVar[str] = "model"
+    """What it is, in the words of its refusals ("an embedding model", ...)."""
+
+    def __init__(
+        self,
+        model: str,
+        version: int,
+        config: ModelConfig,
+        inputs: tuple[TensorSpec, ...],
+        outputs: tuple[TensorSpec, ...],
+        providers: tuple[str, ...],
+        observer: Observer,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.config = config
+        self.inputs = inputs
+        """What clients send over V2 (text models: a BYTES `text` input)."""
+        self.outputs = outputs
+        self.providers = providers
+        self._observer = observer
+
+    @property
+    def queued_items(self) -> int:
+        return 0
+
+    # -- requests: each kind overrides what it serves ------------------------------------
+
+    async def infer(
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None,
+        deadline: float | None,
+        max_rows_per_request: int,
+    ) -> dict[str, Array]:
+        """KServe V2: validates, runs, and returns the named outputs (all when none are)."""
+        if output_names:
+            known = {o.name for o in self.outputs}
+            unknown = sorted(set(output_names) - known)
+            if unknown:
+                raise InvalidInputError(
+                    f"unknown output(s) {unknown}; the model gives {sorted(known)}"
+                )
+        outputs = await self._infer(feeds, deadline, max_rows_per_request)
+        if output_names:
+            return {name: outputs[name] for name in output_names}
+        return outputs
+
+    async def _infer(
+        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
+    ) -> dict[str, Array]:
+        raise InvalidInputError(f"model '{self.model}' is {self.kind}: it takes no V2 tensors")
+
+    async def embed(
+        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
+    ) -> Embeddings:
+        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not embed texts")
+
+    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
+        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not classify texts")
+
+    def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
+        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
+
+    # -- life ----------------------------------------------------------------------------
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Waits for what is queued and running (True when it all finished in time)."""
+        return True
+
+    async def close(self) -> None:
+        """Answers what is left, stops its loop, frees its runtimes."""
+
+    def report_texts(
+        self,
+        token_counts: Sequence[int],
+        top_labels: Sequence[str] | None = None,
+        top_scores: Sequence[float] | None = None,
+    ) -> None:
+        """Tells the observer of a request's texts (lengths; top label and score each)."""
+        notify(self._observer.on_texts, self.model, token_counts, top_labels, top_scores)

@@ -1,0 +1,42 @@
+"""The tensor servable: KServe V2 tensors in and out, through the version's batcher."""
+
+from __future__ import annotations
+
+from inferd.batching import Timing
+from inferd.engine.batched import BatchedServable, start_batcher
+from inferd.engine.build import BuildContext
+from inferd.engine.validation import validate_feeds
+from inferd.observability.trace import current_trace
+from inferd.runtime.protocol import Array, Feeds
+
+
+class TensorServable(BatchedServable):
+    kind = "a tensor model"
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> TensorServable:
+        loaded = ctx.loaded
+        batcher = start_batcher(ctx.model, ctx.version, ctx.config, loaded, ctx.batch_observer)
+        return cls(
+            ctx.model,
+            ctx.version,
+            ctx.config,
+            loaded,
+            batcher,
+            (loaded.inputs, loaded.outputs),
+            ctx.observer,
+        )
+
+    async def _infer(
+        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
+    ) -> dict[str, Array]:
+        rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
+        timing = Timing()
+        outputs = await self._batcher.submit(feeds, rows, deadline, timing)
+        trace = current_trace()
+        trace.items = rows
+        trace.input_length = sum(int(a.size) for a in feeds.values())
+        trace.output_length = sum(int(a.size) for a in outputs.values())
+        trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
+        trace.batch_size = timing.batch_rows
+        return outputs

@@ -1,0 +1,141 @@
+"""The one observer interface of the data path, and the one guard every caller uses.
+
+The batcher, the generation scheduler and the engine report what happens (a batch ran, a
+runtime turned unhealthy, texts were served, a decode step ran) to an `Observer`. Every method
+is a no-op here: an observer overrides what it watches (metrics, drift, a version's statistics).
+`notify` calls one observer method and logs its failure: observing never breaks a request.
+`Observers` fans one event out to several, each guarded on its own.
+
+Imports nothing of the data path (observability sits beside it): a batch's facts are a protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from inferd.observability.stats import BatchFacts
+
+log = logging.getLogger(__name__)
+
+
+class Observer:
+    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
+        """A batch ran (or failed: `record.error`)."""
+
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
+        """An out-of-memory failure lowered the batch size limit to `limit` rows."""
+
+    def on_unhealthy(self, model: str, version: str, reason: str) -> None:
+        """The runtime fails even one item at a time, again and again."""
+
+    def on_texts(
+        self,
+        model: str,
+        token_counts: Sequence[int],
+        top_labels: Sequence[str] | None = None,
+        top_scores: Sequence[float] | None = None,
+    ) -> None:
+        """A request's texts were served (with the top label and score of each, classifiers)."""
+
+    def on_generation_step(
+        self,
+        model: str,
+        version: str,
+        kind: str,
+        rows: int,
+        seconds: float,
+        running: int,
+        waiting: int,
+        kv_tokens: int,
+        kv_limit: int,
+    ) -> None:
+        """A prefill or decode step ran (`kind` "idle": the state after the queue emptied)."""
+
+    def on_generation_tokens(
+        self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
+    ) -> None:
+        """Time to first token of new sequences, and gaps between tokens of running ones."""
+
+    def on_generation_finished(
+        self, model: str, reason: str, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        """A sequence ended (stop, length, cancelled, error)."""
+
+
+def notify(method: Callable[..., object], *args: object) -> None:
+    """Calls `method(*args)`; a failure is logged with its traceback, never raised."""
+    try:
+        method(*args)
+    except Exception:
+        log.exception(
+            "observer failed; the request is unaffected",
+            extra={"observer": getattr(method, "__qualname__", repr(method))},
+        )
+
+
+class Observers(Observer):
+    """Several observers as one; each is called on its own guard."""
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = tuple(observers)
+
+    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
+        for o in self.observers:
+            notify(o.on_batch, model, version, record)
+
+    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
+        for o in self.observers:
+            notify(o.on_memory_pressure, model, version, rows, limit)
+
+    def on_unhealthy(self, model: str, version: str, reason: str) -> None:
+        for o in self.observers:
+            notify(o.on_unhealthy, model, version, reason)
+
+    def on_texts(
+        self,
+        model: str,
+        token_counts: Sequence[int],
+        top_labels: Sequence[str] | None = None,
+        top_scores: Sequence[float] | None = None,
+    ) -> None:
+        for o in self.observers:
+            notify(o.on_texts, model, token_counts, top_labels, top_scores)
+
+    def on_generation_step(
+        self,
+        model: str,
+        version: str,
+        kind: str,
+        rows: int,
+        seconds: float,
+        running: int,
+        waiting: int,
+        kv_tokens: int,
+        kv_limit: int,
+    ) -> None:
+        for o in self.observers:
+            notify(
+                o.on_generation_step,
+                model,
+                version,
+                kind,
+                rows,
+                seconds,
+                running,
+                waiting,
+                kv_tokens,
+                kv_limit,
+            )
+
+    def on_generation_tokens(
+        self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
+    ) -> None:
+        for o in self.observers:
+            notify(o.on_generation_tokens, model, first_token_s, inter_token_s)
+
+    def on_generation_finished(
+        self, model: str, reason: str, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        for o in self.observers:
+            notify(o.on_generation_finished, model, reason, prompt_tokens, completion_tokens)
