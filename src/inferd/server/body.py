@@ -24,10 +24,13 @@ async def read_body(request: Request) -> bytes:
     """The body as sent, or inflated when compressed; a body that inflates past the server's
     `max_body_bytes` is 413 (a small compressed body must not become a large one in memory)."""
     settings = settings_of(request)
-    body = _inflate(
-        await request.body(), request.headers.get("content-encoding", ""), settings.max_body_bytes
-    )
-    note_payload(current_trace(), body, settings.log_payloads)
+    body = await request.body()
+    for name, value in request.scope["headers"]:  # no Headers object: this runs per request
+        if name == b"content-encoding":
+            body = _inflate(body, value.decode("latin-1"), settings.max_body_bytes)
+            break
+    if settings.log_payloads:
+        note_payload(current_trace(), body, True)
     return body
 
 

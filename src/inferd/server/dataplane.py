@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route, Router
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[..., Awaitable[Response]]
@@ -52,19 +52,23 @@ class DataPlane:
     ) -> None:
         self.app = app
         self.routes = list(routes)
-        self.router = Router(self.routes, redirect_slashes=False, default=app)
         # the handlers Starlette's exception middleware would use; `Exception` itself is left
         # to the outermost server-error middleware, as for every other route
-        self.handlers = {k: v for k, v in handlers.items() if k is not Exception}
+        self.exception_handlers: tuple[dict[Any, Any], dict[int, Any]] = (
+            {k: v for k, v in handlers.items() if k is not Exception},
+            {},
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        # only a full match is ours: a path that matches with another method (a GET of an
-        # inference path) goes on to FastAPI, as any other route does
-        if not any(route.matches(scope)[0] is Match.FULL for route in self.routes):
-            await self.app(scope, receive, send)
-            return
-        scope["starlette.exception_handlers"] = (self.handlers, {})
-        await self.router(scope, receive, send)
+        if scope["type"] == "http":
+            # what the router does for a full match, done here once per request; a path that
+            # matches with another method (a GET of an inference path) goes on to FastAPI
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    scope.update(child)
+                    scope["route"] = route
+                    scope["starlette.exception_handlers"] = self.exception_handlers
+                    await route.handle(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
