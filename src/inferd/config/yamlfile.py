@@ -13,21 +13,32 @@ from inferd.errors import ConfigError
 M = TypeVar("M", bound=BaseModel)
 
 
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """The top-level mapping of a YAML file; an empty file is an empty mapping."""
+def read_yaml_mapping(path: Path, shown_as: str | None = None) -> dict[str, Any]:
+    """The top-level mapping of a YAML file; an empty file is an empty mapping. Errors name the
+    file as `shown_as` (default: its path) and the line and column, never the file's text."""
+    name = shown_as or str(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"{name}: cannot read: {reason or exc}") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{name}: not valid YAML{_where(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping, not {type(data).__name__}")
+        raise ConfigError(f"{name}: the top level must be a mapping, not {type(data).__name__}")
     return data
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    """' at line L, column C: what the parser expected' (its snippet of the text left out)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return at + (f": {problem}" if problem else "")
 
 
 def describe_validation_error(source: str, exc: ValidationError) -> str:

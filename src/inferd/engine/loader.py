@@ -70,6 +70,8 @@ class Loader:
         self._draining = draining
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
+        self._model_locks: dict[str, asyncio.Lock] = {}
+        """One admin change per model at a time: a second load or unload waits for the first."""
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -211,8 +213,15 @@ class Loader:
     async def load_model(self, name: str) -> Version:
         """Reads a model's folder again and loads the versions its policy selects that do not
         serve yet. Versions no longer selected are drained and closed only once a selected
-        version serves: a new version that fails to load leaves the previous one serving."""
+        version serves: a new version that fails to load leaves the previous one serving. A
+        second call for the same model waits for the first, then finds its versions serving."""
         if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
+            raise NotFoundError(f"no model folder '{name}' in the repository")
+        async with self._model_locks.setdefault(name, asyncio.Lock()):
+            return await self._load_model(name)
+
+    async def _load_model(self, name: str) -> Version:
+        if self._root is None:
             raise NotFoundError(f"no model folder '{name}' in the repository")
         entry = scan_model(self._root / name)
         if entry.error is not None or entry.config is None:
@@ -254,6 +263,10 @@ class Loader:
 
     async def unload_model(self, name: str) -> None:
         """Drains and closes every version of a model; it then answers 404 until loaded."""
+        async with self._model_locks.setdefault(name, asyncio.Lock()):
+            await self._unload_model(name)
+
+    async def _unload_model(self, name: str) -> None:
         versions = self._registry.remove_model(name)
         for version in versions.values():
             await version.drain(self._settings.drain_timeout_s)

@@ -77,7 +77,7 @@ def _dim(text: str, where: str) -> int | str:
     text = text.strip()
     if not text:
         raise SpecError(f"{where}: an empty dimension")
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         if int(text) < 1:
             raise SpecError(f"{where}: dimension {text} must be at least 1")
         return int(text)

@@ -32,7 +32,11 @@ def model_folder(repo: Path, model: str) -> Path:
 def versions(folder: Path) -> list[int]:
     if not folder.is_dir():
         return []
-    return sorted(int(c.name) for c in folder.iterdir() if c.is_dir() and c.name.isdigit())
+    return sorted(
+        int(c.name)
+        for c in folder.iterdir()
+        if c.is_dir() and c.name.isascii() and c.name.isdigit()
+    )
 
 
 def next_version(folder: Path, wanted: int | None) -> int:

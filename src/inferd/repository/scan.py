@@ -51,7 +51,7 @@ class ModelEntry:
 def _version_entries(folder: Path) -> list[VersionEntry]:
     found = []
     for child in folder.iterdir():
-        if not child.is_dir() or not child.name.isdigit():
+        if not child.is_dir() or not (child.name.isascii() and child.name.isdigit()):
             continue
         version = int(child.name)
         model_file = child / MODEL_FILE
@@ -69,8 +69,10 @@ def scan_model(folder: Path) -> ModelEntry:
     name = folder.name
     config_path = folder / CONFIG_FILE
     try:
-        raw = read_yaml_mapping(config_path) if config_path.exists() else {}
-        config = validate_mapping(ModelConfig, raw, str(config_path))
+        # named by their place in the repository: these reasons reach unauthenticated /ready
+        shown = f"{name}/{CONFIG_FILE}"
+        raw = read_yaml_mapping(config_path, shown) if config_path.exists() else {}
+        config = validate_mapping(ModelConfig, raw, shown)
     except ConfigError as exc:
         return ModelEntry(name, folder, None, (), error=str(exc))
     if config.name is not None and config.name != name:
@@ -79,7 +81,7 @@ def scan_model(folder: Path) -> ModelEntry:
             folder,
             config,
             (),
-            error=f"{config_path}: name '{config.name}' differs from the folder name '{name}'",
+            error=f"{name}/{CONFIG_FILE}: name '{config.name}' differs from the folder name",
         )
     if not config.needs_versions:
         return ModelEntry(name, folder, config, ())

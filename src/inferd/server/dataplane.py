@@ -1,4 +1,4 @@
-"""The data plane: inference routes served by one plain Starlette `Router`, ahead of FastAPI.
+"""The data plane: inference routes served as plain Starlette routes, ahead of FastAPI.
 
 For these routes FastAPI's per-request layers (its exception middleware's exit stacks, its
 router's walk over every route, dependency resolution and the request/response wrappers) cost
@@ -8,6 +8,8 @@ request ids, observation, auth and the body limit apply exactly as to every othe
 request it has no route for (path and method) goes on to FastAPI, which serves the
 control plane and the docs and keeps the OpenAPI schema of every route, these included.
 
+A request is matched once against these routes (what Starlette's `Router` does for a full
+match: the route's parameters and the route itself in the scope), then handled by the route.
 Errors: Starlette's own `request_response` answers an endpoint's exception with the handlers
 the app registered (found, as Starlette's exception middleware arranges it, in the scope).
 """

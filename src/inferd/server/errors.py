@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from inferd.errors import ErrorCode, InferdError, InvalidInputError
@@ -151,6 +152,7 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ClientDisconnected, _client_gone)
+    app.add_exception_handler(ClientDisconnect, _client_gone)  # gone while its body was read
     app.add_exception_handler(InferdError, _inferd_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

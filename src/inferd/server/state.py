@@ -26,6 +26,6 @@ def header_timeout_s(request: Request) -> float | None:
     header = request.headers.get(TIMEOUT_HEADER)
     if header is None:
         return None
-    if not header.isdigit() or int(header) == 0:
+    if not (header.isascii() and header.isdigit()) or int(header) == 0:
         raise InvalidInputError(f"{TIMEOUT_HEADER} must be a positive integer of milliseconds")
     return int(header) / 1000.0

@@ -24,7 +24,8 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryvie
     """The JSON part and the binary part (None when the body is JSON only)."""
     if header_length is None:
         return body, None
-    if not header_length.isdigit() or int(header_length) > len(body):
+    # isascii: str.isdigit also accepts digits int() refuses ("²")
+    if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
         raise InvalidInputError(
             f"Inference-Header-Content-Length {header_length!r} does not fit a body of "
             f"{len(body)} bytes"

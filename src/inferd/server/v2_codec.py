@@ -63,10 +63,10 @@ def parse_infer_request(body: bytes) -> InferRequest:
 def _check_shape(name: str, shape: list[int]) -> int:
     if any(d < 0 for d in shape):
         raise InvalidInputError(f"input '{name}': shape {shape} has a negative dimension")
-    count = math.prod(shape)
-    if count > 2**31:
+    # a zero dimension makes the count 0, but numpy still refuses an absurd shape ([0, 2**62])
+    if math.prod(max(d, 1) for d in shape) > 2**31:
         raise InvalidInputError(f"input '{name}': shape {shape} is too large")
-    return count
+    return math.prod(shape)
 
 
 def decode_tensor(tensor: RequestInput) -> Array:

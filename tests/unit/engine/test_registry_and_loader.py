@@ -154,3 +154,22 @@ async def test_deadlines_come_from_the_client_the_model_or_the_server(tmp_path: 
     assert engine.admission.deadline_for(config, None) == pytest.approx(now + 7, abs=0.5)
     assert engine.admission.deadline_for(config, 99) == pytest.approx(now + 10, abs=0.5)
     assert engine.admission.deadline_for(config, 2) == pytest.approx(now + 2, abs=0.5)
+
+
+async def test_concurrent_loads_of_one_model_take_turns_and_leak_nothing(tmp_path: Path) -> None:
+    add_model(tmp_path, "affine", {"instance_count": 2})
+    made: list[FakeRuntime] = []
+    engine = engine_for(tmp_path)
+    engine.loader._runtime_loader = fake_loader(made=made)
+    await engine.load_all()
+    (tmp_path / "affine" / "2").mkdir()
+    (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder")
+    served = await asyncio.gather(*(engine.loader.load_model("affine") for _ in range(8)))
+    assert {v.version for v in served} == {2}
+    assert len(made) == 4  # version 1 and version 2 once each, two instances each
+    _, out = await engine.infer("affine", None, X)
+    assert out["y"].tolist() == [[3.0] * 4]
+    await asyncio.gather(engine.loader.unload_model("affine"), engine.loader.load_model("affine"))
+    await engine.loader.unload_model("affine")
+    assert all(r.closed for r in made), "every runtime a load opened is closed after unload"
+    await engine.close()

@@ -1,0 +1,134 @@
+"""A hostile client's requests against a real server: each gets a coded 4xx (never a 500), no
+unauthenticated answer names a server path or a config file's text, and `/health` stays
+responsive while they are served."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.server import RunningServer, start_server
+from tests.models import affine_model, write_config
+
+ADMIN_KEY = "hostile-test-admin"
+HEALTH_BUDGET_S = 0.25
+"""A liveness probe's answer while an attack is served (generous for a busy CI machine)."""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = tmp_path_factory.mktemp("hostile-repo")
+    affine_model(root / "affine" / "1" / "model.onnx")
+    write_config(root / "affine", {"max_batch_size": 8})
+    (root / "badcfg").mkdir()
+    (root / "badcfg" / "config.yaml").write_text("max_batch_size: [oops\nsecret: hunter2\n")
+    (root / "badcfg" / "1").mkdir()
+    (root / "badcfg" / "1" / "model.onnx").write_bytes(b"x")
+    (root / "badfile" / "1").mkdir(parents=True)
+    (root / "badfile" / "1" / "model.onnx").write_bytes(b"truncated")
+    keys = tmp_path_factory.mktemp("hostile-keys") / "admin.keys"
+    keys.write_text(ADMIN_KEY + "\n")
+    running = start_server(
+        root, tmp_path_factory.mktemp("hostile-logs") / "server.log", "--admin-keys-file", str(keys)
+    )
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def healthy(server: RunningServer) -> None:
+    started = time.perf_counter()
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+    assert time.perf_counter() - started < HEALTH_BUDGET_S
+
+
+def coded(response: httpx.Response, status: int, code: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == code, body
+    return str(body["error"])
+
+
+def test_ready_names_failures_by_repository_names_only(hostile: RunningServer) -> None:
+    ready = httpx.get(hostile.url + "/ready", timeout=5)
+    assert ready.status_code == 503
+    text = ready.text
+    root = str(Path(hostile.log_path).parent)  # never a server path
+    assert "/tmp" not in text and root not in text
+    assert "oops" not in text and "hunter2" not in text  # never the config's text
+    models = ready.json()["models"]
+    assert models["badcfg"]["reason"].startswith("badcfg/config.yaml: not valid YAML at line 2")
+    assert "cannot load model.onnx" in models["badfile"]["versions"]["1"]["reason"]
+    healthy(hostile)
+
+
+X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "body", "status", "code"),
+    [
+        # str.isdigit accepts "²", int() does not: these were 500s
+        ("/v2/models/affine/infer", {"X-Request-Timeout-Ms": b"1\xb2"}, X, 400, 4004),
+        ("/v2/models/affine/infer", {"Inference-Header-Content-Length": b"\xb2"}, X, 400, 4004),
+        ("/v2/models/affine/versions/\u00b2/infer", {}, X, 404, 4040),
+        # a zero dimension hid an absurd shape from the size check
+        (
+            "/v2/models/affine/infer",
+            {},
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [0, 2**62, 4], "data": []}]},
+            400,
+            4004,
+        ),
+    ],
+)
+def test_malformed_numbers_get_a_code_not_a_500(
+    hostile: RunningServer,
+    path: str,
+    headers: dict[str, bytes],
+    body: object,
+    status: int,
+    code: int,
+) -> None:
+    response = httpx.post(hostile.url + path, json=body, headers=headers, timeout=10)
+    coded(response, status, code)
+    healthy(hostile)
+    assert httpx.post(hostile.url + "/v2/models/affine/infer", json=X).status_code == 200
+
+
+def test_a_client_gone_mid_body_is_no_server_error(hostile: RunningServer) -> None:
+    host, port = hostile.url.removeprefix("http://").split(":")
+    before = httpx.get(hostile.url + "/metrics").text
+    for path in ("/v2/models/affine/infer", "/predict"):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 1000\r\n\r\n"
+            )
+            sock.sendall(head.encode() + b'{"inputs": [')
+        healthy(hostile)
+    time.sleep(0.5)  # the server notices the closed connections
+    after = httpx.get(hostile.url + "/metrics").text
+    server_errors = [
+        line
+        for line in after.splitlines()
+        if line.startswith("inferd_requests_total") and 'status="500"' in line
+    ]
+    assert server_errors == [line for line in before.splitlines() if line in server_errors]
+    assert "unhandled error" not in hostile.log()
+
+
+def test_simultaneous_loads_of_one_model_all_succeed(hostile: RunningServer) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    url = hostile.url + "/v2/repository/models/affine/load"
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: httpx.post(url, headers=admin, timeout=60), range(6)))
+        healthy(hostile)
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    assert {a.json()["state"] for a in answers} == {"READY"}
+    assert httpx.post(hostile.url + "/v2/models/affine/infer", json=X).status_code == 200
