@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
+from inferd.tools.demo import build_demo
+from inferd.tools.generator import build_generator
+from tests.generator_model import SHAPE
 from tests.integration.server import RunningServer, start_server
 from tests.models import affine_model, write_config
 
@@ -132,3 +135,57 @@ def test_simultaneous_loads_of_one_model_all_succeed(hostile: RunningServer) -> 
     assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
     assert {a.json()["state"] for a in answers} == {"READY"}
     assert httpx.post(hostile.url + "/v2/models/affine/infer", json=X).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = build_demo(tmp_path_factory.mktemp("hostile-demo") / "repo")
+    build_generator(root, "docgen", steps=0, shape=SHAPE, corpus_chars=200_000)
+    running = start_server(root, tmp_path_factory.mktemp("hostile-demo-logs") / "server.log")
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def health_while(server: RunningServer, send: Callable[[], httpx.Response]) -> httpx.Response:
+    """Sends on a thread while probing /health; every probe must answer within the budget."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(send)
+        slowest = 0.0
+        while not pending.done():
+            started = time.perf_counter()
+            assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+            slowest = max(slowest, time.perf_counter() - started)
+            time.sleep(0.02)
+        answer = pending.result()
+    assert slowest < HEALTH_BUDGET_S, f"/health took {slowest * 1000:.0f} ms"
+    return answer
+
+
+def test_huge_requests_are_refused_before_any_work(demo: RunningServer) -> None:
+    texts = ["word " * 20_000] * 128  # 128 texts of 100k characters: 12.8M together
+    answer = health_while(
+        demo, lambda: httpx.post(demo.url + "/predict", json={"texts": texts}, timeout=60)
+    )
+    assert "characters together; the limit is 1000000" in coded(answer, 400, 4002)
+    prompt = "x" * 20_000_000  # a 20 MB prompt
+    answer = health_while(
+        demo, lambda: httpx.post(demo.url + "/generate", json={"prompt": prompt}, timeout=60)
+    )
+    assert "characters; the limit is 100000" in coded(answer, 400, 4002)
+
+
+def test_large_legal_texts_are_tokenized_off_the_event_loop(demo: RunningServer) -> None:
+    texts = [f"sentence {i} " * 8_000 for i in range(8)]  # 8 texts of ~100k: under the caps
+    answer = health_while(
+        demo,
+        lambda: httpx.post(
+            demo.url + "/embed", json={"texts": texts, "model": "minilm"}, timeout=60
+        ),
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["tokens"] == 8 * 256  # truncated to max_tokens each
+    prompt = "return the value " * 5_000  # 85k characters: tokenized on a thread, then 4002
+    answer = health_while(
+        demo, lambda: httpx.post(demo.url + "/generate", json={"prompt": prompt}, timeout=60)
+    )
+    assert "tokens" in coded(answer, 400, 4002)

@@ -209,7 +209,16 @@ class TokenizerConfig(_Strict):
         True, description="Cut longer texts to max_tokens; when false they are refused (4002)."
     )
     max_chars: int = Field(
-        100_000, ge=1, description="Most characters a text may have, whatever the truncation."
+        100_000,
+        ge=1,
+        description="Most characters a text (or a generation prompt) may have, whatever the "
+        "truncation; checked before any tokenization (4002 above).",
+    )
+    max_request_chars: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most characters of all the texts of one request together; checked before "
+        "any tokenization (4002 above).",
     )
     input_ids: str = Field("input_ids", description="The model input that takes token ids.")
     attention_mask: str | None = Field(

@@ -94,7 +94,7 @@ class Engine:
             with _outcome(served):
                 return served, await served.servable.classify(texts, k, deadline)
 
-    def start_generation(
+    async def start_generation(
         self, model: str | None, prompt: str, sampling: SamplingRequest
     ) -> Generation:
         """Admits and queues a generation. The returned handle holds an in-flight slot (what
@@ -102,7 +102,7 @@ class Engine:
         self.admission.enter()
         try:
             served = self._named(self._task_model(model, "generate"))
-            seq = served.servable.generate(prompt, sampling)
+            seq = await served.servable.generate(prompt, sampling)
         except BaseException:
             self.admission.leave()
             raise

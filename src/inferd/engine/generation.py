@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import Servable
-from inferd.errors import InvalidInputError
+from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds
+from inferd.tasks.text import OFF_LOOP_CHARS
 
 
 class GeneratorServable(Servable):
@@ -53,10 +54,20 @@ class GeneratorServable(Servable):
             raise ValueError(f"model '{ctx.model}' is a decoder without its generation parts")
         return cls(ctx, parts)
 
-    def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
-        """Tokenizes and queues a generation (4002 over the window, 4290 when full)."""
+    async def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
+        """Tokenizes and queues a generation (4002 over the character cap or the window, 4290
+        when full). A long prompt is tokenized on a worker thread, off the event loop."""
         params = sampling.resolve(self.config.generation)
-        return self._scheduler.submit(self._scheduler.encode(prompt), params)
+        limit = self.config.tokenizer.max_chars
+        if len(prompt) > limit:
+            raise InputTooLongError(
+                f"the prompt has {len(prompt)} characters; the limit is {limit}"
+            )
+        if len(prompt) > OFF_LOOP_CHARS:
+            ids = await asyncio.to_thread(self._scheduler.encode, prompt)
+        else:
+            ids = self._scheduler.encode(prompt)
+        return self._scheduler.submit(ids, params)
 
     async def _infer(
         self, feeds: Feeds, deadline: float | None, max_rows_per_request: int

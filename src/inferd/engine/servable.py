@@ -102,7 +102,7 @@ class Servable:
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not classify texts")
 
-    def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
+    async def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
 
     # -- life ----------------------------------------------------------------------------

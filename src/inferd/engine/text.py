@@ -4,6 +4,7 @@ named `text`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -92,7 +93,11 @@ class TextServable(BatchedServable):
         """Each text's output (the task's one), in order."""
         trace = current_trace()
         started = time.perf_counter()
-        encoded = self._encoder.encode(texts)
+        if self._encoder.heavy(texts):  # a large request must not stall the event loop
+            self._encoder.check(texts)  # its refusals cost nothing: answered here
+            encoded = await asyncio.to_thread(self._encoder.encode, texts)
+        else:
+            encoded = self._encoder.encode(texts)
         trace.preprocess_s = time.perf_counter() - started
         trace.items = len(texts)
         trace.input_length = sum(encoded.token_counts)

@@ -21,6 +21,17 @@ BULK = 8
 """From this many texts on, tokenize with the library's parallel batch encoder."""
 
 
+CHARS_PER_TOKEN = 128
+"""With truncation on, a text is cut to max_tokens x this many characters before it is
+tokenized: a token spans fewer (WordPiece gives up on words over 100 characters), so the tokens
+kept are the same, and a 100k-character text costs what its first tokens cost."""
+
+OFF_LOOP_CHARS = 16_384
+"""Requests with more characters than this are tokenized on a worker thread (the Rust
+tokenizer releases the GIL), so a large legal request never stalls the event loop; smaller
+ones inline, where the thread hop would cost more than the tokenizing."""
+
+
 class TokenizerError(ValueError):
     """The tokenizer file is missing or unusable (a load-time problem, not a client's)."""
 
@@ -82,6 +93,12 @@ class TextEncoder:
             raise TooManyItemsError(
                 f"{len(texts)} texts in one request; the limit is {self._max_texts}"
             )
+        total = sum(len(t) for t in texts if isinstance(t, str))
+        if total > self._config.max_request_chars:
+            raise InputTooLongError(
+                f"the texts have {total} characters together; the limit is "
+                f"{self._config.max_request_chars} a request"
+            )
         limit = self._config.max_chars
         for index, text in enumerate(texts):
             if not text or text.isspace():
@@ -95,13 +112,20 @@ class TextEncoder:
             except UnicodeEncodeError:
                 raise EncodingError(f"text {index} holds an unpaired surrogate") from None
 
+    def heavy(self, texts: Sequence[str]) -> bool:
+        """Whether tokenizing `texts` takes long enough to belong off the event loop."""
+        return sum(len(t) for t in texts) > OFF_LOOP_CHARS
+
     def encode(self, texts: Sequence[str]) -> EncodedTexts:
         self.check(texts)
+        config = self._config
+        if config.truncate:  # never tokenize what truncation drops (bounded, see CHARS_PER_TOKEN)
+            cut = config.max_tokens * CHARS_PER_TOKEN
+            texts = [t[:cut] if len(t) > cut else t for t in texts]
         if len(texts) < BULK:  # few texts: the parallel batch path costs more than it saves
             encodings = [self._tokenizer.encode(text) for text in texts]
         else:
             encodings = self._tokenizer.encode_batch(list(texts))
-        config = self._config
         items = []
         counts = []
         for index, encoding in enumerate(encodings):

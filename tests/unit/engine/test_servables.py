@@ -139,7 +139,7 @@ async def test_a_request_naming_no_model_needs_a_default(served: tuple[Engine, R
     with pytest.raises(InvalidInputError, match="none is the default"):
         await engine.classify(None, ["good"])  # sentiment and mood
     with pytest.raises(NotFoundError, match="no model here can generate"):
-        engine.start_generation(None, "hello", SamplingRequest())
+        await engine.start_generation(None, "hello", SamplingRequest())
 
 
 async def test_a_failing_observer_breaks_no_request(tmp_path: Path) -> None:

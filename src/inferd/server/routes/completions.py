@@ -105,7 +105,7 @@ async def completions(request: Request) -> Response:
     generations: list[Generation] = []
     try:
         for prompt in prompts:
-            generations.append(engine.start_generation(body.model, prompt, sampling))
+            generations.append(await engine.start_generation(body.model, prompt, sampling))
     except BaseException:
         for g in generations:
             g.close()

@@ -101,7 +101,7 @@ async def generate(request: Request) -> Response:
     body = await read_json(request, GenerateRequest)
     check_prompt_text(body.prompt)
     sampling = sampling_of(body, body.max_length)
-    generation = engine_of(request).start_generation(body.model, body.prompt, sampling)
+    generation = await engine_of(request).start_generation(body.model, body.prompt, sampling)
     if body.stream:
         return sse_response(_events(generation, started, request_id_of(request)))
     try:
