@@ -4,6 +4,7 @@ responsive while they are served."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -37,9 +38,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
     (root / "badfile" / "1" / "model.onnx").write_bytes(b"truncated")
     keys = tmp_path_factory.mktemp("hostile-keys") / "admin.keys"
     keys.write_text(ADMIN_KEY + "\n")
-    running = start_server(
-        root, tmp_path_factory.mktemp("hostile-logs") / "server.log", "--admin-keys-file", str(keys)
-    )
+    log = tmp_path_factory.mktemp("hostile-logs") / "server.log"
+    running = start_server(root, log, "--admin-keys-file", str(keys), "--header-timeout-s", "2")
     yield running
     assert running.stop() == 0, running.log()
 
@@ -189,3 +189,54 @@ def test_large_legal_texts_are_tokenized_off_the_event_loop(demo: RunningServer)
         demo, lambda: httpx.post(demo.url + "/generate", json={"prompt": prompt}, timeout=60)
     )
     assert "tokens" in coded(answer, 400, 4002)
+
+
+def raw_exchange(server: RunningServer, head: bytes, wait_s: float = 10.0) -> bytes:
+    """Sends `head` on a new connection and reads until the server closes it."""
+    host, port = server.url.removeprefix("http://").split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head)  # refused while still sending: the answer is read below
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    return received
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8_000_000 + b"\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-H%d: v\r\n" % i for i in range(300))
+        + b"\r\n",
+    ],
+    ids=["8 MB header", "300 headers"],
+)
+def test_oversized_heads_are_refused_at_once(hostile: RunningServer, head: bytes) -> None:
+    started = time.perf_counter()
+    answer = raw_exchange(hostile, head)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b'"code":4002' in answer
+    assert time.perf_counter() - started < 2.0
+    healthy(hostile)
+
+
+def test_a_head_trickled_past_the_timeout_is_dropped(hostile: RunningServer) -> None:
+    started = time.perf_counter()
+    answer = raw_exchange(hostile, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert 1.5 < time.perf_counter() - started < 6.0  # --header-timeout-s 2
+    healthy(hostile)
+
+
+def test_ordinary_heads_and_keep_alive_still_work(hostile: RunningServer) -> None:
+    with httpx.Client(base_url=hostile.url, timeout=10) as client:
+        for _ in range(3):
+            answer = client.post(
+                "/v2/models/affine/infer", json=X, headers={"X-Context": "c" * 30_000}
+            )
+            assert answer.status_code == 200
+        time.sleep(2.5)  # idle past the head timeout: keep-alive is uvicorn's to end
+        assert client.get("/health").status_code == 200

@@ -123,6 +123,23 @@ class ServerSettings(BaseModel):
         "empty: CORS off.",
     )
     keep_alive_s: float = Field(5.0, gt=0, description="HTTP keep-alive timeout.")
+    max_header_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="Most bytes of a request's head (request line and headers); over it, 431 "
+        "at once and the connection closed.",
+    )
+    max_headers: int = Field(
+        100,
+        ge=8,
+        description="Most headers of one request; over it, 431 and the connection closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Time a request's head may take to arrive; then 408 and the connection "
+        "closed (a connection that sends nothing is closed).",
+    )
 
 
 def _field_env_name(field: str) -> str:

@@ -19,6 +19,7 @@ import uvicorn
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.observability.metrics import Metrics
+from inferd.server.http_limits import bounded_protocol
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ def run_server(
         log_config=None,
         access_log=settings.access_log,
         timeout_keep_alive=int(settings.keep_alive_s),
+        http=bounded_protocol(
+            settings.max_header_bytes, settings.max_headers, settings.header_timeout_s
+        ),
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
