@@ -5,6 +5,7 @@ responsive while they are served."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -240,3 +241,16 @@ def test_ordinary_heads_and_keep_alive_still_work(hostile: RunningServer) -> Non
             assert answer.status_code == 200
         time.sleep(2.5)  # idle past the head timeout: keep-alive is uvicorn's to end
         assert client.get("/health").status_code == 200
+
+
+def test_a_whole_large_request_in_one_read_is_not_mistaken_for_a_large_head(
+    hostile: RunningServer,
+) -> None:
+    payload = json.dumps(X).encode() + b" " * 150_000  # a 150 KB body, mostly whitespace
+    request = (
+        b"POST /v2/models/affine/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
+    ) + payload
+    for _ in range(3):  # sent in one write: the server reads head and body together
+        answer = raw_exchange(hostile, request)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]

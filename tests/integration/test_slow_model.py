@@ -157,3 +157,66 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
     code = server.process.wait(25)
     assert code == 0, server.log()
     assert time.monotonic() - signalled < 20
+
+
+def _flood(server: RunningServer, count: int) -> tuple[ThreadPoolExecutor, list[Any]]:
+    """`count` slow requests in flight (queued or running) on the server."""
+    client = httpx.Client(
+        base_url=server.url, timeout=60, limits=httpx.Limits(max_connections=count)
+    )
+    pool = ThreadPoolExecutor(count)
+    futures = [pool.submit(client.post, "/v2/models/slow/infer", json=body()) for _ in range(count)]
+    deadline = time.monotonic() + 10
+    while httpx.get(server.url + "/ready", timeout=2).json()["in_flight"] < count // 2:
+        assert time.monotonic() < deadline, "the requests never got in flight"
+        time.sleep(0.005)
+    return pool, futures
+
+
+def _answers(futures: list[Any]) -> list[tuple[int, int]]:
+    """(status, code) of every answer; a request cut off without one fails the test."""
+    out = []
+    for future in futures:
+        response = future.result(timeout=30)
+        code = response.json().get("code", 0) if response.status_code != 200 else 0
+        out.append((response.status_code, code))
+    return out
+
+
+def test_a_drain_past_its_timeout_answers_the_rest_5030_in_time(
+    slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    log = tmp_path_factory.mktemp("drain-timeout-logs") / "server.log"
+    server = start_server(slow_repo, log, "--drain-timeout-s", "1")
+    pool, futures = _flood(server, 100)  # about 3 s of work queued
+    server.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code = server.process.wait(15)
+    elapsed = time.monotonic() - signalled
+    answers = _answers(futures)
+    pool.shutdown()
+    assert code == 0, server.log()
+    assert elapsed < 1 + 1 + 1.5, f"shutdown took {elapsed:.1f} s"  # timeout + margin + close
+    assert set(answers) <= {(200, 0), (503, 5030)}, set(answers)
+    assert (200, 0) in answers and (503, 5030) in answers
+
+
+def test_a_second_signal_forces_the_exit_and_answers_5030(
+    slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    log = tmp_path_factory.mktemp("forced-logs") / "server.log"
+    server = start_server(slow_repo, log, "--drain-timeout-s", "30")
+    pool, futures = _flood(server, 100)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code = server.process.wait(15)
+    elapsed = time.monotonic() - signalled
+    answers = _answers(futures)
+    pool.shutdown()
+    assert code == 1, server.log()
+    assert elapsed < 2.0, f"the forced exit took {elapsed:.1f} s"
+    assert set(answers) <= {(200, 0), (503, 5030)}, set(answers)
+    assert (503, 5030) in answers
+    assert "forced exit" in server.log()

@@ -67,5 +67,5 @@ def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
     metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
     # the composition root: ONNX Runtime sessions are the runtime
     engine = Engine(settings, entries, OnnxSession, observer=observer, root=repository)
-    run_server(settings, engine, metrics, sock)
-    return 0
+    drained = run_server(settings, engine, metrics, sock)
+    return 0 if drained else 1  # 1: a second signal forced the exit

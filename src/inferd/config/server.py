@@ -60,7 +60,8 @@ class ServerSettings(BaseModel):
     drain_timeout_s: float = Field(
         30.0,
         gt=0,
-        description="After the grace delay: seconds to let queued and running work finish.",
+        description="Seconds from the signal (the grace delay included) for queued and running "
+        "work to finish; what is left then is answered 5030.",
     )
     request_timeout_s: float = Field(
         60.0, gt=0, description="Default deadline of an inference request, queue wait included."

@@ -104,6 +104,9 @@ class BatchedServable(Servable):
     async def drain(self, timeout_s: float) -> bool:
         return await self._batcher.drain(timeout_s)
 
+    async def stop(self) -> None:
+        await self._batcher.close()
+
     async def close(self) -> None:
         await self._batcher.close()
         pool, self._pool = self._pool, None

@@ -139,6 +139,14 @@ class Engine:
     async def drain(self, timeout_s: float) -> bool:
         return await self.admission.drain(timeout_s)
 
+    async def abort(self) -> None:
+        """Stops taking work and answers everything queued or running with 5030 at once (a
+        forced shutdown, or a drain that ran out of time): no admitted request goes
+        unanswered, none is cut off without a response."""
+        self.admission.accepting = False
+        for version in list(self.registry.all_versions()):
+            await version.stop()
+
     async def close(self) -> None:
         self.admission.accepting = False
         for version in list(self.registry.all_versions()):

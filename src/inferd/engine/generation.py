@@ -79,6 +79,9 @@ class GeneratorServable(Servable):
     async def drain(self, timeout_s: float) -> bool:
         return await self._scheduler.drain(timeout_s)
 
+    async def stop(self) -> None:
+        await self._scheduler.close()
+
     async def close(self) -> None:
         await self._scheduler.close()
         pool, self._pool = self._pool, None

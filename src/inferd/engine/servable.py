@@ -111,6 +111,10 @@ class Servable:
         """Waits for what is queued and running (True when it all finished in time)."""
         return True
 
+    async def stop(self) -> None:
+        """Answers what is queued and running with 5030 at once and takes no more work; the
+        runtimes stay open (a forced shutdown, or a drain past its time)."""
+
     async def close(self) -> None:
         """Answers what is left, stops its loop, frees its runtimes."""
 

@@ -102,6 +102,11 @@ class Version:
     async def drain(self, timeout_s: float) -> bool:
         return True if self._servable is None else await self._servable.drain(timeout_s)
 
+    async def stop(self) -> None:
+        """Answers what is queued and running with 5030 now (see `Servable.stop`)."""
+        if self._servable is not None:
+            await self._servable.stop()
+
     async def close(self) -> None:
         servable, self._servable = self._servable, None
         if servable is not None:

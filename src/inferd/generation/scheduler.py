@@ -147,7 +147,7 @@ class Scheduler:
     async def close(self) -> None:
         self._closing = True
         for seq in [*self._waiting, *self._running]:
-            seq.fail(UnavailableError("the model was unloaded"))
+            seq.fail(UnavailableError("the model stopped: unloaded, or the server is stopping"))
         self._waiting.clear()
         self._running, self._rows = [], []
         self._kv.clear()

@@ -39,6 +39,7 @@ def bounded_protocol(
             self._header_count = 0
             self._in_head = True
             self._served = False
+            self._heads_done = 0
             """A request was answered on this connection (then an idle wait is keep-alive)."""
             self._head_timer: asyncio.TimerHandle | None = None
 
@@ -51,10 +52,16 @@ def bounded_protocol(
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            began_in_head = self._in_head
+            began_in_head, heads_before = self._in_head, self._heads_done
             super().data_received(data)  # a chunk is at most the transport's read size
-            if not (began_in_head and self._in_head) or self.transport.is_closing():
-                return  # a body's bytes, or a head completed in this chunk
+            if (
+                not (began_in_head and self._in_head)
+                or self._heads_done != heads_before
+                or self.transport.is_closing()
+            ):
+                # a body's bytes, or a head completed in this chunk (a whole small request,
+                # its body, maybe the start of the next head: bounded by the chunk's size)
+                return
             self._head_bytes += len(data)
             if self._head_bytes > max_head_bytes:
                 self._refuse(
@@ -82,6 +89,7 @@ def bounded_protocol(
                 )
                 return
             self._in_head = False
+            self._heads_done += 1
             self._stop_timer()
             super().on_headers_complete()
 

@@ -1,9 +1,14 @@
 """Running the app under uvicorn with inferd's graceful drain on SIGTERM / SIGINT.
 
 First signal: readiness turns false at once (liveness stays 200); after `drain_grace_s` new
-inference requests get 5030; queued and running requests finish (up to `drain_timeout_s`); then
-uvicorn stops, the lifespan closes the sessions, and the process exits 0. A second SIGINT forces
-the exit.
+inference requests get 5030; queued and running requests finish, within `drain_timeout_s` from
+the signal (grace included); what is still in flight then is answered 5030; uvicorn gets
+`DRAIN_MARGIN_S` to send the last answers, the lifespan closes the sessions, and the process
+exits 0. The whole shutdown takes at most `drain_timeout_s` + `DRAIN_MARGIN_S` + the sessions'
+close.
+
+A second signal (SIGTERM or SIGINT) forces the exit: everything in flight is answered 5030
+(streams end with an error event), and the process exits 1.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from inferd.server.http_limits import bounded_protocol
 log = logging.getLogger(__name__)
 
 
+DRAIN_MARGIN_S = 1.0
+"""After the drain, the time uvicorn gets to send the last answers and close connections."""
+FORCED_FLUSH_S = 0.2
+"""On a forced exit, the time the 5030 answers get to reach their clients."""
+
+
 class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, engine: Engine, settings: ServerSettings):
         super().__init__(config)
@@ -31,6 +42,9 @@ class DrainingServer(uvicorn.Server):
         self._settings = settings
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self._force_task: asyncio.Task[None] | None = None
+        self.forced = False
+        """A second signal forced the exit (the process then exits non-zero)."""
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -39,16 +53,31 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two steps of the loop; never re-raised at exit, so a
         # drained server exits 0.
-        if self._drain_task is not None or self._loop is None:
-            if sig == signal.SIGINT:
-                self.force_exit = True
-            self.should_exit = True
+        if self._loop is None:  # not serving yet
+            self.force_exit = self.should_exit = True
+            return
+        if self._drain_task is not None:
+            self._loop.call_soon_threadsafe(self._start_force, sig)
             return
         self._loop.call_soon_threadsafe(self._start_drain, sig)
 
     def _start_drain(self, sig: int) -> None:
         if self._drain_task is None:
             self._drain_task = asyncio.get_running_loop().create_task(self._drain(sig))
+
+    def _start_force(self, sig: int) -> None:
+        if self._force_task is None:
+            self._force_task = asyncio.get_running_loop().create_task(self._force(sig))
+
+    async def _force(self, sig: int) -> None:
+        log.warning(
+            "forced exit: answering what is in flight with 5030",
+            extra={"signal": signal.Signals(sig).name, "in_flight": self._engine.in_flight},
+        )
+        self.forced = True
+        await self._engine.abort()
+        await asyncio.sleep(FORCED_FLUSH_S)
+        self.force_exit = self.should_exit = True
 
     async def _drain(self, sig: int) -> None:
         settings = self._settings
@@ -62,12 +91,16 @@ class DrainingServer(uvicorn.Server):
                 "in_flight": self._engine.in_flight,
             },
         )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.drain_timeout_s
         if settings.drain_grace_s > 0:
-            await asyncio.sleep(settings.drain_grace_s)
-        finished = await self._engine.drain(settings.drain_timeout_s)
-        log.info(
-            "drain finished", extra={"complete": finished, "in_flight": self._engine.in_flight}
-        )
+            await asyncio.sleep(min(settings.drain_grace_s, settings.drain_timeout_s))
+        finished = await self._engine.drain(max(0.0, deadline - loop.time()))
+        left = self._engine.in_flight
+        if not finished:  # out of time: what is left is answered now, not cut off
+            await self._engine.abort()
+        log.info("drain finished", extra={"complete": finished, "answered_5030": left})
+        self.config.timeout_graceful_shutdown = DRAIN_MARGIN_S  # type: ignore[assignment]
         self.should_exit = True
 
 
@@ -76,8 +109,9 @@ def run_server(
     engine: Engine,
     metrics: Metrics | None = None,
     sock: socket.socket | None = None,
-) -> None:
-    """Serves until drained; on `sock` when given (already bound), else on host:port."""
+) -> bool:
+    """Serves until drained; on `sock` when given (already bound), else on host:port. True
+    when the drain ran its course, False when a second signal forced the exit."""
     from inferd.server.app import create_app
 
     app = create_app(settings, engine, metrics)
@@ -94,4 +128,6 @@ def run_server(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
-    DrainingServer(config, engine, settings).run(sockets=None if sock is None else [sock])
+    server = DrainingServer(config, engine, settings)
+    server.run(sockets=None if sock is None else [sock])
+    return not server.forced
