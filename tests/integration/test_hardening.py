@@ -8,7 +8,7 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -147,10 +147,16 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     assert running.stop() == 0, running.log()
 
 
-def health_while(server: RunningServer, send: Callable[[], httpx.Response]) -> httpx.Response:
-    """Sends on a thread while probing /health; every probe must answer within the budget."""
+def health_while(server: RunningServer, path: str, body: object) -> httpx.Response:
+    """POSTs `body` on a thread while probing /health; every probe must answer within the
+    budget. The body is serialized first: encoding megabytes of JSON holds this process's GIL,
+    which would slow the probes here, not the server."""
+    content = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(send)
+        pending = pool.submit(
+            httpx.post, server.url + path, content=content, headers=headers, timeout=60
+        )
         slowest = 0.0
         while not pending.done():
             started = time.perf_counter()
@@ -164,31 +170,19 @@ def health_while(server: RunningServer, send: Callable[[], httpx.Response]) -> h
 
 def test_huge_requests_are_refused_before_any_work(demo: RunningServer) -> None:
     texts = ["word " * 20_000] * 128  # 128 texts of 100k characters: 12.8M together
-    answer = health_while(
-        demo, lambda: httpx.post(demo.url + "/predict", json={"texts": texts}, timeout=60)
-    )
+    answer = health_while(demo, "/predict", {"texts": texts})
     assert "characters together; the limit is 1000000" in coded(answer, 400, 4002)
-    prompt = "x" * 20_000_000  # a 20 MB prompt
-    answer = health_while(
-        demo, lambda: httpx.post(demo.url + "/generate", json={"prompt": prompt}, timeout=60)
-    )
+    answer = health_while(demo, "/generate", {"prompt": "x" * 20_000_000})  # a 20 MB prompt
     assert "characters; the limit is 100000" in coded(answer, 400, 4002)
 
 
 def test_large_legal_texts_are_tokenized_off_the_event_loop(demo: RunningServer) -> None:
     texts = [f"sentence {i} " * 8_000 for i in range(8)]  # 8 texts of ~100k: under the caps
-    answer = health_while(
-        demo,
-        lambda: httpx.post(
-            demo.url + "/embed", json={"texts": texts, "model": "minilm"}, timeout=60
-        ),
-    )
+    answer = health_while(demo, "/embed", {"texts": texts, "model": "minilm"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["tokens"] == 8 * 256  # truncated to max_tokens each
     prompt = "return the value " * 5_000  # 85k characters: tokenized on a thread, then 4002
-    answer = health_while(
-        demo, lambda: httpx.post(demo.url + "/generate", json={"prompt": prompt}, timeout=60)
-    )
+    answer = health_while(demo, "/generate", {"prompt": prompt})
     assert "tokens" in coded(answer, 400, 4002)
 
 
