@@ -282,6 +282,38 @@ def test_sigterm_lets_running_generations_finish(
         server.stop()
 
 
+def test_a_forced_exit_ends_running_streams_with_an_error_event(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    repo = build_generator_repo(tmp_path_factory.mktemp("forced-gen"))
+    log = tmp_path_factory.mktemp("forced-gen-logs") / "server.log"
+    server = start_server(repo, log, "--drain-timeout-s", "30")
+    body = {
+        "prompt": "Keep going",
+        "max_length": 480,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(8) as pool:
+            streams = [pool.submit(stream_events, http, **body) for _ in range(8)]
+            deadline = time.monotonic() + 10
+            while http.get("/ready").json()["in_flight"] < 8:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+            server.process.send_signal(signal.SIGTERM)  # the second: forced
+            endings = [future.result(timeout=30)[-1] for future in streams]
+        assert server.process.wait(15) == 1, server.log()
+    finally:
+        server.stop()
+    kinds = {kind for kind, _ in endings}
+    assert kinds <= {"done", "error"} and "error" in kinds, endings
+    assert all(data["code"] == 5030 for kind, data in endings if kind == "error")
+
+
 def test_bench_reports_tokens_per_second(server: RunningServer, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     result = subprocess.run(
