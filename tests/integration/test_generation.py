@@ -251,6 +251,32 @@ def test_v2_infer_points_to_the_generation_endpoints(http: httpx.Client) -> None
     assert "/generate" in error(http.post(f"/v2/models/{MODEL}/infer", json=body), 400, 4004)
 
 
+LONG_STREAM = {
+    "prompt": "Keep going",
+    "max_length": 480,
+    "temperature": 0,
+    "ignore_eos": True,
+    "stream": True,
+}
+
+
+def stream_through_signals(
+    server: RunningServer, streams: int, signals: int
+) -> list[list[tuple[str, dict[str, Any]]]]:
+    """`streams` long streams generating, then `signals` SIGTERMs 50 ms apart; each stream's
+    events."""
+    with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(streams) as pool:
+        running = [pool.submit(stream_events, http, **LONG_STREAM) for _ in range(streams)]
+        deadline = time.monotonic() + 10
+        while http.get("/ready").json()["in_flight"] < streams:  # all are generating
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for _ in range(signals):
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+        return [future.result(timeout=60) for future in running]
+
+
 def test_sigterm_lets_running_generations_finish(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -259,24 +285,9 @@ def test_sigterm_lets_running_generations_finish(
     repo = build_generator_repo(tmp_path_factory.mktemp("drain-gen"))
     log = tmp_path_factory.mktemp("drain-gen-logs") / "server.log"
     server = start_server(repo, log, "--drain-grace-s", "0.2", "--drain-timeout-s", "30")
-    body = {
-        "prompt": "Keep going",
-        "max_length": 480,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(4) as pool:
-            streams = [pool.submit(stream_events, http, **body) for _ in range(3)]
-            deadline = time.monotonic() + 10
-            while http.get("/ready").json()["in_flight"] < 3:  # all three are generating
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            server.process.send_signal(signal.SIGTERM)
-            for future in streams:
-                events = future.result(timeout=60)
-                assert events[-1][0] == "done" and events[-1][1]["tokens"] == 480
+        for events in stream_through_signals(server, 3, signals=1):
+            assert events[-1][0] == "done" and events[-1][1]["tokens"] == 480
         assert server.process.wait(30) == 0, server.log()
     finally:
         server.stop()
@@ -288,24 +299,8 @@ def test_a_forced_exit_ends_running_streams_with_an_error_event(
     repo = build_generator_repo(tmp_path_factory.mktemp("forced-gen"))
     log = tmp_path_factory.mktemp("forced-gen-logs") / "server.log"
     server = start_server(repo, log, "--drain-timeout-s", "30")
-    body = {
-        "prompt": "Keep going",
-        "max_length": 480,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as http, ThreadPoolExecutor(8) as pool:
-            streams = [pool.submit(stream_events, http, **body) for _ in range(8)]
-            deadline = time.monotonic() + 10
-            while http.get("/ready").json()["in_flight"] < 8:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            server.process.send_signal(signal.SIGTERM)
-            time.sleep(0.05)
-            server.process.send_signal(signal.SIGTERM)  # the second: forced
-            endings = [future.result(timeout=30)[-1] for future in streams]
+        endings = [events[-1] for events in stream_through_signals(server, 8, signals=2)]
         assert server.process.wait(15) == 1, server.log()
     finally:
         server.stop()

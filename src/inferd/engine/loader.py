@@ -218,12 +218,10 @@ class Loader:
         if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
             raise NotFoundError(f"no model folder '{name}' in the repository")
         async with self._model_locks.setdefault(name, asyncio.Lock()):
-            return await self._load_model(name)
+            return await self._load_model(name, self._root / name)
 
-    async def _load_model(self, name: str) -> Version:
-        if self._root is None:
-            raise NotFoundError(f"no model folder '{name}' in the repository")
-        entry = scan_model(self._root / name)
+    async def _load_model(self, name: str, folder: Path) -> Version:
+        entry = scan_model(folder)
         if entry.error is not None or entry.config is None:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
         if not entry.config.needs_versions:
@@ -258,6 +256,7 @@ class Loader:
             await retired.drain(self._settings.drain_timeout_s)
             await retired.close()
             log.info("version retired", extra={"model": name, "version": number})
+        self._registry.changed()
         self._registry.mark_loaded(name, int(time.time()))
         return self._registry.resolve(name)
 

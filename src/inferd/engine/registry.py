@@ -41,6 +41,7 @@ class Registry:
         self._errors: dict[str, str] = {}
         self._unloaded: set[str] = set()
         self._loaded_at: dict[str, int] = {}
+        self._purposes: tuple[dict[str, list[str]], dict[str, str]] | None = None
         for entry in entries:
             if entry.error is not None or entry.config is None:
                 self._errors[entry.name] = entry.error or "no configuration"
@@ -89,18 +90,26 @@ class Registry:
         versions = self._versions.get(model)
         return next(iter(versions.values())).config if versions else None
 
+    def _by_purpose(self) -> tuple[dict[str, list[str]], dict[str, str]]:
+        """Purpose -> the models serving it, and -> the one marked `default: true`; kept until
+        the registered models change (a task route naming no model asks on every request)."""
+        if self._purposes is None:
+            fits: dict[str, list[str]] = {}
+            marked: dict[str, str] = {}
+            for name in self._versions:
+                config = self.config_of(name)
+                if config is None or config.purpose is None:
+                    continue
+                fits.setdefault(config.purpose, []).append(name)
+                if config.default:
+                    marked[config.purpose] = name
+            self._purposes = (fits, marked)
+        return self._purposes
+
     def defaults(self) -> dict[str, str]:
         """Purpose ("embed", "predict", "generate") -> the model that answers requests naming
         none: the one model served for that purpose, else the one marked `default: true`."""
-        fits: dict[str, list[str]] = {}
-        marked: dict[str, str] = {}
-        for name in self._versions:
-            config = self.config_of(name)
-            if config is None or config.purpose is None:
-                continue
-            fits.setdefault(config.purpose, []).append(name)
-            if config.default:
-                marked[config.purpose] = name
+        fits, marked = self._by_purpose()
         only = {purpose: names[0] for purpose, names in fits.items() if len(names) == 1}
         return {**marked, **only}
 
@@ -108,11 +117,7 @@ class Registry:
         chosen = self.defaults().get(purpose)
         if chosen is not None:
             return self.resolve(chosen)
-        fits = sorted(
-            name
-            for name in self._versions
-            if getattr(self.config_of(name), "purpose", None) == purpose
-        )
+        fits = sorted(self._by_purpose()[0].get(purpose, []))
         if not fits:
             raise NotFoundError(f"no model here can {purpose}; see GET /v1/models")
         raise InvalidInputError(
@@ -194,12 +199,19 @@ class Registry:
 
     def versions_map(self, model: str) -> dict[int, Version]:
         """The loader's handle on a model's versions (created empty when new)."""
+        if model not in self._versions:
+            self._purposes = None
         return self._versions.setdefault(model, {})
 
     def mark_loaded(self, model: str, at: int) -> None:
         self._loaded_at.setdefault(model, at)
 
+    def changed(self) -> None:
+        """A model's versions changed (a reload retired some): answers are asked anew."""
+        self._purposes = None
+
     def register_entry(self, entry: ModelEntry) -> None:
+        self._purposes = None  # its config (task, default) may have changed
         self.entries[entry.name] = entry
         self._errors.pop(entry.name, None)
         self._unloaded.discard(entry.name)
@@ -208,6 +220,7 @@ class Registry:
         """Takes a model out (it answers 404 until loaded again); returns its versions."""
         if model not in self._versions:
             raise NotFoundError(f"model '{model}' is not loaded")
+        self._purposes = None
         self._unloaded.add(model)
         return self._versions.pop(model)
 
