@@ -17,8 +17,8 @@ the median over rounds of requests/s, server CPU per request, and padding effici
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, median_of, require_wrk, run_wrk
+from common import Server, machine_description, median_of, require_wrk, run_wrk, worktree
 from inferd.tools.demo import build_demo
 from text_bench import apply_overrides, make_texts, stats
 
@@ -58,6 +58,29 @@ def configure(repo: Path, overrides: dict[str, object]) -> None:
     path.write_text(yaml.safe_dump(apply_overrides(yaml.safe_load(path.read_text()), overrides)))
 
 
+def measure(
+    servers: dict[str, Server], bodies: list[bytes], rounds: int, concurrency: int, seconds: float
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Per variant, per round: requests/s, server CPU ms per request, padding efficiency."""
+    results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in servers}
+    for server in servers.values():
+        run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
+    for round_ in range(rounds):
+        for name, server in servers.items():
+            before = stats(server)
+            step = run_wrk(server, "/embed", bodies, concurrency, seconds)
+            after = stats(server)
+            padded = after["padded"] - before["padded"]
+            padding = (after["real"] - before["real"]) / padded if padded else 1.0
+            results[name].append((step.requests_per_s, step.server_cpu_ms_per_request, padding))
+            print(
+                f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
+                f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding {padding:.1%}",
+                flush=True,
+            )
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", action="append", required=True, type=parse_variant)
@@ -74,52 +97,18 @@ def main() -> int:
         texts = [[]] if args.empty else [[t] for t in make_texts(tokenizer, 1024)]
         bodies = [orjson.dumps({"texts": t, "model": "minilm"}) for t in texts]
         servers: dict[str, Server] = {}
-        try:
-            for v in args.variant:
-                tree = Path(tmp) / f"tree-{v.name}"
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), v.ref],
-                    check=True,
-                )
-                repo = Path(tmp) / f"repo-{v.name}"
-                shutil.copytree(base, repo)
-                configure(repo, v.overrides)
-                servers[v.name] = Server(repo, env={"PYTHONPATH": str(tree / "src")})
-            results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in servers}
-            for server in servers.values():
-                run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
-            for round_ in range(args.rounds):
-                for name, server in servers.items():
-                    before = stats(server)
-                    step = run_wrk(server, "/embed", bodies, args.concurrency, args.seconds)
-                    after = stats(server)
-                    padded = after["padded"] - before["padded"]
-                    padding = (after["real"] - before["real"]) / padded if padded else 1.0
-                    results[name].append(
-                        (step.requests_per_s, step.server_cpu_ms_per_request, padding)
-                    )
-                    print(
-                        f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
-                        f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding "
-                        f"{padding:.1%}",
-                        flush=True,
-                    )
-        finally:
-            for server in servers.values():
-                server.stop()
-            for v in args.variant:
-                subprocess.run(
-                    [
-                        "git",
-                        "-C",
-                        str(ROOT),
-                        "worktree",
-                        "remove",
-                        "--force",
-                        str(Path(tmp) / f"tree-{v.name}"),
-                    ],
-                    check=False,
-                )
+        with contextlib.ExitStack() as trees:
+            try:
+                for v in args.variant:
+                    tree = trees.enter_context(worktree(v.ref, Path(tmp) / f"tree-{v.name}"))
+                    repo = Path(tmp) / f"repo-{v.name}"
+                    shutil.copytree(base, repo)
+                    configure(repo, v.overrides)
+                    servers[v.name] = Server(repo, env={"PYTHONPATH": str(tree / "src")})
+                results = measure(servers, bodies, args.rounds, args.concurrency, args.seconds)
+            finally:
+                for server in servers.values():
+                    server.stop()
     print(f"\nMachine: {machine_description()}")
     print(f"Command: python benchmarks/ab_bench.py {' '.join(sys.argv[1:])}\n")
     print("| variant | req/s | server CPU ms/req | padding efficiency |")

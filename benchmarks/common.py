@@ -6,6 +6,7 @@ in-process ONNX Runtime on the same machine, and written with the command that p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +170,21 @@ def run_wrk(
     if socket_errors:
         errors += sum(int(x) for x in socket_errors.groups())
     return LoadResult(concurrency, total, rps, p50, p99, errors, cpu * 1000 / max(total, 1))
+
+
+@contextlib.contextmanager
+def worktree(ref: str, path: Path) -> Iterator[Path]:
+    """A checkout of `ref` of this repository at `path` (removed after): serve its code with
+    `Server(..., env={"PYTHONPATH": str(path / "src")})`."""
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), ref], check=True
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False
+        )
 
 
 def median_of(values: list[float]) -> float:

@@ -1,11 +1,19 @@
-"""Overload: open-loop Poisson arrivals at 4x the measured capacity of a slow model.
+"""Overload: the demo's /predict at 8x its capacity, in an open loop and in a closed loop.
 
-First the capacity is measured (closed loop, wrk); then an asyncio client sends requests at 4x
-that rate, each with a 1 s deadline, against a bounded queue. Reported: how many were admitted
-and answered, the p50/p99 of admitted requests, how fast rejections came back, and that every
-request got an answer (none hung, none lost). The client shares the machine's two cores.
+First the capacity is measured (closed loop at 32 connections); then
+- open loop: Poisson arrivals at `--factor` x that rate for `--seconds`, each sent on an idle
+  keep-alive connection or a new one, latency counted from when it was due (so a slow server
+  cannot hide behind a slow client);
+- closed loop: `--connections` connections (the factor x the capacity in-flight requests and
+  more), each sending its next request as soon as the last is answered.
+
+For each: answers by status, the p50/p99 of 200s and of 429s as the client saw them and as the
+server did (its `Server-Timing` header: from parsing the request's first byte to the start of
+the answer), and the requests sent but never answered within `--grace` seconds of the end.
+The client is a raw asyncio HTTP/1.1 client (uvloop), on the same two cores as the server.
 
     python benchmarks/overload_bench.py            # writes the "overload" section of RESULTS.md
+    python benchmarks/overload_bench.py --baseline 83e86e5   # an older commit first, alike
     python benchmarks/overload_bench.py --quick
 """
 
@@ -13,134 +21,323 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import numpy as np
 import orjson
+from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, publish, require_wrk, run_wrk
-from tests.models import slow_model, write_config
+from common import Server, machine_description, publish, worktree
+from inferd.tools.demo import build_demo
+from text_bench import make_texts
 
-WIDTH = 512
-LAYERS = 4096  # about 60 ms a request: a rate the Python client can send at 4x
+PATH = "/predict"
+
+
+@dataclass
+class Outcome:
+    status: int
+    client_s: float
+    server_s: float | None
+
+
+@dataclass
+class Tally:
+    outcomes: list[Outcome] = field(default_factory=list)
+    sent: int = 0
+    lost: int = 0
+    """Requests whose connection failed or closed before their answer."""
+    outstanding: int = 0
+    quiet: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while no request is outstanding."""
+
+    def begin(self) -> None:
+        self.sent += 1
+        self.outstanding += 1
+        self.quiet.clear()
+
+    def end(self, outcome: Outcome | None) -> None:
+        if outcome is None:
+            self.lost += 1
+        else:
+            self.outcomes.append(outcome)
+        self.outstanding -= 1
+        if self.outstanding == 0:
+            self.quiet.set()
+
+    async def settle(self, grace_s: float) -> None:
+        """Waits up to `grace_s` for every outstanding answer."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.quiet.wait(), grace_s)
+
+
+def request_bytes(host: str, body: bytes) -> bytes:
+    return (
+        f"POST {PATH} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection with at most one request outstanding."""
+
+    def __init__(self, tally: Tally, on_idle: object) -> None:
+        self.tally = tally
+        self.on_idle = on_idle
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.due: float | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, payload: bytes, due: float) -> None:
+        """Sends a request counted by the caller (`Tally.begin`)."""
+        assert self.transport is not None
+        self.due = due
+        self.transport.write(payload)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            length_at = head.find(b"content-length:")
+            length = int(head[length_at + 15 : head.find(b"\r\n", length_at + 15)].strip() or 0)
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            status = int(head[9:12])
+            timing_at = head.find(b"server-timing: total;dur=")
+            server_s = None
+            if timing_at >= 0:
+                stop = head.find(b"\r\n", timing_at)
+                server_s = float(head[timing_at + 25 : stop if stop >= 0 else None]) / 1000
+            if self.due is not None:
+                self.tally.end(Outcome(status, time.perf_counter() - self.due, server_s))
+                self.due = None
+            if b"connection: close" in head:
+                return  # the server closes it; connection_lost follows
+            self.on_idle(self)  # type: ignore[operator]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.due is not None:
+            self.tally.end(None)
+            self.due = None
 
 
 async def open_loop(
-    url: str, body: bytes, rate: float, seconds: float, deadline_ms: int
-) -> list[tuple[int, float]]:
-    """(status, latency s) for every request sent; status 0 for a transport failure."""
-    results: list[tuple[int, float]] = []
+    host: str, port: int, payloads: list[bytes], rate: float, seconds: float, grace_s: float
+) -> Tally:
+    loop = asyncio.get_running_loop()
+    tally = Tally()
+    idle: deque[Connection] = deque()
     rng = random.Random(7)
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-    headers = {"Content-Type": "application/json", "X-Request-Timeout-Ms": str(deadline_ms)}
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+    busy: set[Connection] = set()
 
-        async def one() -> None:
-            started = time.perf_counter()
-            try:
-                response = await client.post("/v2/models/slow/infer", content=body, headers=headers)
-                status = response.status_code
-            except httpx.HTTPError:
-                status = 0
-            results.append((status, time.perf_counter() - started))
+    def on_idle(conn: Connection) -> None:
+        busy.discard(conn)
+        idle.append(conn)
 
-        tasks = []
-        end = time.perf_counter() + seconds
-        next_at = time.perf_counter()
-        while next_at < end:
-            delay = next_at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-            next_at += rng.expovariate(rate)
-        await asyncio.gather(*tasks)
-    return results
+    async def send_new(payload: bytes, due: float) -> None:
+        try:
+            _, conn = await loop.create_connection(lambda: Connection(tally, on_idle), host, port)
+        except OSError:
+            tally.end(None)
+            return
+        busy.add(conn)
+        conn.send(payload, due)
+
+    connecting: set[asyncio.Task[None]] = set()
+    start = time.perf_counter()
+    due = start
+    i = 0
+    while due < start + seconds:
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        payload = payloads[i % len(payloads)]
+        i += 1
+        while idle and idle[0].closed:
+            idle.popleft()
+        tally.begin()
+        if idle:
+            conn = idle.popleft()
+            busy.add(conn)
+            conn.send(payload, due)
+        else:
+            task = loop.create_task(send_new(payload, due))
+            connecting.add(task)
+            task.add_done_callback(connecting.discard)
+        due += rng.expovariate(rate)
+    await tally.settle(grace_s)
+    for conn in [*busy, *idle]:
+        if conn.transport is not None:
+            conn.transport.close()
+    return tally
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q) * 1000) if values else float("nan")
+async def closed_loop(
+    host: str, port: int, payloads: list[bytes], connections: int, seconds: float, grace_s: float
+) -> Tally:
+    loop = asyncio.get_running_loop()
+    tally = Tally()
+    end = 0.0
+    counter = iter(range(1 << 62))
+    conns: list[Connection] = []
+
+    def send(conn: Connection) -> None:
+        tally.begin()
+        conn.send(payloads[next(counter) % len(payloads)], time.perf_counter())
+
+    def on_idle(conn: Connection) -> None:
+        if time.perf_counter() < end:
+            send(conn)
+
+    for _ in range(connections):
+        _, conn = await loop.create_connection(lambda: Connection(tally, on_idle), host, port)
+        conns.append(conn)
+    end = time.perf_counter() + seconds
+    for conn in conns:
+        send(conn)
+    await asyncio.sleep(seconds)
+    await tally.settle(grace_s)
+    for conn in conns:
+        if conn.transport is not None:
+            conn.transport.close()
+    return tally
+
+
+def percentiles_ms(values: list[float]) -> str:
+    if not values:
+        return "- | -"
+    p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
+    return f"{p50:.1f} | {p99:.1f}"
+
+
+def rows(variant: str, label: str, tally: Tally, seconds: float) -> list[str]:
+    answered = len(tally.outcomes)
+    unanswered = tally.sent - answered - tally.lost
+    lines = []
+    for status in sorted({o.status for o in tally.outcomes}):
+        chosen = [o for o in tally.outcomes if o.status == status]
+        client = [o.client_s for o in chosen]
+        server = [o.server_s for o in chosen if o.server_s is not None]
+        lines.append(
+            f"| {variant} | {label} | {status} | {len(chosen)} | {len(chosen) / seconds:.0f} | "
+            f"{percentiles_ms(server)} | {percentiles_ms(client)} |"
+        )
+    lines.append(
+        f"| {variant} | {label} | sent {tally.sent}: **unanswered {unanswered}**, connection "
+        f"lost {tally.lost} | | | | | | |"
+    )
+    return lines
+
+
+@dataclass
+class Scenario:
+    capacity: float
+    rate: float
+    opened: Tally
+    closed: Tally
+
+
+def run_scenario(
+    repo: Path, payload_bodies: list[bytes], args: argparse.Namespace, env: dict[str, str]
+) -> Scenario:
+    server = Server(repo, *args.serve_arg, env=env)
+    host, port = server.url.removeprefix("http://").split(":")
+    payloads = [request_bytes(f"{host}:{port}", b) for b in payload_bodies]
+    try:
+        probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
+        capacity = sum(o.status == 200 for o in probe.outcomes) / 10
+        rate = capacity * args.factor
+        print(f"capacity {capacity:.0f} req/s; open loop at {rate:.0f} req/s", flush=True)
+        opened = run_loop(open_loop(host, int(port), payloads, rate, args.seconds, args.grace))
+        print(f"closed loop, {args.connections} connections", flush=True)
+        closed = run_loop(
+            closed_loop(host, int(port), payloads, args.connections, args.seconds, args.grace)
+        )
+    finally:
+        server.stop()
+    return Scenario(capacity, rate, opened, closed)
+
+
+def run_loop(coro: object) -> Tally:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)  # type: ignore[arg-type,no-any-return]
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--factor", type=float, default=4.0)
-    parser.add_argument("--queue", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--factor", type=float, default=8.0)
+    parser.add_argument("--connections", type=int, default=1536)
+    parser.add_argument("--grace", type=float, default=60)
+    parser.add_argument("--baseline", help="a git ref to measure first, the same way")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--serve-arg", action="append", default=[], help="passed to inferd serve")
     args = parser.parse_args()
-    require_wrk()
     if args.quick:
-        args.seconds = 6
-    x = np.full((1, WIDTH), 0.5, dtype=np.float32).tolist()
-    body = orjson.dumps(
-        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, WIDTH], "data": x}]}
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp)
-        slow_model(repo / "slow" / "1" / "model.onnx", layers=LAYERS, width=WIDTH)
-        write_config(
-            repo / "slow",
-            {
-                "max_batch_size": 1,
-                "runtime": {"intra_op_threads": 1},
-                "dynamic_batching": {"max_queue_size": args.queue},
-            },
-        )
-        server = Server(repo)
-        try:
-            capacity = run_wrk(server, "/v2/models/slow/infer", body, 4, 5).requests_per_s
-            rate = capacity * args.factor
-            print(f"capacity {capacity:.1f} req/s; sending {rate:.1f} req/s for {args.seconds} s")
-            results = asyncio.run(open_loop(server.url, body, rate, args.seconds, 1000))
-        finally:
-            server.stop()
-    counts = Counter(status for status, _ in results)
-    admitted = [s for status, s in results if status == 200]
-    rejected = [s for status, s in results if status in (429, 503)]
-    expired = [s for status, s in results if status == 504]
+        args.seconds = 8
+    scenarios: dict[str, Scenario] = {}
+    with tempfile.TemporaryDirectory(prefix="inferd-overload-") as tmp:
+        repo = build_demo(Path(tmp) / "demo")
+        tokenizer = Tokenizer.from_file(str(repo / "minilm" / "1" / "tokenizer.json"))
+        tokenizer.no_padding()
+        bodies = [orjson.dumps({"texts": [t]}) for t in make_texts(tokenizer, 256)]
+        if args.baseline:
+            with worktree(args.baseline, Path(tmp) / "baseline") as tree:
+                print(f"baseline {args.baseline}", flush=True)
+                env = {"PYTHONPATH": str(tree / "src")}
+                scenarios[args.baseline] = run_scenario(repo, bodies, args, env)
+        print("this tree", flush=True)
+        scenarios["this tree"] = run_scenario(repo, bodies, args, {})
     command = ("python benchmarks/overload_bench.py " + " ".join(sys.argv[1:])).strip()
+    capacities = ", ".join(f"{name} {s.capacity:.0f} req/s" for name, s in scenarios.items())
     lines = [
-        f"## Overload: {args.factor:.0f}x the capacity, open loop",
+        f"## Overload: {args.factor:g}x the capacity, open and closed loop",
         "",
         f"Machine: {machine_description()}.",
-        f"Model: {LAYERS}-layer MatMul+Tanh chain (width {WIDTH}), one intra-op thread, "
-        f"max_batch_size 1, queue of {args.queue}; capacity measured with wrk (closed loop, 4 "
-        f"connections): {capacity:.1f} req/s. Then Poisson arrivals at {rate:.1f} req/s for "
-        f"{args.seconds:.0f} s from an asyncio httpx client on the same machine, each request "
-        "with `X-Request-Timeout-Ms: 1000`.",
+        f"Server: `inferd serve` on the demo repository, its default configuration"
+        f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; `POST {PATH}`, "
+        "one English text of 8-128 tokens per request, no model named. Capacity (closed loop, "
+        f"32 connections, 10 s): {capacities}. Open loop: Poisson arrivals at {args.factor:g}x "
+        f"that for {args.seconds:g} s. Closed loop: {args.connections} connections for "
+        f"{args.seconds:g} s, each sending again as soon as answered. Unanswered: sent, and no "
+        f"answer within {args.grace:g} s of the end. Server ms: its `Server-Timing`, from "
+        "parsing the request's first byte to answering (a version without the header shows "
+        "none); client ms: from when the request was due to its answer. The client (raw "
+        "asyncio HTTP/1.1 on uvloop) shares the two cores.",
         "",
         f"Command: `{command}`",
         "",
-        "| outcome | requests | p50 ms | p99 ms | max ms |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| version | loop | status | answers | per s | server p50 ms | server p99 ms "
+        "| client p50 ms | client p99 ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for label, values in (
-        ("200 answered", admitted),
-        ("429/503 shed", rejected),
-        ("504 deadline", expired),
-    ):
-        top = max(values) * 1000 if values else float("nan")
-        lines.append(
-            f"| {label} | {len(values)} | {percentile(values, 50):.1f} | "
-            f"{percentile(values, 99):.1f} | {top:.1f} |"
-        )
-    other = {k: v for k, v in counts.items() if k not in (200, 429, 503, 504)}
-    lines += [
-        "",
-        f"Sent {len(results)}, answered {sum(counts.values()) - counts.get(0, 0)}; "
-        f"status counts {dict(sorted(counts.items()))}; other outcomes: {other or 'none'}.",
-    ]
-    text = "\n".join(lines)
-    publish("overload", text, args.quick)
+    for name, scenario in scenarios.items():
+        lines += rows(name, "open", scenario.opened, args.seconds)
+        lines += rows(name, "closed", scenario.closed, args.seconds)
+    publish("overload", "\n".join(lines), args.quick)
     return 0
 
 

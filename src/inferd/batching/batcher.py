@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ from inferd.errors import (
 )
 from inferd.observability.observer import Observer, notify
 from inferd.runtime.protocol import Array, Feeds
+
+SATURATION_PURGE_S = 0.01
+"""How often `saturated` may purge a full queue of the items whose clients left."""
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +155,7 @@ class DynamicBatcher:
         self._observer = observer or Observer()
         self._queue: deque[_Entry] = deque()
         self._queued_rows = 0
+        self._purged_at = 0.0
         self._running = 0
         self._accepting = False
         self._wakeup = asyncio.Event()
@@ -201,6 +206,26 @@ class DynamicBatcher:
     @property
     def queued_items(self) -> int:
         return len(self._queue)
+
+    @property
+    def capacity(self) -> int:
+        """The items its queue holds at most (besides those running: how many run depends on
+        the batches formed)."""
+        return self._settings.max_queue_size
+
+    @property
+    def saturated(self) -> bool:
+        """Whether one more item would be refused now for a full queue. Items whose clients
+        left are purged at most every `SATURATION_PURGE_S` here (the queue is then full and
+        this is asked for every request)."""
+        limit = self._settings.max_queue_size
+        if len(self._queue) < limit:
+            return False
+        now = time.monotonic()
+        if now - self._purged_at >= SATURATION_PURGE_S:
+            self._purged_at = now
+            self._purge_done()
+        return len(self._queue) >= limit
 
     @property
     def queued_rows(self) -> int:

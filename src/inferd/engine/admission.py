@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
 from inferd.engine.memory import MemoryGate
-from inferd.errors import QueueFullError, UnavailableError
+from inferd.errors import InferdError, QueueFullError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +34,26 @@ class Admission:
     def in_flight(self) -> int:
         return self._in_flight
 
-    def enter(self) -> None:
-        """Takes a slot, or refuses: 5030 while shutting down or over memory, 4290 at the
-        in-flight limit."""
+    def refusal(self) -> InferdError | None:
+        """What a request would be refused with now, if anything: 5030 while shutting down or
+        over memory, 4290 at the in-flight limit."""
         if not self.accepting:
-            raise UnavailableError("the server is shutting down", retry_after_s=1.0)
-        self._memory.check()
+            return UnavailableError("the server is shutting down", retry_after_s=1.0)
+        over_memory = self._memory.refusal()
+        if over_memory is not None:
+            return over_memory
         if self._in_flight >= self._settings.max_in_flight:
-            raise QueueFullError(
+            return QueueFullError(
                 f"the server holds {self._in_flight} requests in flight, its limit",
                 retry_after_s=1.0,
             )
+        return None
+
+    def enter(self) -> None:
+        """Takes a slot, or raises `refusal()`."""
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
         self._in_flight += 1
         self._none_in_flight.clear()
 

@@ -101,6 +101,14 @@ class BatchedServable(Servable):
     def queued_items(self) -> int:
         return self._batcher.queued_items
 
+    @property
+    def saturated(self) -> bool:
+        return self._batcher.saturated
+
+    @property
+    def capacity(self) -> int | None:
+        return self._batcher.capacity
+
     async def drain(self, timeout_s: float) -> bool:
         return await self._batcher.drain(timeout_s)
 

@@ -19,8 +19,9 @@ from inferd.engine.admission import Admission
 from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
-from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.servable import Classified, Embeddings, Servable
 from inferd.engine.version import Version
+from inferd.errors import InferdError, QueueFullError
 from inferd.generation.params import SamplingRequest
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
@@ -107,6 +108,42 @@ class Engine:
             self.admission.leave()
             raise
         return Generation(seq, served.model, served.version, self.admission.leave)
+
+    def refusal_before_reading(
+        self,
+        model: str | None,
+        version: str | None = None,
+        purpose: str | None = None,
+        arriving: int = 0,
+    ) -> InferdError | None:
+        """What every request to `model` (or, naming none yet, to any model serving
+        `purpose`) would be refused with now, whatever its body holds: the admission's
+        refusal, or 4290 when each version it could reach has a full queue, or when
+        `arriving` (the requests to these models read and not yet answered) fill what they
+        all hold. None when the request must be read to know (an unknown or unready model
+        gets its answer there)."""
+        refused = self.admission.refusal()
+        if refused is not None:
+            return refused
+        names = [model] if model is not None else self.registry.models_for(purpose or "")
+        if not names:
+            return None
+        holders: dict[int, Servable] = {}
+        for name in names:
+            try:
+                target = self.registry.resolve(name, version)
+            except InferdError:
+                return None
+            if not target.ready:
+                return None
+            holder = target.servable.holder  # (zero-shot models share their base's queue)
+            holders[id(holder)] = holder
+        capacities = [h.capacity for h in holders.values()]
+        room = None if None in capacities else sum(c or 0 for c in capacities)
+        if all(h.saturated for h in holders.values()) or (room is not None and arriving >= room):
+            whose = f"model '{model}'" if model is not None else f"every model that can {purpose}"
+            return QueueFullError(f"the queue of {whose} is full; retry later", retry_after_s=1.0)
+        return None
 
     def _task_model(self, model: str | None, purpose: str) -> Version:
         return self.registry.resolve(model) if model else self.registry.default_for(purpose)

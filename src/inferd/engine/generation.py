@@ -63,11 +63,20 @@ class GeneratorServable(Servable):
             raise InputTooLongError(
                 f"the prompt has {len(prompt)} characters; the limit is {limit}"
             )
+        self._scheduler.refuse_when_full()  # before the prompt is tokenized
         if len(prompt) > OFF_LOOP_CHARS:
             ids = await asyncio.to_thread(self._scheduler.encode, prompt)
         else:
             ids = self._scheduler.encode(prompt)
         return self._scheduler.submit(ids, params)
+
+    @property
+    def saturated(self) -> bool:
+        return self._scheduler.saturated
+
+    @property
+    def capacity(self) -> int | None:
+        return self._scheduler.capacity
 
     async def _infer(
         self, feeds: Feeds, deadline: float | None, max_rows_per_request: int

@@ -35,15 +35,15 @@ class MemoryGate:
     def enabled(self) -> bool:
         return self._max_bytes > 0 or self._max_gpu > 0
 
-    def check(self) -> None:
+    def refusal(self) -> UnavailableError | None:
+        """5030 while over a limit (measured at most every interval), else None."""
         if not self.enabled:
-            return
+            return None
         now = time.monotonic()
         if now - self._checked_at >= self._interval_s:
             self._checked_at = now
             self._over = self._measure()
-        if self._over is not None:
-            raise UnavailableError(self._over, retry_after_s=1.0)
+        return None if self._over is None else UnavailableError(self._over, retry_after_s=1.0)
 
     def _measure(self) -> str | None:
         if self._max_bytes:

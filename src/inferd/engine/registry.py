@@ -113,6 +113,10 @@ class Registry:
         only = {purpose: names[0] for purpose, names in fits.items() if len(names) == 1}
         return {**marked, **only}
 
+    def models_for(self, purpose: str) -> list[str]:
+        """The models serving `purpose` ("embed", "predict", "generate")."""
+        return self._by_purpose()[0].get(purpose, [])
+
     def default_for(self, purpose: str) -> Version:
         chosen = self.defaults().get(purpose)
         if chosen is not None:

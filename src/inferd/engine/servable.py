@@ -67,6 +67,22 @@ class Servable:
     def queued_items(self) -> int:
         return 0
 
+    @property
+    def holder(self) -> Servable:
+        """The servable whose queue holds its requests: itself, or the one it runs on."""
+        return self
+
+    @property
+    def saturated(self) -> bool:
+        """Whether its next request would be refused 4290 whatever it holds (a full queue)."""
+        return False
+
+    @property
+    def capacity(self) -> int | None:
+        """The requests its queue holds at most (None: no bound). Counted against the
+        requests read and unanswered, those running included: a bound on the safe side."""
+        return None
+
     # -- requests: each kind overrides what it serves ------------------------------------
 
     async def infer(

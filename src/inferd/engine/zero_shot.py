@@ -49,6 +49,10 @@ class ZeroShotServable(LabelsOverV2):
         task.set_label_vectors(embedded.vectors)
         return cls(model, config, task, base, observer)
 
+    @property
+    def holder(self) -> Servable:
+        return self._base
+
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
         embedded = await self._base.embed(texts, deadline)
         started = time.perf_counter()

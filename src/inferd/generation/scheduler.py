@@ -98,6 +98,23 @@ class Scheduler:
     def kv_tokens(self) -> int:
         return self._kv.held_tokens
 
+    @property
+    def capacity(self) -> int:
+        """The generations its waiting line holds at most (besides those running: how many
+        run depends on the KV cache)."""
+        return self._config.max_waiting
+
+    @property
+    def saturated(self) -> bool:
+        """Whether one more generation would be refused now for a full waiting line."""
+        return len(self._waiting) >= self._config.max_waiting
+
+    def refuse_when_full(self) -> None:
+        if self.saturated:
+            raise QueueFullError(
+                f"{len(self._waiting)} generations already wait for a slot; retry later"
+            )
+
     def encode(self, prompt: str) -> list[int]:
         return list(self._tokenizer.encode(prompt).ids)
 
@@ -119,10 +136,7 @@ class Scheduler:
         )
         if room < params.max_new_tokens:  # ends with finish_reason "length" at the window
             params = SamplingParams(**{**params.__dict__, "max_new_tokens": room})
-        if len(self._waiting) >= config.max_waiting:
-            raise QueueFullError(
-                f"{len(self._waiting)} generations already wait for a slot; retry later"
-            )
+        self.refuse_when_full()
         seq = Seq(prompt_ids, params, self._tokenizer, self._eos, config.context_length)
         self._waiting.append(seq)
         self._idle.clear()

@@ -7,10 +7,29 @@ while a batch runs here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime.protocol import Array, Feeds, Runtime
+
+RUNTIME_NICENESS = 10
+"""How much lower (Linux nice) the runtime threads run than the event loop's thread."""
+
+
+def _yield_to_event_loop() -> None:
+    """Lowers the calling runtime thread's priority below the event loop's. When the cores are
+    all busy (overload: runtime threads on every core), the loop still gets the CPU to read
+    sockets and answer, refusals included: without this, 429s waited seconds unread at 8x
+    the capacity (benchmarks/overload_bench.py). The runtime keeps every cycle the loop does
+    not want. ONNX Runtime's own intra-op pool threads (intra_op_threads > 1) keep their
+    priority; a single-threaded instance computes on this thread."""
+    if sys.platform == "linux":  # elsewhere setpriority would lower the whole process
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RUNTIME_NICENESS)
 
 
 class InstancePool:
@@ -21,7 +40,9 @@ class InstancePool:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
         self._executor = ThreadPoolExecutor(
-            max_workers=len(self._instances), thread_name_prefix=thread_name
+            max_workers=len(self._instances),
+            thread_name_prefix=thread_name,
+            initializer=_yield_to_event_loop,
         )
         self._free: asyncio.Queue[Runtime] | None = None
 

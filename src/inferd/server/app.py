@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from inferd import __version__
 from inferd.config.server import ServerSettings
@@ -27,16 +28,21 @@ from inferd.server.routes import metrics as metrics_route
 log = logging.getLogger(__name__)
 
 DATA_ROUTES = (
-    ("/predict", tasks.predict),
-    ("/embed", tasks.embed),
-    ("/v1/embeddings", openai.embeddings),
-    ("/v2/models/{model}/infer", v2.infer),
-    ("/v2/models/{model}/versions/{version}/infer", v2.version_infer),
-    ("/generate", generate.generate),
-    ("/v1/completions", completions.completions),
+    ("/predict", tasks.predict, "predict"),
+    ("/embed", tasks.embed, "embed"),
+    ("/v1/embeddings", openai.embeddings, "embed"),
+    ("/v2/models/{model}/infer", v2.infer, None),
+    ("/v2/models/{model}/versions/{version}/infer", v2.version_infer, None),
+    ("/generate", generate.generate, "generate"),
+    ("/v1/completions", completions.completions, "generate"),
 )
 """Served by `DataPlane`'s Starlette router, past FastAPI's per-request layers
-(inferd.server.dataplane); FastAPI registers them too, at the same paths, for the schema."""
+(inferd.server.dataplane); FastAPI registers them too, at the same paths, for the schema.
+Each with the purpose of a request naming no model (None: the path names it)."""
+
+
+def data_routes() -> list[tuple[Route, str | None]]:
+    return [(data_route(path, endpoint), purpose) for path, endpoint, purpose in DATA_ROUTES]
 
 
 def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None = None) -> FastAPI:
@@ -73,7 +79,7 @@ def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None
     for module in (health, v2, tasks, generate, openai, completions, metrics_route, repository):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     # added first, so innermost: every middleware below still applies to the data plane
-    routes = [data_route(path, endpoint) for path, endpoint in DATA_ROUTES]
+    routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(

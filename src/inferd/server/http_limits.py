@@ -7,15 +7,33 @@ event loop, and so every probe, waiting. `bounded_protocol` makes a subclass tha
 bytes received while a head is incomplete and the headers parsed; over either limit it answers
 431 at once and closes the connection, and a head not complete within the time limit closes
 it (408), which also ends slow-loris connections that trickle a head.
+
+The same protocol stamps when each request began to arrive (`received_at`, what `Server-Timing`
+and the latency metrics count from) and, given an `early` hook (inferd.server.shed), answers
+there and then a request the hook refuses from its head alone, skipping its body and keeping
+the connection open.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+log = logging.getLogger(__name__)
+
+RECEIVED = "inferd.received"
+"""Scope extension: `{"at": time.perf_counter()}` when the request's first byte was parsed."""
+
+
+def received_at(scope: Mapping[str, Any]) -> float | None:
+    at = scope.get("extensions", {}).get(RECEIVED, {}).get("at")
+    return float(at) if at is not None else None
 
 
 def _answer(status: int, reason: str, message: str) -> bytes:
@@ -27,10 +45,25 @@ def _answer(status: int, reason: str, message: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+class Admitted(Protocol):
+    def release(self) -> None: ...
+
+
+EarlyAnswer = Callable[
+    [bytes, bytes, Sequence[tuple[bytes, bytes]], bool, float], bytes | Admitted | None
+]
+"""`(method, url, headers, keep_alive, received_at)` -> the whole answer to send now, or a
+token released when the request is answered (or its connection lost), or None."""
+
+
 def bounded_protocol(
-    max_head_bytes: int, max_headers: int, head_timeout_s: float
+    max_head_bytes: int,
+    max_headers: int,
+    head_timeout_s: float,
+    early: EarlyAnswer | None = None,
 ) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with these bounds on every request head."""
+    """uvicorn's httptools protocol with these bounds on every request head, and `early`
+    asked about every request before the app is."""
 
     class BoundedHttpTools(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -42,6 +75,8 @@ def bounded_protocol(
             self._heads_done = 0
             """A request was answered on this connection (then an idle wait is keep-alive)."""
             self._head_timer: asyncio.TimerHandle | None = None
+            self._received_at = 0.0
+            self._admitted: Admitted | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -49,6 +84,7 @@ def bounded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
+            self._release()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -76,6 +112,13 @@ def bounded_protocol(
                     f"the request has over {max_headers} headers",
                 )
 
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            # when the server began to read the request: what `Server-Timing` and the latency
+            # metrics count from, so time spent waiting for the event loop is counted too
+            self._received_at = time.perf_counter()
+            self.scope["extensions"] = {RECEIVED: {"at": self._received_at}}
+
         def on_header(self, name: bytes, value: bytes) -> None:
             self._header_count += 1
             super().on_header(name, value)
@@ -91,7 +134,65 @@ def bounded_protocol(
             self._in_head = False
             self._heads_done += 1
             self._stop_timer()
+            if early is not None and (self.cycle is None or self.cycle.response_complete):
+                # (a pipelined request waits its turn, and so goes to the app)
+                keep_alive = (
+                    self.parser.get_http_version() != "1.0"
+                    and self.parser.should_keep_alive()
+                    and not self.expect_100_continue  # its body may never come: close
+                )
+                try:
+                    answer = early(
+                        self.parser.get_method(),
+                        self.url,
+                        self.headers,
+                        keep_alive,
+                        self._received_at,
+                    )
+                except Exception:  # a fault here must not cost the request: the app decides
+                    log.exception("the early refusal check failed; the app answers instead")
+                    answer = None
+                if isinstance(answer, bytes):
+                    self._answer_now(answer, keep_alive)
+                    return
+                self._admitted = answer
             super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            self._release()
+            super().on_response_complete()
+
+        def _release(self) -> None:
+            if self._admitted is not None:
+                self._admitted.release()
+                self._admitted = None
+
+        def _answer_now(self, answer: bytes, keep_alive: bool) -> None:
+            # a finished cycle stands for the request, so that uvicorn skips its body and
+            # serves the next request on the connection as after any answer
+            self.cycle = RequestResponseCycle(
+                scope=self.scope,
+                transport=self.transport,
+                flow=self.flow,
+                logger=self.logger,
+                access_logger=self.access_logger,
+                access_log=self.access_log,
+                default_headers=self.server_state.default_headers,
+                message_event=asyncio.Event(),
+                expect_100_continue=False,
+                keep_alive=keep_alive,
+                on_response=self.on_response_complete,
+            )
+            self.cycle.response_complete = True
+            status_line, rest = answer.split(b"\r\n", 1)
+            defaults = b"".join(
+                n + b": " + v + b"\r\n" for n, v in self.server_state.default_headers
+            )
+            self.transport.write(status_line + b"\r\n" + defaults + rest)
+            if keep_alive:
+                self.on_response_complete()
+            else:
+                self.transport.close()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.server.errors import PayloadTooLargeError, error_response
 
 _GOOD_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def request_id_from(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """The request's `X-Request-ID` when it is sane, else a new one."""
+    for name, value in headers:
+        if name == b"x-request-id":
+            if _GOOD_ID.match(value):
+                return value
+            break
+    return os.urandom(12).hex().encode()
 
 
 class RequestIdMiddleware:
@@ -22,12 +33,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = b""
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                raw = value
-                break
-        request_id = raw if _GOOD_ID.match(raw) else os.urandom(12).hex().encode()
+        request_id = request_id_from(scope["headers"])
         scope.setdefault("state", {})["request_id"] = request_id.decode()
 
         async def send_with_id(message: Message) -> None:

@@ -1,5 +1,9 @@
 """Pure ASGI middleware that gives every request a trace, then writes its log line and metrics.
 
+Every answer carries `Server-Timing: total;dur=<ms>`: the time from the server parsing the
+request's first byte to the start of its answer (event-loop waits included), the figure the
+latency metrics record.
+
 Log lines: one JSON object per request, with the request id, model, version, HTTP status, error
 code and per-stage timings; errors always, successes sampled at `log_sample_rate`. No payload is
 logged unless `log_payloads` is set (then truncated and marked). Probe and /metrics requests are
@@ -17,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
+from inferd.server.http_limits import received_at
 
 log = logging.getLogger("inferd.request")
 
@@ -33,6 +38,11 @@ def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
     text = body[:PAYLOAD_LIMIT].decode("utf-8", "replace")
     more = f" ... [{len(body) - PAYLOAD_LIMIT} more bytes]" if len(body) > PAYLOAD_LIMIT else ""
     trace.payload = f"[PAYLOAD, debug logging] {text}{more}"
+
+
+def server_timing(started: float) -> tuple[bytes, bytes]:
+    """The `Server-Timing` header: milliseconds from reading the request to answering it."""
+    return b"server-timing", b"total;dur=%.3f" % ((time.perf_counter() - started) * 1000)
 
 
 class ObserveMiddleware:
@@ -54,13 +64,18 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        trace = RequestTrace(request_id=str(state.get("request_id", "")))
+        received = received_at(scope)
+        trace = RequestTrace(
+            request_id=str(state.get("request_id", "")),
+            started=received if received is not None else time.perf_counter(),
+        )
         status = 500
 
         async def send_and_watch(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                message["headers"] = [*message.get("headers", []), server_timing(trace.started)]
             await send(message)
 
         try:

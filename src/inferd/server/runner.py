@@ -25,6 +25,7 @@ from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.observability.metrics import Metrics
 from inferd.server.http_limits import bounded_protocol
+from inferd.server.shed import EarlyRefusal
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,10 @@ def run_server(
 ) -> bool:
     """Serves until drained; on `sock` when given (already bound), else on host:port. True
     when the drain ran its course, False when a second signal forced the exit."""
-    from inferd.server.app import create_app
+    from inferd.server.app import create_app, data_routes
 
     app = create_app(settings, engine, metrics)
+    early = EarlyRefusal(engine, data_routes(), metrics)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -123,7 +125,10 @@ def run_server(
         access_log=settings.access_log,
         timeout_keep_alive=int(settings.keep_alive_s),
         http=bounded_protocol(
-            settings.max_header_bytes, settings.max_headers, settings.header_timeout_s
+            settings.max_header_bytes,
+            settings.max_headers,
+            settings.header_timeout_s,
+            early.answer,
         ),
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",

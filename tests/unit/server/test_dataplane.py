@@ -55,7 +55,7 @@ def make_app() -> FastAPI:
 def test_only_endpoints_fastapi_need_not_resolve_are_taken() -> None:
     with pytest.raises(ValueError, match="typed at /typed"):
         data_route("/typed", typed)  # a body model: FastAPI must parse and validate it
-    for path, endpoint in DATA_ROUTES:  # inferd's own: each takes the request and path params
+    for path, endpoint, _ in DATA_ROUTES:  # inferd's own: each takes the request and path params
         assert data_route(path, endpoint).path == path
 
 

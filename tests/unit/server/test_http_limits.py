@@ -1,15 +1,17 @@
 """The bounded HTTP protocol fed bytes directly (no socket, so how the bytes arrive in reads is
-the test's choice): a head over its limits is refused, a whole request in one read is not."""
+the test's choice): a head over its limits is refused, a whole request in one read is not; an
+early hook's answer is written from the head alone, its body skipped, the connection kept."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
 from uvicorn.server import ServerState
 
-from inferd.server.http_limits import bounded_protocol
+from inferd.server.http_limits import EarlyAnswer, bounded_protocol
 
 
 class Transport(asyncio.Transport):
@@ -42,18 +44,28 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def protocol(max_bytes: int = 65536, max_headers: int = 100) -> tuple[Any, Transport]:
-    cls = bounded_protocol(max_bytes, max_headers, 10.0)
+def protocol(
+    max_bytes: int = 65536, max_headers: int = 100, early: EarlyAnswer | None = None
+) -> tuple[Any, Transport]:
+    cls = bounded_protocol(max_bytes, max_headers, 10.0, early)
     config = uvicorn.Config(app, http=cls, log_config=None, lifespan="off")
     config.load()
-    made = cls(config=config, server_state=ServerState(), app_state={})
+    state = ServerState()
+    state.default_headers = [(b"server", b"uvicorn")]  # as uvicorn's server sets them
+    made = cls(config=config, server_state=state, app_state={})
     transport = Transport()
     made.connection_made(transport)
     return made, transport
 
 
-def post(body: bytes) -> bytes:
-    return (b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+def post(body: bytes, path: bytes = b"/x", extra: bytes = b"") -> bytes:
+    head = b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n"
+    return head % (path, extra, len(body)) + body
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
 
 
 async def test_a_whole_large_request_in_one_read_is_served() -> None:
@@ -84,3 +96,72 @@ async def test_an_oversized_or_crowded_head_is_refused() -> None:
     head = b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(20)) + b"\r\n"
     made.data_received(head)
     assert transport.written.startswith(b"HTTP/1.1 431 ") and transport.closed
+
+
+class Gate:
+    """Refuses POST /shed from its head; lets the rest through, counting what it let in."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+        self.open = 0
+
+    def __call__(
+        self,
+        method: bytes,
+        url: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        keep_alive: bool,
+        received_at: float,
+    ) -> bytes | Gate.Ticket | None:
+        self.asked.append(url)
+        if url == b"/shed":
+            close = b"" if keep_alive else b"connection: close\r\n"
+            return b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n" + close + b"\r\nno"
+        self.open += 1
+        return Gate.Ticket(self)
+
+    class Ticket:
+        def __init__(self, gate: Gate) -> None:
+            self.gate = gate
+
+        def release(self) -> None:
+            self.gate.open -= 1
+
+
+async def test_an_early_answer_skips_the_body_and_keeps_the_connection() -> None:
+    gate = Gate()
+    made, transport = protocol(early=gate)
+    request = post(b"b" * 50_000, b"/shed")
+    made.data_received(request[:200])  # the head and a little of the body
+    assert transport.written.startswith(b"HTTP/1.1 429 "), transport.written[:200]
+    assert b"\r\nserver: " in transport.written  # uvicorn's default headers are added
+    made.data_received(request[200:] + post(b"hello"))  # the rest of the body, then the next
+    await settle()
+    answers = transport.written.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"429", b"200"] and not transport.closed
+    assert gate.asked == [b"/shed", b"/x"] and gate.open == 0  # released once answered
+
+
+async def test_an_early_answer_closes_when_the_body_may_never_come() -> None:
+    made, transport = protocol(early=Gate())
+    made.data_received(post(b"{}", b"/shed", b"Expect: 100-continue\r\n")[:-2])
+    assert b"connection: close" in transport.written and transport.closed
+
+
+async def test_a_pipelined_request_waits_its_turn_and_is_not_asked_early() -> None:
+    gate = Gate()
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"one") + post(b"two", b"/shed"))  # the second while the first runs
+    await settle()
+    assert gate.asked == [b"/x"]  # /shed went to the app, after the first answer
+    assert [a[:3] for a in transport.written.split(b"HTTP/1.1 ")[1:]] == [b"200", b"200"]
+    assert gate.open == 0
+
+
+async def test_a_lost_connection_releases_what_it_held() -> None:
+    gate = Gate()
+    made, _ = protocol(early=gate)
+    made.data_received(post(b"x" * 100)[:-50])  # the body never completes
+    assert gate.open == 1
+    made.connection_lost(None)
+    assert gate.open == 0
