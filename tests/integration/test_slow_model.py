@@ -94,7 +94,9 @@ def test_full_queue_sheds_with_429_and_retry_after(
     assert set(statuses) == {200, 429}, statuses  # every request answered, none lost
     shed = [r for r in responses if r.status_code == 429]
     assert all(r.json()["code"] == 4290 and int(r.headers["retry-after"]) >= 1 for r in shed)
-    assert statuses.count(200) >= 5
+    # the queue's 4, at least: requests read and unanswered (the running one included) count
+    # against the queue's bound when refusing from the head (inferd.server.shed)
+    assert statuses.count(200) >= 4
 
 
 def test_disconnected_clients_take_their_queued_work_with_them(slow_server: RunningServer) -> None:

@@ -64,9 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from inferd.cli.bench import add_bench_commands
     from inferd.cli.prep import add_prep_commands
+    from inferd.cli.rollout import add_rollout_command
 
     add_prep_commands(commands)
     add_bench_commands(commands)
+    add_rollout_command(commands)
     return parser
 
 
@@ -173,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inferd.cli.bench import run_bench_command
 
             return run_bench_command(args)
+        if args.command == "rollout":
+            from inferd.cli.rollout import run_rollout_command
+
+            return run_rollout_command(args)
         if args.command in ("export", "optimize", "quantize"):
             from inferd.cli.prep import run_prep_command
 

@@ -6,6 +6,7 @@ and datatypes come from the ONNX file unless `inputs` / `outputs` override them.
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -310,6 +311,54 @@ class GenerationConfig(_Strict):
     )
 
 
+class RolloutConfig(_Strict):
+    """How a new version is released beside the serving one (`inferd rollout start`): its
+    share of traffic goes up step by step, each step judged on an analysis window."""
+
+    steps: tuple[float, ...] = Field(
+        (1, 5, 25, 50, 100),
+        description="The candidate's share of traffic (percent) at each step; the last is 100.",
+    )
+    analysis_window_s: float = Field(
+        60, gt=0, description="How long each step runs before it is judged."
+    )
+    min_requests: int = Field(
+        50,
+        ge=1,
+        description="Candidate requests a window needs before it is judged; fewer: the step "
+        "holds (and says so) until there are enough.",
+    )
+    max_error_rate_increase: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="Rolled back when the candidate's share of failed requests (any error but "
+        "shedding's 4290) exceeds the stable version's by more than this; checked continuously "
+        "once a window has `min_requests`.",
+    )
+    max_latency_ratio: float = Field(
+        1.5,
+        gt=0,
+        description="Rolled back when the candidate's p99 latency is over this "
+        "multiple of the stable version's (judged at the window's end).",
+    )
+    max_queue_increase_ms: float = Field(
+        50,
+        ge=0,
+        description="Rolled back when the candidate's p99 queue time exceeds the stable "
+        "version's by more than this (judged at the window's end).",
+    )
+
+    @model_validator(mode="after")
+    def _steps_rise_to_100(self) -> RolloutConfig:
+        steps = self.steps
+        if not steps or any(b <= a for a, b in itertools.pairwise(steps)):
+            raise ValueError("steps must rise, each above the last")
+        if steps[0] <= 0 or steps[-1] != 100:
+            raise ValueError("steps must be above 0 and end at 100")
+        return self
+
+
 class ModelConfig(_Strict):
     name: str | None = Field(None, description="Defaults to the folder name.")
     platform: Literal["onnxruntime_onnx"] = Field(
@@ -346,6 +395,7 @@ class ModelConfig(_Strict):
     )
     generation: GenerationConfig = GenerationConfig()
     drift: DriftConfig = DriftConfig()
+    rollout: RolloutConfig = RolloutConfig()
     max_texts_per_request: int = Field(
         128, ge=1, description="Most texts one request may carry (4005 above)."
     )

@@ -9,6 +9,7 @@ the composition root (the CLI) passes a runtime loader in.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,9 +20,10 @@ from inferd.engine.admission import Admission
 from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
+from inferd.engine.rollout import Rollouts
 from inferd.engine.servable import Classified, Embeddings, Servable
 from inferd.engine.version import Version
-from inferd.errors import InferdError, QueueFullError
+from inferd.errors import ErrorCode, InferdError, QueueFullError
 from inferd.generation.params import SamplingRequest
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
@@ -49,6 +51,9 @@ class Engine:
             root,
             lambda: self.admission.draining,
         )
+        self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), root)
+        self._judging: asyncio.Task[None] | None = None
+        self._resumed = False
 
     # -- inference --------------------------------------------------------------------------
 
@@ -61,9 +66,9 @@ class Engine:
         timeout_s: float | None = None,
     ) -> tuple[Version, dict[str, Array]]:
         async with self.admission.admit():
-            served = self._named(self.registry.resolve(model, version))
+            served = self._named(self._resolve(model, version))
             deadline = self.admission.deadline_for(served.config, timeout_s)
-            with _outcome(served):
+            with self._outcome(served):
                 outputs = await served.servable.infer(
                     feeds, output_names, deadline, self._settings.max_request_rows
                 )
@@ -75,11 +80,12 @@ class Engine:
         texts: Sequence[str],
         dimensions: int | None = None,
         timeout_s: float | None = None,
+        version: str | None = None,
     ) -> tuple[Version, Embeddings]:
         async with self.admission.admit():
-            served = self._named(self._task_model(model, "embed"))
+            served = self._named(self._task_model(model, "embed", version))
             deadline = self.admission.deadline_for(served.config, timeout_s)
-            with _outcome(served):
+            with self._outcome(served):
                 return served, await served.servable.embed(texts, deadline, dimensions)
 
     async def classify(
@@ -88,21 +94,26 @@ class Engine:
         texts: Sequence[str],
         k: int = 1,
         timeout_s: float | None = None,
+        version: str | None = None,
     ) -> tuple[Version, Classified]:
         async with self.admission.admit():
-            served = self._named(self._task_model(model, "predict"))
+            served = self._named(self._task_model(model, "predict", version))
             deadline = self.admission.deadline_for(served.config, timeout_s)
-            with _outcome(served):
+            with self._outcome(served):
                 return served, await served.servable.classify(texts, k, deadline)
 
     async def start_generation(
-        self, model: str | None, prompt: str, sampling: SamplingRequest
+        self,
+        model: str | None,
+        prompt: str,
+        sampling: SamplingRequest,
+        version: str | None = None,
     ) -> Generation:
         """Admits and queues a generation. The returned handle holds an in-flight slot (what
         a drain waits for) until its stream ends or it is closed."""
         self.admission.enter()
         try:
-            served = self._named(self._task_model(model, "generate"))
+            served = self._named(self._task_model(model, "generate", version))
             seq = await served.servable.generate(prompt, sampling)
         except BaseException:
             self.admission.leave()
@@ -145,8 +156,20 @@ class Engine:
             return QueueFullError(f"the queue of {whose} is full; retry later", retry_after_s=1.0)
         return None
 
-    def _task_model(self, model: str | None, purpose: str) -> Version:
-        return self.registry.resolve(model) if model else self.registry.default_for(purpose)
+    def _task_model(self, model: str | None, purpose: str, version: str | None = None) -> Version:
+        if not model:
+            model = self.registry.default_for(purpose).model
+        return self._resolve(model, version)
+
+    def _resolve(self, model: str, version: str | None) -> Version:
+        """The version named, else the rollout's choice for this request, else the highest
+        ready one."""
+        if version is None:
+            routed = self.rollouts.choose(model, current_trace().route_key)
+            if routed is not None:
+                number, current_trace().route = routed
+                return self.registry.resolve(model, str(number))
+        return self.registry.resolve(model, version)
 
     @staticmethod
     def _named(served: Version) -> Version:
@@ -154,13 +177,47 @@ class Engine:
         trace.model, trace.version = served.model, str(served.version)
         return served
 
+    @contextmanager
+    def _outcome(self, served: Version) -> Iterator[None]:
+        """Records the request's outcome and duration in the version's statistics, and for
+        a rollout: every error but shedding (4290) counts as a failure there (the versions of
+        a rollout share their clients, so a client's mistakes fall on both alike, while an
+        input one version runs and the other refuses is the candidate's fault)."""
+        started = time.perf_counter()
+        ok = failed = False
+        try:
+            yield
+            ok = True
+        except InferdError as exc:
+            failed = exc.code is not ErrorCode.QUEUE_FULL
+            raise
+        except Exception:
+            failed = True
+            raise
+        finally:
+            seconds = time.perf_counter() - started
+            served.stats.on_request(ok, seconds)
+            trace = current_trace()
+            self.rollouts.record(
+                served.model, served.version, failed, seconds, trace.queue_s, trace.route
+            )
+
     # -- life -------------------------------------------------------------------------------
 
     async def load_all(self) -> None:
-        await self.loader.load_all()
+        """Loads the repository, takes up saved rollouts, and starts judging rollouts."""
+        try:
+            await self.loader.load_all()
+            await self.rollouts.resume()
+        finally:
+            self._resumed = True
+        self._judging = asyncio.get_running_loop().create_task(
+            self.rollouts.run(), name="inferd-rollouts"
+        )
 
     def readiness(self, strict: bool) -> Readiness:
-        return self.registry.readiness(strict, self.loader.done, self.admission.draining)
+        loaded = self.loader.done and self._resumed
+        return self.registry.readiness(strict, loaded, self.admission.draining)
 
     @property
     def in_flight(self) -> int:
@@ -186,6 +243,9 @@ class Engine:
 
     async def close(self) -> None:
         self.admission.accepting = False
+        if self._judging is not None:
+            self._judging.cancel()
+            await asyncio.gather(self._judging, return_exceptions=True)
         for version in list(self.registry.all_versions()):
             await version.close()
 
@@ -196,15 +256,3 @@ class Engine:
 
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return self.registry.model_states()
-
-
-@contextmanager
-def _outcome(served: Version) -> Iterator[None]:
-    """Records the request's success or failure and duration in the version's statistics."""
-    started = time.perf_counter()
-    ok = False
-    try:
-        yield
-        ok = True
-    finally:
-        served.stats.on_request(ok, time.perf_counter() - started)

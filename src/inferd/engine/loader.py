@@ -260,6 +260,44 @@ class Loader:
         self._registry.mark_loaded(name, int(time.time()))
         return self._registry.resolve(name)
 
+    async def add_version(self, name: str, number: int) -> Version:
+        """Loads version `number` of a served model beside the versions serving, whatever its
+        version policy selects (a rollout's candidate, or its stable version after a
+        restart). A version that fails to load is dropped, never served: 5030 with why."""
+        if self._root is None or name not in self._registry.models():
+            raise NotFoundError(f"unknown model '{name}'")
+        async with self._model_locks.setdefault(name, asyncio.Lock()):
+            entry = scan_model(self._root / name)
+            if entry.error is not None or entry.config is None:
+                raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
+            if number not in {v.version for v in entry.available}:
+                raise NotFoundError(f"model '{name}' has no version folder '{number}'")
+            current = self._registry.versions_map(name)
+            existing = current.get(number)
+            if existing is not None and existing.ready:
+                return existing
+            version = Version(name, number, entry.config)
+            current[number] = version
+            await self._load_version(entry, version)
+            if not version.ready:
+                current.pop(number, None)
+                raise UnavailableError(
+                    f"model '{name}' version {number} did not load: {version.reason}"
+                )
+            self._registry.changed()
+            return version
+
+    async def retire_version(self, name: str, number: int) -> None:
+        """Drains and closes one version of a model; the others keep serving."""
+        async with self._model_locks.setdefault(name, asyncio.Lock()):
+            retired = self._registry.versions_map(name).pop(number, None)
+            if retired is None:
+                return
+            await retired.drain(self._settings.drain_timeout_s)
+            await retired.close()
+            self._registry.changed()
+            log.info("version retired", extra={"model": name, "version": number})
+
     async def unload_model(self, name: str) -> None:
         """Drains and closes every version of a model; it then answers 404 until loaded."""
         async with self._model_locks.setdefault(name, asyncio.Lock()):

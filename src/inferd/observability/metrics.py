@@ -273,6 +273,24 @@ class Metrics(Observer):
             ["model", "version"],
             registry=r,
         )
+        self.rollout_weight = Gauge(
+            "inferd_rollout_canary_weight",
+            "The rollout candidate's share of requests naming no version (0 to 1)",
+            ["model"],
+            registry=r,
+        )
+        self.rollout_decisions = Counter(
+            "inferd_rollout_decisions",
+            "Rollout decisions: start, advance, hold, promote, rollback, abort",
+            ["model", "decision"],
+            registry=r,
+        )
+        self.routed = Counter(
+            "inferd_rollout_requests",
+            "Requests of a model in a rollout, by version, route (stable, canary) and outcome",
+            ["model", "version", "route", "outcome"],
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_MemoryLimitCollector())
         r.register(_EngineCollector(lambda: self._view))
@@ -370,6 +388,15 @@ class Metrics(Observer):
             gap = self.inter_token.labels(label)
             for seconds in inter_token_s:
                 gap.observe(seconds)
+
+    def on_rollout(self, model: str, decision: str, weight: float) -> None:
+        label = self.model_label(model)
+        self.rollout_weight.labels(label).set(weight)
+        self.rollout_decisions.labels(label, decision).inc()
+
+    def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
+        outcome = "error" if failed else "ok"
+        self.routed.labels(self.model_label(model), version, route, outcome).inc()
 
     def on_generation_finished(
         self, model: str, reason: str, prompt_tokens: int, completion_tokens: int

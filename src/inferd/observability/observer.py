@@ -62,6 +62,13 @@ class Observer:
     ) -> None:
         """A sequence ended (stop, length, cancelled, error)."""
 
+    def on_rollout(self, model: str, decision: str, weight: float) -> None:
+        """A rollout decided (start, advance, hold, promote, rollback, abort); `weight`: the
+        candidate's share of traffic after it."""
+
+    def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
+        """A request of a model in a rollout was answered by `route` (stable, canary)."""
+
 
 def notify(method: Callable[..., object], *args: object) -> None:
     """Calls `method(*args)`; a failure is logged with its traceback, never raised."""
@@ -139,3 +146,11 @@ class Observers(Observer):
     ) -> None:
         for o in self.observers:
             notify(o.on_generation_finished, model, reason, prompt_tokens, completion_tokens)
+
+    def on_rollout(self, model: str, decision: str, weight: float) -> None:
+        for o in self.observers:
+            notify(o.on_rollout, model, decision, weight)
+
+    def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
+        for o in self.observers:
+            notify(o.on_routed, model, version, route, failed)

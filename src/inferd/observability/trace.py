@@ -32,6 +32,10 @@ class RequestTrace:
     output_length: int = 0
     items: int = 0
     error_code: int | None = None
+    route_key: str | None = None
+    """The client's sticky routing key (`X-Inferd-Route-Key`), for rollouts."""
+    route: str | None = None
+    """stable or canary, when the model is in a rollout and the request named no version."""
     payload: str | None = None
     """Set only when payload logging is on (a debug setting), truncated and marked."""
 

@@ -29,6 +29,9 @@ QUIET_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/rea
 
 
 PAYLOAD_LIMIT = 256
+ROUTE_KEY_HEADER = b"x-inferd-route-key"
+ROUTE_KEY_MAX = 256
+"""Characters of a route key that count (a longer one is cut, not refused)."""
 
 
 def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
@@ -69,6 +72,10 @@ class ObserveMiddleware:
             request_id=str(state.get("request_id", "")),
             started=received if received is not None else time.perf_counter(),
         )
+        for name, value in scope["headers"]:
+            if name == ROUTE_KEY_HEADER:
+                trace.route_key = value[:ROUTE_KEY_MAX].decode("latin-1")
+                break
         status = 500
 
         async def send_and_watch(message: Message) -> None:
@@ -122,6 +129,7 @@ class ObserveMiddleware:
             "version": trace.version,
             "status": status,
             "code": trace.error_code,
+            "route": trace.route,
             "queue_ms": round(trace.queue_s * 1000, 3),
             "preprocess_ms": round(trace.preprocess_s * 1000, 3),
             "inference_ms": round(trace.inference_s * 1000, 3),

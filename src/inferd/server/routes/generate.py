@@ -37,6 +37,10 @@ class GenerateRequest(BaseModel):
 
     prompt: str = Field(description="The text to continue.")
     model: str | None = Field(None, description="Default: the one generation model served.")
+    version: str | None = Field(
+        None,
+        description="A version of the model; default: the serving one (or a rollout's choice).",
+    )
     max_length: int | None = Field(None, description="Most new tokens (model default if unset).")
     temperature: float | None = Field(None, description="0 is greedy; default 1.")
     top_p: float | None = Field(None, description="Nucleus sampling mass, (0, 1].")
@@ -101,7 +105,9 @@ async def generate(request: Request) -> Response:
     body = await read_json(request, GenerateRequest)
     check_prompt_text(body.prompt)
     sampling = sampling_of(body, body.max_length)
-    generation = await engine_of(request).start_generation(body.model, body.prompt, sampling)
+    generation = await engine_of(request).start_generation(
+        body.model, body.prompt, sampling, body.version
+    )
     if body.stream:
         return sse_response(_events(generation, started, request_id_of(request)))
     try:

@@ -1,11 +1,17 @@
-"""Triton's repository extension: the index, and loading and unloading models (admin keys)."""
+"""Triton's repository extension: the index, and loading and unloading models; and rollouts
+of a new version (all admin keys)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from inferd.server.body import read_json
+from inferd.server.jsonbody import openapi_body
 from inferd.server.state import engine_of
 
 router = APIRouter(prefix="/v2/repository", tags=["repository"])
@@ -31,3 +37,41 @@ async def unload(request: Request, model: str) -> Response:
     return Response(
         orjson.dumps({"name": model, "state": "UNAVAILABLE"}), media_type="application/json"
     )
+
+
+class RolloutAction(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    action: Literal["start", "promote", "rollback", "abort"] = Field(
+        description="start: the candidate takes the first step's share; promote: it serves all "
+        "traffic now; rollback: the stable version takes all back; abort: the same, unjudged."
+    )
+    to: int | None = Field(
+        None, ge=1, description="start: the candidate version (default: the newest folder)."
+    )
+
+
+@router.get("/models/{model}/rollout", summary="A model's rollout: step, share, decisions")
+async def rollout_status(request: Request, model: str) -> Response:
+    return _json(engine_of(request).rollouts.status(model))
+
+
+@router.post(
+    "/models/{model}/rollout",
+    summary="Start, promote, roll back or abort a rollout (admin key)",
+    openapi_extra=openapi_body(RolloutAction),
+)
+async def rollout(request: Request, model: str) -> Response:
+    body = await read_json(request, RolloutAction)
+    rollouts = engine_of(request).rollouts
+    if body.action == "start":
+        state = await rollouts.start(model, body.to)
+    elif body.action == "promote":
+        state = await rollouts.promote(model)
+    else:
+        state = await rollouts.rollback(model, abort=body.action == "abort")
+    return _json(state)
+
+
+def _json(body: object) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")

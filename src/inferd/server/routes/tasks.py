@@ -24,6 +24,10 @@ class PredictRequest(BaseModel):
     model: str | None = Field(
         None, description="Default: the one classifier served, or the one marked default."
     )
+    version: str | None = Field(
+        None,
+        description="A version of the model; default: the serving one (or a rollout's choice).",
+    )
     top_k: int | None = Field(
         None, ge=1, le=1000, description="Labels per text; when given, each text gets a list."
     )
@@ -35,6 +39,10 @@ class EmbedRequest(BaseModel):
     texts: list[str] = Field(description="The texts to embed.")
     model: str | None = Field(
         None, description="Default: the one embedding model served, or the one marked default."
+    )
+    version: str | None = Field(
+        None,
+        description="A version of the model; default: the serving one (or a rollout's choice).",
     )
     dimensions: int | None = Field(
         None, ge=1, description="A smaller size, where the model allows truncation."
@@ -54,7 +62,9 @@ async def predict(request: Request) -> Response:
     timeout_s = header_timeout_s(request)
     k = body.top_k or 1
     async with cancel_on_disconnect(request.receive):
-        served, result = await engine_of(request).classify(body.model, body.texts, k, timeout_s)
+        served, result = await engine_of(request).classify(
+            body.model, body.texts, k, timeout_s, body.version
+        )
     nested = body.top_k is not None and body.top_k > 1
     return _json(
         {
@@ -75,7 +85,7 @@ async def embed(request: Request) -> Response:
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
         served, result = await engine_of(request).embed(
-            body.model, body.texts, body.dimensions, timeout_s
+            body.model, body.texts, body.dimensions, timeout_s, body.version
         )
     return _json(
         {

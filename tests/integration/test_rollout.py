@@ -1,0 +1,301 @@
+"""Rollouts on a real server, with real models the tests build and load from real clients: a
+candidate that fails requests, or is slower, is rolled back within one analysis window; a good
+one is promoted through every step; route keys are sticky; a broken candidate never gets a
+request; a restart resumes the step; the CLI drives it all through the admin API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.server import RunningServer, start_server
+from tests.models import lookup_model, slow_model, write_config
+
+ADMIN_KEY = "rollout-test-admin"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+WINDOW_S = 2.0
+
+
+def lookup_body(index: int) -> dict[str, Any]:
+    return {"inputs": [{"name": "idx", "datatype": "INT64", "shape": [1, 1], "data": [index]}]}
+
+
+def slow_body() -> dict[str, Any]:
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 128], "data": [0.5] * 128}]}
+
+
+def rollout_config(steps: list[float], **more: object) -> dict[str, object]:
+    return {
+        "steps": steps,
+        "analysis_window_s": WINDOW_S,
+        "min_requests": 20,
+        **more,
+    }
+
+
+CANDIDATE_ROWS = {"flaky": 4, "good": 16, "sticky": 16}
+"""Version 1 of each lookup model has 16 rows; "flaky" version 2 has 4, so it fails the
+requests for rows 4-15."""
+
+
+def build(root: Path) -> Path:
+    """Version 1 of each model; the candidates are written once the server runs (a new
+    version folder is how a release begins)."""
+    for name in (*CANDIDATE_ROWS, "broken"):
+        lookup_model(root / name / "1" / "model.onnx", rows=16)
+        write_config(
+            root / name,
+            {
+                "max_batch_size": 8,
+                "dynamic_batching": {"max_consecutive_failures": 100_000},
+                "rollout": rollout_config([10, 50, 100], max_error_rate_increase=0.02),
+            },
+        )
+    slow_model(root / "slow" / "1" / "model.onnx", layers=2000, width=128)
+    write_config(
+        root / "slow",
+        {
+            "max_batch_size": 1,
+            "runtime": {"intra_op_threads": 1},
+            "rollout": rollout_config([50, 100], min_requests=10, max_latency_ratio=1.5),
+        },
+    )
+    return root
+
+
+def add_candidates(root: Path) -> None:
+    for name, rows in CANDIDATE_ROWS.items():
+        lookup_model(root / name / "2" / "model.onnx", rows=rows)
+    (root / "broken" / "2").mkdir()
+    (root / "broken" / "2" / "model.onnx").write_bytes(b"truncated")
+    slow_model(root / "slow" / "2" / "model.onnx", layers=6000, width=128)  # 3x the work
+
+
+def serve(root: Path, log: Path) -> RunningServer:
+    keys = log.parent / "admin.keys"
+    keys.write_text(ADMIN_KEY + "\n")
+    return start_server(root, log, "--admin-keys-file", str(keys))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = build(tmp_path_factory.mktemp("rollout-repo"))
+    running = serve(root, tmp_path_factory.mktemp("rollout-logs") / "server.log")
+    add_candidates(root)
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def act(server: RunningServer, model: str, action: str, **more: object) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/v2/repository/models/{model}/rollout",
+        json={"action": action, **more},
+        headers=ADMIN,
+        timeout=60,
+    )
+
+
+def status(server: RunningServer, model: str) -> dict[str, Any]:
+    answer = httpx.get(
+        f"{server.url}/v2/repository/models/{model}/rollout", headers=ADMIN, timeout=10
+    )
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def load_until(
+    server: RunningServer,
+    model: str,
+    body: Callable[[int], dict[str, Any]],
+    done: Callable[[dict[str, Any]], bool],
+    limit_s: float,
+    clients: int = 4,
+) -> tuple[list[tuple[int, str]], float]:
+    """Closed-loop clients sending `body(i)` until `done(status)`: (HTTP status, version) per
+    answer, and when `done` was first seen (seconds after the load began)."""
+    answers: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client(offset: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            i = offset
+            while not stop.is_set():
+                answer = http.post(f"/v2/models/{model}/infer", json=body(i))
+                version = answer.json().get("model_version", "") if answer.is_success else ""
+                with lock:
+                    answers.append((answer.status_code, version))
+                i += clients
+
+    started = time.monotonic()
+    ended = limit_s
+    with ThreadPoolExecutor(clients) as pool:
+        for n in range(clients):
+            pool.submit(client, n)
+        while time.monotonic() - started < limit_s:
+            if done(status(server, model)):
+                ended = time.monotonic() - started
+                break
+            time.sleep(0.1)
+        stop.set()
+    return answers, ended
+
+
+def test_a_failing_candidate_is_rolled_back_within_one_window(server: RunningServer) -> None:
+    started = act(server, "flaky", "start")
+    assert started.status_code == 200, started.text
+    assert started.json()["weight"] == pytest.approx(0.1)
+    # one request in five asks an index version 2 does not hold: 20% of its requests fail
+    answers, took = load_until(
+        server,
+        "flaky",
+        lambda i: lookup_body(10 if i % 5 == 0 else i % 4),
+        lambda s: s["status"] != "running",
+        limit_s=WINDOW_S * 5,
+    )
+    state = status(server, "flaky")
+    assert state["status"] == "rolled_back", state
+    assert "error rate" in state["reason"]
+    assert took < WINDOW_S + 1.0, took  # within the first step's window
+    failed = [a for a in answers if a[0] != 200]
+    assert all(version == "" for _, version in failed)
+    # what clients saw: at most the canary's share of the requests sent meanwhile
+    assert len(failed) <= 0.1 * len(answers), (len(failed), len(answers))
+    assert {a[0] for a in failed} <= {400}  # 4004: the model rejected the input
+    # after: every request is the stable version's, and version 2 is gone
+    for i in range(20):
+        answer = httpx.post(f"{server.url}/v2/models/flaky/infer", json=lookup_body(10 + i % 5))
+        assert answer.status_code == 200 and answer.json()["model_version"] == "1"
+    assert httpx.get(f"{server.url}/v2/models/flaky/versions/2").status_code == 404
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'inferd_rollout_decisions_total{decision="rollback",model="flaky"} 1.0' in metrics
+    assert 'route="canary"' in metrics
+
+
+def test_a_slower_candidate_is_rolled_back_on_p99(server: RunningServer) -> None:
+    assert act(server, "slow", "start").status_code == 200
+    _, took = load_until(
+        server,
+        "slow",
+        lambda i: slow_body(),
+        lambda s: s["status"] != "running",
+        limit_s=WINDOW_S * 5,
+        clients=1,  # one at a time: each latency is the version's own work, no one else's
+    )
+    state = status(server, "slow")
+    assert state["status"] == "rolled_back", state["decisions"]
+    assert "p99 latency" in state["reason"], state["reason"]
+    assert took < WINDOW_S * 2, took
+
+
+def test_a_good_candidate_is_promoted_through_every_step(server: RunningServer) -> None:
+    assert act(server, "good", "start").status_code == 200
+    answers, _ = load_until(
+        server,
+        "good",
+        lambda i: lookup_body(i % 16),
+        lambda s: s["status"] == "promoted",
+        limit_s=WINDOW_S * 8,
+    )
+    state = status(server, "good")
+    assert state["status"] == "promoted", state
+    decisions = [(d["decision"], d["weight"]) for d in state["decisions"]]
+    assert decisions == [("start", 0.1), ("advance", 0.5), ("advance", 1.0), ("promote", 0.0)]
+    assert {a[0] for a in answers} == {200}
+    answer = httpx.post(f"{server.url}/v2/models/good/infer", json=lookup_body(3))
+    assert answer.json()["model_version"] == "2"
+    assert httpx.get(f"{server.url}/v2/models/good/versions/1").status_code == 404
+
+
+def test_route_keys_are_sticky_and_a_named_version_wins(server: RunningServer) -> None:
+    assert act(server, "sticky", "start").status_code == 200
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        seen: dict[str, set[str]] = {}
+        for key in range(40):
+            for _ in range(5):
+                answer = http.post(
+                    "/v2/models/sticky/infer",
+                    json=lookup_body(1),
+                    headers={"X-Inferd-Route-Key": f"user-{key}"},
+                )
+                seen.setdefault(f"user-{key}", set()).add(answer.json()["model_version"])
+        assert all(len(versions) == 1 for versions in seen.values()), seen
+        assert {"1", "2"} >= set().union(*seen.values())
+        for version in ("1", "2"):
+            answer = http.post(f"/v2/models/sticky/versions/{version}/infer", json=lookup_body(1))
+            assert answer.json()["model_version"] == version
+    assert act(server, "sticky", "abort").json()["status"] == "aborted"
+
+
+def test_a_broken_candidate_never_takes_a_request(server: RunningServer) -> None:
+    refused = act(server, "broken", "start")
+    assert refused.status_code == 503, refused.text
+    assert "version 2 did not load" in refused.json()["error"]
+    assert (
+        httpx.get(f"{server.url}/v2/repository/models/broken/rollout", headers=ADMIN).status_code
+        == 404
+    )
+    for i in range(20):
+        answer = httpx.post(f"{server.url}/v2/models/broken/infer", json=lookup_body(i % 16))
+        assert answer.status_code == 200 and answer.json()["model_version"] == "1"
+
+
+def rollout_cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "inferd", "rollout", *args]
+    return subprocess.run(
+        [*command, "--url", server.url, "--admin-key", ADMIN_KEY],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    lookup_model(root / "m" / "1" / "model.onnx", rows=16)
+    write_config(root / "m", {"rollout": {"steps": [30, 100], "analysis_window_s": 3600}})
+    first = serve(root, tmp_path / "first.log")
+    lookup_model(root / "m" / "2" / "model.onnx", rows=16)
+    try:
+        started = rollout_cli(first, "start", "m", "--to", "2")
+        assert started.returncode == 0, started.stderr
+        assert "m: version 2 beside 1, running at 30%" in started.stdout
+    finally:
+        assert first.stop() == 0, first.log()
+    assert (root / ".inferd" / "rollouts" / "m.json").is_file()
+    second = serve(root, tmp_path / "second.log")
+    try:
+        state = status(second, "m")
+        assert (state["status"], state["step"], state["weight"]) == ("running", 0, 0.3)
+        versions = {
+            httpx.post(
+                f"{second.url}/v2/models/m/infer",
+                json=lookup_body(1),
+                headers={"X-Inferd-Route-Key": f"k{i}"},
+            ).json()["model_version"]
+            for i in range(60)
+        }
+        assert versions == {"1", "2"}
+        shown = rollout_cli(second, "status", "m")
+        assert shown.returncode == 0 and "running at 30%" in shown.stdout, shown
+        rolled = rollout_cli(second, "rollback", "m")
+        assert rolled.returncode == 0 and "rolled_back" in rolled.stdout, rolled
+    finally:
+        assert second.stop() == 0, second.log()
+    # a rolled-back version stays out, restart or not, though it is the newest folder
+    third = serve(root, tmp_path / "third.log")
+    try:
+        for _ in range(10):
+            answer = httpx.post(f"{third.url}/v2/models/m/infer", json=lookup_body(1))
+            assert answer.json()["model_version"] == "1"
+    finally:
+        assert third.stop() == 0, third.log()

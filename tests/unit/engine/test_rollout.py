@@ -1,0 +1,62 @@
+"""Rollout routing and judging on fake runtimes: route keys keep their version, raising the
+candidate's share moves only the keys it must, a window without enough traffic holds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from inferd.engine import Engine
+from tests.unit.engine.repo import add_model, engine_for
+
+
+async def rollout_engine(tmp_path: Path, rollout: dict[str, object]) -> Engine:
+    add_model(tmp_path, "affine", {"rollout": rollout})
+    engine = engine_for(tmp_path)
+    await engine.load_all()
+    (tmp_path / "affine" / "2").mkdir()
+    (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder: a fake runtime")
+    state = await engine.rollouts.start("affine", None)
+    assert (state["stable"], state["candidate"], state["status"]) == (1, 2, "running")
+    return engine
+
+
+async def test_keys_keep_their_version_and_a_raise_moves_only_its_share(tmp_path: Path) -> None:
+    engine = await rollout_engine(tmp_path, {"steps": [5, 20, 100], "analysis_window_s": 3600})
+    rollouts = engine.rollouts
+    keys = [f"user-{i}" for i in range(1000)]
+    before = {}
+    for key in keys:
+        chosen = {rollouts.choose("affine", key) for _ in range(200)}
+        assert len(chosen) == 1, (key, chosen)
+        before[key] = chosen.pop()
+    canary = sum(route == "canary" for _, route in before.values()) / len(keys)
+    assert canary == pytest.approx(0.05, abs=0.02)
+    rollouts._rollouts["affine"].step = 1  # 5% -> 20%
+    after = {key: rollouts.choose("affine", key) for key in keys}
+    moved = [k for k in keys if after[k] != before[k]]
+    assert all(before[k] == (1, "stable") and after[k] == (2, "canary") for k in moved)
+    assert len(moved) / len(keys) == pytest.approx(0.15, abs=0.02)
+    assert rollouts.choose("other", "user-1") is None  # no rollout: the usual version
+    await engine.close()
+
+
+async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path) -> None:
+    engine = await rollout_engine(
+        tmp_path, {"steps": [10, 100], "analysis_window_s": 0.2, "min_requests": 50}
+    )
+    for _ in range(40):
+        await asyncio.sleep(0.05)
+        if engine.rollouts.status("affine")["status"] == "holding":
+            break
+    state = engine.rollouts.status("affine")
+    assert state["status"] == "holding" and state["weight"] == pytest.approx(0.1)
+    assert "not enough traffic to judge: 0 candidate requests" in state["reason"]
+    assert [d["decision"] for d in state["decisions"]] == ["start", "hold"]
+    promoted = await engine.rollouts.promote("affine")
+    assert promoted["status"] == "promoted"
+    assert sorted(engine.registry.versions_map("affine")) == [2]
+    assert (tmp_path / ".inferd" / "rollouts" / "affine.json").is_file()
+    await engine.close()
