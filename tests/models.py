@@ -135,10 +135,13 @@ def build_repository(root: Path) -> Path:
     return root
 
 
-def lookup_model(path: Path, rows: int = 10) -> Path:
+def lookup_model(path: Path, rows: int = 10, offset: float = 0.0, offset_from: int = 0) -> Path:
     """idx: INT64 [batch, 1] -> out: FP32 [batch, 1, 2], rows of a table. An index past the
-    table's end makes ONNX Runtime fail the whole batch: a poisoned item for fault tests."""
-    table = numpy_helper.from_array(np.arange(rows * 2, dtype=np.float32).reshape(rows, 2), "table")
+    table's end makes ONNX Runtime fail the whole batch: a poisoned item for fault tests.
+    `offset` is added to the rows from `offset_from` on (a version that answers otherwise)."""
+    values = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+    values[offset_from:] += offset
+    table = numpy_helper.from_array(values, "table")
     idx = helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch", 1])
     out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 1, 2])
     node = helper.make_node("Gather", ["table", "idx"], ["out"], axis=0)

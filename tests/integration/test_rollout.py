@@ -34,15 +34,10 @@ def slow_body() -> dict[str, Any]:
 
 
 def rollout_config(steps: list[float], **more: object) -> dict[str, object]:
-    return {
-        "steps": steps,
-        "analysis_window_s": WINDOW_S,
-        "min_requests": 20,
-        **more,
-    }
+    return {"steps": steps, "analysis_window_s": WINDOW_S, "min_requests": 20, **more}
 
 
-CANDIDATE_ROWS = {"flaky": 4, "good": 16, "sticky": 16}
+CANDIDATE_ROWS = {"flaky": 4, "good": 16, "sticky": 16, "drifted": 16}
 """Version 1 of each lookup model has 16 rows; "flaky" version 2 has 4, so it fails the
 requests for rows 4-15."""
 
@@ -52,12 +47,16 @@ def build(root: Path) -> Path:
     version folder is how a release begins)."""
     for name in (*CANDIDATE_ROWS, "broken"):
         lookup_model(root / name / "1" / "model.onnx", rows=16)
+        # judged on failures and agreement here; latency has its own test ("slow")
+        judged: dict[str, object] = {"max_latency_ratio": 100}
+        if name == "drifted":
+            judged |= {"shadow_percent": 100, "min_agreement": 0.9}
         write_config(
             root / name,
             {
                 "max_batch_size": 8,
                 "dynamic_batching": {"max_consecutive_failures": 100_000},
-                "rollout": rollout_config([10, 50, 100], max_error_rate_increase=0.02),
+                "rollout": rollout_config([10, 50, 100], max_error_rate_increase=0.02, **judged),
             },
         )
     slow_model(root / "slow" / "1" / "model.onnx", layers=2000, width=128)
@@ -66,7 +65,10 @@ def build(root: Path) -> Path:
         {
             "max_batch_size": 1,
             "runtime": {"intra_op_threads": 1},
-            "rollout": rollout_config([50, 100], min_requests=10, max_latency_ratio=1.5),
+            # a longer window: p99 over more requests, less at the mercy of a busy machine
+            "rollout": rollout_config(
+                [50, 100], min_requests=30, max_latency_ratio=1.5, analysis_window_s=4.0
+            ),
         },
     )
     return root
@@ -75,6 +77,8 @@ def build(root: Path) -> Path:
 def add_candidates(root: Path) -> None:
     for name, rows in CANDIDATE_ROWS.items():
         lookup_model(root / name / "2" / "model.onnx", rows=rows)
+    # "drifted" version 2 answers every request, but rows 8-15 with other values
+    lookup_model(root / "drifted" / "2" / "model.onnx", rows=16, offset=1.0, offset_from=8)
     (root / "broken" / "2").mkdir()
     (root / "broken" / "2" / "model.onnx").write_bytes(b"truncated")
     slow_model(root / "slow" / "2" / "model.onnx", layers=6000, width=128)  # 3x the work
@@ -188,13 +192,15 @@ def test_a_slower_candidate_is_rolled_back_on_p99(server: RunningServer) -> None
         "slow",
         lambda i: slow_body(),
         lambda s: s["status"] != "running",
-        limit_s=WINDOW_S * 5,
+        limit_s=20,
         clients=1,  # one at a time: each latency is the version's own work, no one else's
     )
     state = status(server, "slow")
-    assert state["status"] == "rolled_back", state["decisions"]
+    assert state["status"] == "rolled_back", [
+        (d["decision"], d["reason"]) for d in state["decisions"]
+    ]
     assert "p99 latency" in state["reason"], state["reason"]
-    assert took < WINDOW_S * 2, took
+    assert took < 4.0 * 3, took  # in the first window, or the second on a busy machine
 
 
 def test_a_good_candidate_is_promoted_through_every_step(server: RunningServer) -> None:
@@ -207,13 +213,33 @@ def test_a_good_candidate_is_promoted_through_every_step(server: RunningServer) 
         limit_s=WINDOW_S * 8,
     )
     state = status(server, "good")
-    assert state["status"] == "promoted", state
+    assert state["status"] == "promoted", state["reason"]
     decisions = [(d["decision"], d["weight"]) for d in state["decisions"]]
     assert decisions == [("start", 0.1), ("advance", 0.5), ("advance", 1.0), ("promote", 0.0)]
     assert {a[0] for a in answers} == {200}
     answer = httpx.post(f"{server.url}/v2/models/good/infer", json=lookup_body(3))
     assert answer.json()["model_version"] == "2"
     assert httpx.get(f"{server.url}/v2/models/good/versions/1").status_code == 404
+
+
+def test_a_candidate_that_answers_otherwise_is_rolled_back_on_agreement(
+    server: RunningServer,
+) -> None:
+    assert act(server, "drifted", "start").status_code == 200
+    answers, took = load_until(
+        server,
+        "drifted",
+        lambda i: lookup_body(i % 16),  # half of them ask a row version 2 changed
+        lambda s: s["status"] != "running",
+        limit_s=WINDOW_S * 5,
+    )
+    state = status(server, "drifted")
+    assert state["status"] == "rolled_back", state["decisions"]
+    assert "agreement" in state["reason"] and "shadowed requests" in state["reason"]
+    assert took < WINDOW_S + 1.0, took
+    assert {a[0] for a in answers} == {200}  # no client saw an error
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'inferd_rollout_shadow_requests_total{model="drifted",outcome="compared"}' in metrics
 
 
 def test_route_keys_are_sticky_and_a_named_version_wins(server: RunningServer) -> None:

@@ -342,11 +342,37 @@ class RolloutConfig(_Strict):
         description="Rolled back when the candidate's p99 latency is over this "
         "multiple of the stable version's (judged at the window's end).",
     )
+    latency_slack_ms: float = Field(
+        5,
+        ge=0,
+        description="A p99 latency difference under this never rolls back, whatever the ratio "
+        "(a fast model's p99 moves by milliseconds with the machine's noise).",
+    )
     max_queue_increase_ms: float = Field(
         50,
         ge=0,
         description="Rolled back when the candidate's p99 queue time exceeds the stable "
         "version's by more than this (judged at the window's end).",
+    )
+
+    shadow_percent: float = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Share of the stable version's requests also run on the candidate in the "
+        "background, their answers compared (never delaying or failing the client's; skipped "
+        "while either version has a batch's worth queued).",
+    )
+    min_agreement: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="Rolled back when shadowed answers agree less than this on average (top "
+        "label for classifiers, cosine for embeddings, all outputs within `tensor_tolerance` "
+        "for tensors); judged once a window has `min_requests` comparisons.",
+    )
+    tensor_tolerance: float = Field(
+        1e-3, ge=0, description="Largest difference of two tensor answers that still agree."
     )
 
     @model_validator(mode="after")

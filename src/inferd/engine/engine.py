@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from inferd.config.server import ServerSettings
+from inferd.engine import agreement
 from inferd.engine.admission import Admission
 from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
@@ -29,6 +31,8 @@ from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.repository.scan import ModelEntry
 from inferd.runtime.protocol import Array, Feeds
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -65,14 +69,13 @@ class Engine:
         output_names: Sequence[str] | None = None,
         timeout_s: float | None = None,
     ) -> tuple[Version, dict[str, Array]]:
-        async with self.admission.admit():
-            served = self._named(self._resolve(model, version))
-            deadline = self.admission.deadline_for(served.config, timeout_s)
-            with self._outcome(served):
-                outputs = await served.servable.infer(
-                    feeds, output_names, deadline, self._settings.max_request_rows
-                )
-        return served, outputs
+        rows = self._settings.max_request_rows
+        return await self._serve(
+            lambda: self._resolve(model, version),
+            timeout_s,
+            lambda servable, deadline: servable.infer(feeds, output_names, deadline, rows),
+            lambda served, a, b: agreement.tensors(a, b, served.config.rollout.tensor_tolerance),
+        )
 
     async def embed(
         self,
@@ -82,11 +85,12 @@ class Engine:
         timeout_s: float | None = None,
         version: str | None = None,
     ) -> tuple[Version, Embeddings]:
-        async with self.admission.admit():
-            served = self._named(self._task_model(model, "embed", version))
-            deadline = self.admission.deadline_for(served.config, timeout_s)
-            with self._outcome(served):
-                return served, await served.servable.embed(texts, deadline, dimensions)
+        return await self._serve(
+            lambda: self._task_model(model, "embed", version),
+            timeout_s,
+            lambda servable, deadline: servable.embed(texts, deadline, dimensions),
+            lambda served, a, b: agreement.embeddings(a, b),
+        )
 
     async def classify(
         self,
@@ -96,11 +100,29 @@ class Engine:
         timeout_s: float | None = None,
         version: str | None = None,
     ) -> tuple[Version, Classified]:
+        return await self._serve(
+            lambda: self._task_model(model, "predict", version),
+            timeout_s,
+            lambda servable, deadline: servable.classify(texts, k, deadline),
+            lambda served, a, b: agreement.labels(a, b),
+        )
+
+    async def _serve(
+        self,
+        choose: Callable[[], Version],
+        timeout_s: float | None,
+        run: Callable[[Servable, float | None], Awaitable[T]],
+        agree: Callable[[Version, T, T], float],
+    ) -> tuple[Version, T]:
+        """One request: admitted, given its version, run by its servable before its deadline,
+        its outcome recorded; then, in a rollout, maybe mirrored to the candidate."""
         async with self.admission.admit():
-            served = self._named(self._task_model(model, "predict", version))
+            served = self._named(choose())
             deadline = self.admission.deadline_for(served.config, timeout_s)
             with self._outcome(served):
-                return served, await served.servable.classify(texts, k, deadline)
+                answer = await run(served.servable, deadline)
+        self._mirror(served, lambda s: run(s, None), lambda shadow: agree(served, answer, shadow))
+        return served, answer
 
     async def start_generation(
         self,
@@ -177,6 +199,20 @@ class Engine:
         trace.model, trace.version = served.model, str(served.version)
         return served
 
+    def _mirror(
+        self,
+        served: Version,
+        run: Callable[[Servable], Awaitable[T]],
+        agree: Callable[[T], float],
+    ) -> None:
+        """For a request a rollout routed to its stable version, maybe the same request on
+        the candidate, in the background, compared (inferd.engine.rollout: shadow traffic)."""
+        if current_trace().route != "stable":
+            return
+        candidate = self.rollouts.shadow_target(served.model)
+        if candidate is not None:
+            self.rollouts.mirror(served.model, run(candidate.servable), agree)
+
     @contextmanager
     def _outcome(self, served: Version) -> Iterator[None]:
         """Records the request's outcome and duration in the version's statistics, and for
@@ -246,6 +282,7 @@ class Engine:
         if self._judging is not None:
             self._judging.cancel()
             await asyncio.gather(self._judging, return_exceptions=True)
+        await self.rollouts.close()
         for version in list(self.registry.all_versions()):
             await version.close()
 

@@ -11,12 +11,18 @@ version gets that version.
 Judging. Each version's requests in the current window are counted: failures (every error
 answer but shedding's 4290: both versions share their clients, so a client's mistakes fall on
 both alike), latency, queue time. Once the candidate has `min_requests` in a window, a failure
-rate over the stable one's by more than `max_error_rate_increase` rolls back at once; at the
-window's end, p99 latency over `max_latency_ratio` times the stable one's, or p99 queue time
-over it by more than `max_queue_increase_ms`, rolls back; otherwise the step passes. A window
-with too few candidate requests holds its step, and says so. When the stable version has too
-little traffic in a window (late steps), the last window where it had enough is the
-reference.
+rate over the stable one's by more than `max_error_rate_increase` rolls back at once, and so
+does a mean agreement of shadowed answers under `min_agreement`; at the window's end, p99
+latency over `max_latency_ratio` times the stable one's (and over it by more than
+`latency_slack_ms`), or p99 queue time over it by more than `max_queue_increase_ms`, rolls
+back; otherwise the step passes. A window with too few candidate requests holds its step, and
+says so. When the stable version has too little traffic in a window (late steps), the last
+window where it had enough is the reference.
+
+Shadow traffic. `shadow_percent` of the requests routed to the stable version also run on the
+candidate, in the background, after the client's answer is computed (never delaying or
+failing it), and the two answers are compared (inferd.engine.agreement). Shadow work is the
+first shed: none while either version has a batch's worth queued.
 
 Every decision is a log line, a metric and an entry in the rollout's state, which is kept in
 `<repository>/.inferd/rollouts/<model>.json` and taken up again at start: a running rollout
@@ -27,15 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import hashlib
 import logging
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -43,6 +51,7 @@ import orjson
 from inferd.config.model import RolloutConfig
 from inferd.engine.loader import Loader
 from inferd.engine.registry import Registry
+from inferd.engine.version import Version
 from inferd.errors import InferdError, InvalidInputError, NotFoundError
 from inferd.observability.observer import Observer, notify
 from inferd.repository.scan import scan_model
@@ -53,6 +62,10 @@ STATE_FOLDER = Path(".inferd") / "rollouts"
 MAX_SAMPLES = 100_000
 """Latency samples kept per version and window (the newest)."""
 DECISIONS_KEPT = 50
+MAX_SHADOWS = 64
+"""Mirrored requests running at once; over it, more are shed."""
+
+T = TypeVar("T")
 
 
 class Status(enum.StrEnum):
@@ -99,6 +112,22 @@ class Window:
 
 
 @dataclass
+class Agreement:
+    """The shadowed requests of a window: how many were compared, their mean agreement."""
+
+    compared: int = 0
+    total: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.compared += 1
+        self.total += value
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.compared if self.compared else 1.0
+
+
+@dataclass
 class Rollout:
     model: str
     stable: int
@@ -142,6 +171,8 @@ class Rollouts:
         self._windows: dict[tuple[str, int], Window] = {}
         self._reference: dict[str, Window] = {}
         """Per model: the stable version's last window with enough requests."""
+        self._agreements: dict[str, Agreement] = {}
+        self._shadows: set[asyncio.Task[None]] = set()
         self._random = random.Random()
         self._changes = asyncio.Lock()
 
@@ -182,6 +213,46 @@ class Rollouts:
         if route is not None:
             notify(self._observer.on_routed, model, str(version), route, failed)
 
+    def shadow_target(self, model: str) -> Version | None:
+        """The candidate, when this (stable-routed) request is drawn to be mirrored to it: the
+        rollout's `shadow_percent` of them, none while either version has a batch's worth
+        queued (shadow work is the first shed) or `MAX_SHADOWS` mirrors run."""
+        rollout = self._rollouts.get(model)
+        if rollout is None or rollout.status not in ACTIVE:
+            return None
+        config = self._config(model)
+        if config.shadow_percent <= 0 or self._random.random() * 100 >= config.shadow_percent:
+            return None
+        versions = self._registry.versions_map(model)
+        stable, candidate = versions.get(rollout.stable), versions.get(rollout.candidate)
+        if stable is None or candidate is None or not (stable.ready and candidate.ready):
+            return None
+        busy = max(1, candidate.config.max_batch_size)
+        queued = max(stable.servable.holder.queued_items, candidate.servable.holder.queued_items)
+        if queued >= busy or len(self._shadows) >= MAX_SHADOWS:
+            notify(self._observer.on_shadow, model, "shed", None)
+            return None
+        return candidate
+
+    def mirror(self, model: str, work: Awaitable[T], agree: Callable[[T], float]) -> None:
+        """Runs `work` (the request, on the candidate) in the background, outside the client's
+        request (its own context: the request's trace is not touched), and records how far
+        its answer agrees (a failure agrees not at all)."""
+
+        async def shadow() -> None:
+            try:
+                value = agree(await work)
+                outcome = "compared"
+            except Exception:
+                value, outcome = 0.0, "failed"
+            agreement = self._agreements.setdefault(model, Agreement())
+            agreement.add(value)
+            notify(self._observer.on_shadow, model, outcome, agreement.mean)
+
+        task = asyncio.get_running_loop().create_task(shadow(), context=contextvars.Context())
+        self._shadows.add(task)
+        task.add_done_callback(self._shadows.discard)
+
     def _window(self, model: str, version: int) -> Window:
         return self._windows.setdefault((model, version), Window())
 
@@ -196,6 +267,7 @@ class Rollouts:
             "stable": self._window(model, rollout.stable).facts(),
             "candidate": self._window(model, rollout.candidate).facts(),
             "elapsed_s": round(time.time() - rollout.window_started, 1),
+            "agreement": self._agreement_facts(model),
         }
         return state
 
@@ -288,6 +360,17 @@ class Rollouts:
                     f"(allowed +{config.max_error_rate_increase:.1%})",
                 )
                 return
+        agreement = self._agreements.get(rollout.model, Agreement())
+        if agreement.compared >= config.min_requests and agreement.mean < config.min_agreement:
+            await self._end(
+                rollout,
+                Status.ROLLED_BACK,
+                "rollback",
+                f"agreement {agreement.mean:.1%} with the stable version over "
+                f"{agreement.compared} shadowed requests (at least {config.min_agreement:.0%} "
+                "needed)",
+            )
+            return
         elapsed = time.time() - rollout.window_started
         if elapsed < config.analysis_window_s:
             return
@@ -321,7 +404,8 @@ class Rollouts:
         if not reference.latencies:
             return None  # nothing to compare against yet
         p99, stable_p99 = candidate.p99(candidate.latencies), reference.p99(reference.latencies)
-        if stable_p99 > 0 and p99 > config.max_latency_ratio * stable_p99:
+        slower = (p99 - stable_p99) * 1000 > config.latency_slack_ms
+        if stable_p99 > 0 and p99 > config.max_latency_ratio * stable_p99 and slower:
             return (
                 f"p99 latency {p99 * 1000:.1f} ms against {stable_p99 * 1000:.1f} ms "
                 f"(allowed x{config.max_latency_ratio:g})"
@@ -350,8 +434,13 @@ class Rollouts:
 
     def _reset_windows(self, rollout: Rollout) -> None:
         rollout.window_started = time.time()
+        self._agreements[rollout.model] = Agreement()
         for version in (rollout.stable, rollout.candidate):
             self._windows[(rollout.model, version)] = Window()
+
+    def _agreement_facts(self, model: str) -> dict[str, float]:
+        agreement = self._agreements.get(model, Agreement())
+        return {"compared": agreement.compared, "mean": round(agreement.mean, 4)}
 
     def _decide(self, rollout: Rollout, decision: str, reason: str) -> None:
         rollout.reason = reason
@@ -362,6 +451,7 @@ class Rollouts:
             "reason": reason,
             "candidate": self._window(rollout.model, rollout.candidate).facts(),
             "stable": self._window(rollout.model, rollout.stable).facts(),
+            "agreement": self._agreement_facts(rollout.model),
         }
         rollout.decisions = [*rollout.decisions, entry][-DECISIONS_KEPT:]
         level = logging.WARNING if decision in ("rollback", "hold") else logging.INFO
@@ -434,6 +524,9 @@ class Rollouts:
                 )
 
     async def close(self) -> None:
+        for task in list(self._shadows):
+            task.cancel()
+        await asyncio.gather(*self._shadows, return_exceptions=True)
         with contextlib.suppress(Exception):
             for rollout in self._rollouts.values():
                 self._save(rollout)

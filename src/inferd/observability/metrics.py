@@ -285,6 +285,19 @@ class Metrics(Observer):
             ["model", "decision"],
             registry=r,
         )
+        self.shadowed = Counter(
+            "inferd_rollout_shadow_requests",
+            "Requests mirrored to a rollout's candidate: compared, failed (on the candidate), shed",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.agreement = Gauge(
+            "inferd_rollout_agreement",
+            "Mean agreement of the candidate's shadowed answers with the stable version's, this "
+            "window (0 to 1)",
+            ["model"],
+            registry=r,
+        )
         self.routed = Counter(
             "inferd_rollout_requests",
             "Requests of a model in a rollout, by version, route (stable, canary) and outcome",
@@ -393,6 +406,12 @@ class Metrics(Observer):
         label = self.model_label(model)
         self.rollout_weight.labels(label).set(weight)
         self.rollout_decisions.labels(label, decision).inc()
+
+    def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
+        label = self.model_label(model)
+        self.shadowed.labels(label, outcome).inc()
+        if agreement is not None:
+            self.agreement.labels(label).set(agreement)
 
     def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
         outcome = "error" if failed else "ok"

@@ -69,6 +69,10 @@ class Observer:
     def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
         """A request of a model in a rollout was answered by `route` (stable, canary)."""
 
+    def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
+        """A shadowed request was compared (`agreement`: the window's mean so far), failed on
+        the candidate, or was shed."""
+
 
 def notify(method: Callable[..., object], *args: object) -> None:
     """Calls `method(*args)`; a failure is logged with its traceback, never raised."""
@@ -154,3 +158,7 @@ class Observers(Observer):
     def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
         for o in self.observers:
             notify(o.on_routed, model, version, route, failed)
+
+    def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
+        for o in self.observers:
+            notify(o.on_shadow, model, outcome, agreement)
