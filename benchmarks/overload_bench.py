@@ -81,9 +81,9 @@ class Tally:
             await asyncio.wait_for(self.quiet.wait(), grace_s)
 
 
-def request_bytes(host: str, body: bytes) -> bytes:
+def request_bytes(host: str, body: bytes, path: str = PATH) -> bytes:
     return (
-        f"POST {PATH} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     ).encode() + body
 

@@ -361,7 +361,8 @@ class RolloutConfig(_Strict):
         le=100,
         description="Share of the stable version's requests also run on the candidate in the "
         "background, their answers compared (never delaying or failing the client's; skipped "
-        "while either version has a batch's worth queued).",
+        "while anything waits in either version's queue). Each shadowed request is the "
+        "candidate's work on top of the stable one's: a share, not all, under load.",
     )
     min_agreement: float = Field(
         0.95,

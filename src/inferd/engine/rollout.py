@@ -22,7 +22,7 @@ window where it had enough is the reference.
 Shadow traffic. `shadow_percent` of the requests routed to the stable version also run on the
 candidate, in the background, after the client's answer is computed (never delaying or
 failing it), and the two answers are compared (inferd.engine.agreement). Shadow work is the
-first shed: none while either version has a batch's worth queued.
+first shed: none while anything waits in either version's queue.
 
 Every decision is a log line, a metric and an entry in the rollout's state, which is kept in
 `<repository>/.inferd/rollouts/<model>.json` and taken up again at start: a running rollout
@@ -62,7 +62,7 @@ STATE_FOLDER = Path(".inferd") / "rollouts"
 MAX_SAMPLES = 100_000
 """Latency samples kept per version and window (the newest)."""
 DECISIONS_KEPT = 50
-MAX_SHADOWS = 64
+MAX_SHADOWS = 4
 """Mirrored requests running at once; over it, more are shed."""
 
 T = TypeVar("T")
@@ -215,8 +215,8 @@ class Rollouts:
 
     def shadow_target(self, model: str) -> Version | None:
         """The candidate, when this (stable-routed) request is drawn to be mirrored to it: the
-        rollout's `shadow_percent` of them, none while either version has a batch's worth
-        queued (shadow work is the first shed) or `MAX_SHADOWS` mirrors run."""
+        rollout's `shadow_percent` of them, none while anything waits in either version's
+        queue (shadow work is the first shed) or `MAX_SHADOWS` mirrors run."""
         rollout = self._rollouts.get(model)
         if rollout is None or rollout.status not in ACTIVE:
             return None
@@ -227,9 +227,8 @@ class Rollouts:
         stable, candidate = versions.get(rollout.stable), versions.get(rollout.candidate)
         if stable is None or candidate is None or not (stable.ready and candidate.ready):
             return None
-        busy = max(1, candidate.config.max_batch_size)
-        queued = max(stable.servable.holder.queued_items, candidate.servable.holder.queued_items)
-        if queued >= busy or len(self._shadows) >= MAX_SHADOWS:
+        queued = stable.servable.holder.queued_items + candidate.servable.holder.queued_items
+        if queued > 0 or len(self._shadows) >= MAX_SHADOWS:
             notify(self._observer.on_shadow, model, "shed", None)
             return None
         return candidate
