@@ -26,7 +26,8 @@ first shed: none while anything waits in either version's queue.
 
 Every decision is a log line, a metric and an entry in the rollout's state, which is kept in
 `<repository>/.inferd/rollouts/<model>.json` and taken up again at start: a running rollout
-resumes its step, a rolled-back candidate stays out of traffic until a new rollout names it.
+resumes its step, a promoted candidate keeps serving (a pinned version policy
+notwithstanding), a rolled-back one stays out of traffic until a new rollout names it.
 """
 
 from __future__ import annotations
@@ -484,7 +485,8 @@ class Rollouts:
 
     async def resume(self) -> None:
         """Takes up the saved rollouts of served models: a running one gets both its versions
-        loaded and its step's share; a rolled-back or aborted one keeps its candidate out."""
+        loaded and its step's share; a promoted one serves its candidate though the version
+        policy chose the old version; a rolled-back or aborted one keeps its candidate out."""
         if self._folder is None or not self._folder.is_dir():
             return
         for path in sorted(self._folder.glob("*.json")):
@@ -512,6 +514,16 @@ class Rollouts:
                 "rollout resumed",
                 extra={"model": model, "candidate": rollout.candidate, "weight": rollout.weight},
             )
+        elif rollout.status is Status.PROMOTED:
+            serving = self._registry.versions_map(model)
+            if rollout.stable in serving and rollout.stable == max(serving):
+                # the version policy chose the old version again (a pinned `specific`, say)
+                await self._loader.add_version(model, rollout.candidate)
+                await self._loader.retire_version(model, rollout.stable)
+                log.info(
+                    "a promoted version serves again",
+                    extra={"model": model, "version": rollout.candidate},
+                )
         elif rollout.status in (Status.ROLLED_BACK, Status.ABORTED):
             serving = self._registry.versions_map(model)
             if rollout.candidate in serving:

@@ -60,3 +60,23 @@ async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path)
     assert sorted(engine.registry.versions_map("affine")) == [2]
     assert (tmp_path / ".inferd" / "rollouts" / "affine.json").is_file()
     await engine.close()
+
+
+async def test_a_promotion_outlives_a_restart_with_a_pinned_policy(tmp_path: Path) -> None:
+    add_model(
+        tmp_path,
+        "affine",
+        {"version_policy": {"specific": [1]}, "rollout": {"analysis_window_s": 3600}},
+    )
+    engine = engine_for(tmp_path)
+    await engine.load_all()
+    (tmp_path / "affine" / "2").mkdir()
+    (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder: a fake runtime")
+    await engine.rollouts.start("affine", 2)
+    await engine.rollouts.promote("affine")
+    await engine.close()
+    again = engine_for(tmp_path)  # the policy still names version 1
+    await again.load_all()
+    assert sorted(again.registry.versions_map("affine")) == [2]
+    assert again.registry.resolve("affine").version == 2
+    await again.close()
