@@ -214,7 +214,10 @@ def test_a_good_candidate_is_promoted_through_every_step(server: RunningServer) 
     )
     state = status(server, "good")
     assert state["status"] == "promoted", state["reason"]
-    decisions = [(d["decision"], d["weight"]) for d in state["decisions"]]
+    # (a step may hold first when its window saw too few candidate requests: a slow machine)
+    decisions = [
+        (d["decision"], d["weight"]) for d in state["decisions"] if d["decision"] != "hold"
+    ]
     assert decisions == [("start", 0.1), ("advance", 0.5), ("advance", 1.0), ("promote", 0.0)]
     assert {a[0] for a in answers} == {200}
     answer = httpx.post(f"{server.url}/v2/models/good/infer", json=lookup_body(3))
@@ -325,3 +328,42 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
             assert answer.json()["model_version"] == "1"
     finally:
         assert third.stop() == 0, third.log()
+
+
+def test_a_new_version_folder_starts_a_rollout_by_itself(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    for name in ("auto", "autobroken"):
+        lookup_model(root / name / "1" / "model.onnx", rows=16)
+        write_config(
+            root / name,
+            {"rollout": {"auto": True, "steps": [50, 100], "analysis_window_s": 3600}},
+        )
+    keys = tmp_path / "admin.keys"
+    keys.write_text(ADMIN_KEY + "\n")
+    log = tmp_path / "server.log"
+    running = start_server(root, log, "--admin-keys-file", str(keys), "--repository-poll-s", "0.2")
+    try:
+        lookup_model(root / "auto" / "2" / "model.onnx", rows=16)
+        (root / "autobroken" / "2").mkdir()
+        (root / "autobroken" / "2" / "model.onnx").write_bytes(b"truncated")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            answer = httpx.get(
+                f"{running.url}/v2/repository/models/auto/rollout", headers=ADMIN, timeout=10
+            )
+            if answer.status_code == 200:
+                break
+            time.sleep(0.2)
+        state = status(running, "auto")
+        assert (state["stable"], state["candidate"], state["status"]) == (1, 2, "running")
+        time.sleep(1.0)  # several more polls: the broken one is tried once, never served
+        broken = httpx.get(
+            f"{running.url}/v2/repository/models/autobroken/rollout", headers=ADMIN, timeout=10
+        )
+        assert broken.status_code == 404
+        for i in range(10):
+            answer = httpx.post(f"{running.url}/v2/models/autobroken/infer", json=lookup_body(i))
+            assert answer.json()["model_version"] == "1"
+        assert running.log().count("automatic rollout not started") == 1
+    finally:
+        assert running.stop() == 0, running.log()

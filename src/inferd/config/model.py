@@ -355,6 +355,12 @@ class RolloutConfig(_Strict):
         "version's by more than this (judged at the window's end).",
     )
 
+    auto: bool = Field(
+        False,
+        description="Start a rollout by itself when a version folder newer than the serving "
+        "one appears (the repository is read every `repository_poll_s`); one that does not "
+        "load is logged and never takes traffic.",
+    )
     shadow_percent: float = Field(
         0,
         ge=0,

@@ -101,6 +101,12 @@ class ServerSettings(BaseModel):
     load_concurrency: int = Field(
         1, ge=1, description="Model versions loaded at the same time in the background."
     )
+    repository_poll_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often the repository is read for new version folders of the models "
+        "whose `rollout.auto` is on (each new one starts a rollout).",
+    )
     gil_switch_interval_ms: float = Field(
         0.5,
         gt=0,

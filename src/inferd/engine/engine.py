@@ -56,7 +56,7 @@ class Engine:
             lambda: self.admission.draining,
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), root)
-        self._judging: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []
         self._resumed = False
 
     # -- inference --------------------------------------------------------------------------
@@ -241,15 +241,20 @@ class Engine:
     # -- life -------------------------------------------------------------------------------
 
     async def load_all(self) -> None:
-        """Loads the repository, takes up saved rollouts, and starts judging rollouts."""
+        """Loads the repository, takes up saved rollouts, then judges rollouts and watches
+        the repository for new versions of models that roll out by themselves."""
         try:
             await self.loader.load_all()
             await self.rollouts.resume()
         finally:
             self._resumed = True
-        self._judging = asyncio.get_running_loop().create_task(
-            self.rollouts.run(), name="inferd-rollouts"
-        )
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(self.rollouts.run(), name="inferd-rollouts"),
+            loop.create_task(
+                self.rollouts.watch(self._settings.repository_poll_s), name="inferd-watch"
+            ),
+        ]
 
     def readiness(self, strict: bool) -> Readiness:
         loaded = self.loader.done and self._resumed
@@ -279,9 +284,9 @@ class Engine:
 
     async def close(self) -> None:
         self.admission.accepting = False
-        if self._judging is not None:
-            self._judging.cancel()
-            await asyncio.gather(self._judging, return_exceptions=True)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.rollouts.close()
         for version in list(self.registry.all_versions()):
             await version.close()

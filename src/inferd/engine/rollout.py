@@ -173,6 +173,8 @@ class Rollouts:
         self._reference: dict[str, Window] = {}
         """Per model: the stable version's last window with enough requests."""
         self._agreements: dict[str, Agreement] = {}
+        self._tried: dict[str, set[int]] = {}
+        """Per model: the versions an automatic rollout was started for (or tried)."""
         self._shadows: set[asyncio.Task[None]] = set()
         self._random = random.Random()
         self._changes = asyncio.Lock()
@@ -324,6 +326,45 @@ class Rollouts:
         if not newer:
             raise InvalidInputError(f"model '{model}' has no version folder above {serving}")
         return max(newer)
+
+    async def watch(self, every_s: float) -> None:
+        """Every `every_s`, starts a rollout for each model whose config asks for it
+        (`rollout.auto`) and whose folder has a version newer than the one serving, tried
+        once (a rolled-back one, or one that did not load, is not tried again)."""
+        while True:
+            await asyncio.sleep(every_s)
+            for model in self._registry.models():
+                try:
+                    await self._start_newest(model)
+                except Exception as exc:  # one model's fault must not stop the watch
+                    log.error(
+                        "automatic rollout not started",
+                        extra={"model": model, "reason": getattr(exc, "message", str(exc))},
+                    )
+
+    async def _start_newest(self, model: str) -> None:
+        config = self._registry.config_of(model)
+        entry = self._registry.entries.get(model)
+        if config is None or entry is None or not config.rollout.auto:
+            return
+        current = self._rollouts.get(model)
+        if current is not None and current.status in ACTIVE:
+            return
+        serving = self._registry.resolve(model)
+        if not serving.ready:
+            return
+        found = await asyncio.to_thread(scan_model, entry.folder)
+        newest = max((v.version for v in found.available), default=0)
+        tried = self._tried.setdefault(model, set())
+        if newest <= serving.version or newest in tried:
+            return
+        if current is not None and current.candidate == newest:
+            return  # its rollout ended (rolled back, aborted): a new one is the admin's call
+        tried.add(newest)
+        log.info(
+            "new version folder: starting a rollout", extra={"model": model, "version": newest}
+        )
+        await self.start(model, newest)
 
     # -- the controller ----------------------------------------------------------------------------
 
