@@ -187,9 +187,10 @@ class Engine:
         """The version named, else the rollout's choice for this request, else the highest
         ready one."""
         if version is None:
-            routed = self.rollouts.choose(model, current_trace().route_key)
+            trace = current_trace()
+            routed = self.rollouts.choose(model, trace.route_key)
             if routed is not None:
-                number, current_trace().route = routed
+                number, trace.route = routed
                 return self.registry.resolve(model, str(number))
         return self.registry.resolve(model, version)
 

@@ -33,7 +33,6 @@ notwithstanding), a rolled-back one stays out of traffic until a new rollout nam
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import enum
 import hashlib
@@ -287,7 +286,13 @@ class Rollouts:
             stable = self._registry.resolve(model)
             stable.ensure_ready()
             config = stable.config.rollout
-            candidate = to if to is not None else self._newest_folder(model, stable.version)
+            if to is None:
+                to = await asyncio.to_thread(self._newest_folder, model)
+                if to <= stable.version:
+                    raise InvalidInputError(
+                        f"model '{model}' has no version folder above {stable.version}"
+                    )
+            candidate = to
             if candidate == stable.version:
                 raise InvalidInputError(f"version {candidate} of '{model}' is the one serving")
             await self._loader.add_version(model, candidate)
@@ -318,14 +323,12 @@ class Rollouts:
             raise NotFoundError(f"model '{model}' has no rollout running")
         return rollout
 
-    def _newest_folder(self, model: str, serving: int) -> int:
+    def _newest_folder(self, model: str) -> int:
+        """The highest version folder with a model file (0: none); reads the folder."""
         entry = self._registry.entries.get(model)
         if entry is None:
             raise NotFoundError(f"unknown model '{model}'")
-        newer = [v.version for v in scan_model(entry.folder).available if v.version > serving]
-        if not newer:
-            raise InvalidInputError(f"model '{model}' has no version folder above {serving}")
-        return max(newer)
+        return max((v.version for v in scan_model(entry.folder).available), default=0)
 
     async def watch(self, every_s: float) -> None:
         """Every `every_s`, starts a rollout for each model whose config asks for it
@@ -344,8 +347,7 @@ class Rollouts:
 
     async def _start_newest(self, model: str) -> None:
         config = self._registry.config_of(model)
-        entry = self._registry.entries.get(model)
-        if config is None or entry is None or not config.rollout.auto:
+        if config is None or not config.rollout.auto:
             return
         current = self._rollouts.get(model)
         if current is not None and current.status in ACTIVE:
@@ -353,8 +355,7 @@ class Rollouts:
         serving = self._registry.resolve(model)
         if not serving.ready:
             return
-        found = await asyncio.to_thread(scan_model, entry.folder)
-        newest = max((v.version for v in found.available), default=0)
+        newest = await asyncio.to_thread(self._newest_folder, model)
         tried = self._tried.setdefault(model, set())
         if newest <= serving.version or newest in tried:
             return
@@ -579,6 +580,5 @@ class Rollouts:
         for task in list(self._shadows):
             task.cancel()
         await asyncio.gather(*self._shadows, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            for rollout in self._rollouts.values():
-                self._save(rollout)
+        for rollout in self._rollouts.values():
+            self._save(rollout)  # (logs, never raises, when the folder cannot be written)
