@@ -84,6 +84,7 @@ class Server:
             repo, log, "--log-level", "warning", *args, env=dict(env or {})
         )
         self.url = self._running.url
+        self.grpc_target = self._running.grpc_target
         self.process = self._running.process
         if httpx.get(self.url + "/ready", timeout=5).status_code != 200:
             self.stop()

@@ -78,6 +78,14 @@ def multi_io_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def half_model(path: Path) -> Path:
+    """x: FP16 [batch, 3] -> y = x + x (FP16)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", 3])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "half", [x], [y])
+    return _save(graph, path)
+
+
 def fixed_model(path: Path) -> Path:
     """x: FP64 [2, 2] (no batch axis) -> y = x + x."""
     x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 2])

@@ -56,6 +56,16 @@ class TooManyItemsError(InferdError):
     code = ErrorCode.TOO_MANY_ITEMS
 
 
+class UnauthorizedError(InferdError):
+    """No key, or a key that is not one of the server's."""
+
+    code = ErrorCode.UNAUTHORIZED
+
+
+class ForbiddenError(InferdError):
+    code = ErrorCode.FORBIDDEN
+
+
 class NotFoundError(InferdError):
     code = ErrorCode.NOT_FOUND
 

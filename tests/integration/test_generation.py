@@ -1,5 +1,6 @@
 """Text generation served by a real inferd on 127.0.0.1 (a random-weight GPT-2 exported by
-`inferd export`): /generate whole and streamed, the `openai` client on /v1/completions, stop
+`inferd export`): /generate whole and streamed, the `openai` client on /v1/completions and
+/v1/chat/completions, stop
 sequences, a disconnect mid-stream freeing its slot, batch independence, parameter errors; in
 both KV cache layouts."""
 
@@ -211,6 +212,56 @@ def error(response: httpx.Response, status: int, code: int) -> str:
     body = response.json()
     assert body["code"] == code, body
     return str(body["error"])
+
+
+def test_the_openai_client_on_chat_completions(server: RunningServer, http: httpx.Client) -> None:
+    """The messages go through the model's chat template (the one `inferd demo` writes into
+    tokenizer_config.json): the answer is what /generate gives for the rendered prompt."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    messages: list[Any] = [
+        {"role": "system", "content": "You write docstrings."},
+        {"role": "user", "content": "Describe open()."},
+    ]
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": 16,
+        "temperature": 0.0,
+        "extra_body": {"ignore_eos": True},
+    }
+    whole = client.chat.completions.create(**kwargs)
+    assert whole.object == "chat.completion" and whole.model == MODEL
+    choice = whole.choices[0]
+    assert choice.message.role == "assistant" and choice.finish_reason == "length"
+    assert whole.usage is not None and whole.usage.completion_tokens == 16
+    rendered = "<|system|>\nYou write docstrings.\n<|user|>\nDescribe open().\n<|assistant|>\n"
+    direct = generate(
+        http, prompt=rendered, max_length=16, temperature=0, ignore_eos=True, model=MODEL
+    )
+    assert choice.message.content == direct["text"]
+    assert whole.usage.prompt_tokens == direct["usage"]["prompt_tokens"]
+
+    chunks = list(
+        client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == choice.message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 16
+
+
+def test_chat_refuses_what_it_does_not_do(http: httpx.Client) -> None:
+    one = [{"role": "user", "content": "x"}]
+    message = error(http.post("/v1/chat/completions", json={"messages": one, "n": 2}), 400, 4004)
+    assert message == "not supported here: n"
+    tools = {"messages": one, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    assert "tools" in error(http.post("/v1/chat/completions", json=tools), 400, 4004)
+    assert "messages" in error(http.post("/v1/chat/completions", json={"messages": []}), 400, 4001)
+    odd = {"messages": [{"role": "wizard", "content": "x"}]}
+    assert "role" in error(http.post("/v1/chat/completions", json=odd), 400, 4004)
 
 
 @pytest.mark.parametrize(

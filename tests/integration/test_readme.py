@@ -81,7 +81,9 @@ def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
 
 def _local(text: str, server: RunningServer) -> str:
     address = server.url.removeprefix("http://")
-    return text.replace("localhost:8000", address).replace("127.0.0.1:8000", address)
+    assert server.grpc_target is not None
+    local = text.replace("localhost:8000", address).replace("127.0.0.1:8000", address)
+    return local.replace("localhost:8001", server.grpc_target)
 
 
 def _environment() -> dict[str, str]:

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.integration.rollouts import ADMIN, ADMIN_KEY, act, load_until, serve, status
 from tests.integration.server import RunningServer, start_server
 from tests.models import lookup_model, slow_model, write_config
 
-ADMIN_KEY = "rollout-test-admin"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 WINDOW_S = 2.0
 
 
@@ -51,6 +48,8 @@ def build(root: Path) -> Path:
         judged: dict[str, object] = {"max_latency_ratio": 100}
         if name == "drifted":
             judged |= {"shadow_percent": 100, "min_agreement": 0.9}
+        if name == "sticky":
+            judged |= {"route_key_field": "user"}
         write_config(
             root / name,
             {
@@ -84,12 +83,6 @@ def add_candidates(root: Path) -> None:
     slow_model(root / "slow" / "2" / "model.onnx", layers=6000, width=128)  # 3x the work
 
 
-def serve(root: Path, log: Path) -> RunningServer:
-    keys = log.parent / "admin.keys"
-    keys.write_text(ADMIN_KEY + "\n")
-    return start_server(root, log, "--admin-keys-file", str(keys))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = build(tmp_path_factory.mktemp("rollout-repo"))
@@ -97,61 +90,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     add_candidates(root)
     yield running
     assert running.stop() == 0, running.log()
-
-
-def act(server: RunningServer, model: str, action: str, **more: object) -> httpx.Response:
-    return httpx.post(
-        f"{server.url}/v2/repository/models/{model}/rollout",
-        json={"action": action, **more},
-        headers=ADMIN,
-        timeout=60,
-    )
-
-
-def status(server: RunningServer, model: str) -> dict[str, Any]:
-    answer = httpx.get(
-        f"{server.url}/v2/repository/models/{model}/rollout", headers=ADMIN, timeout=10
-    )
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def load_until(
-    server: RunningServer,
-    model: str,
-    body: Callable[[int], dict[str, Any]],
-    done: Callable[[dict[str, Any]], bool],
-    limit_s: float,
-    clients: int = 4,
-) -> tuple[list[tuple[int, str]], float]:
-    """Closed-loop clients sending `body(i)` until `done(status)`: (HTTP status, version) per
-    answer, and when `done` was first seen (seconds after the load began)."""
-    answers: list[tuple[int, str]] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def client(offset: int) -> None:
-        with httpx.Client(base_url=server.url, timeout=30) as http:
-            i = offset
-            while not stop.is_set():
-                answer = http.post(f"/v2/models/{model}/infer", json=body(i))
-                version = answer.json().get("model_version", "") if answer.is_success else ""
-                with lock:
-                    answers.append((answer.status_code, version))
-                i += clients
-
-    started = time.monotonic()
-    ended = limit_s
-    with ThreadPoolExecutor(clients) as pool:
-        for n in range(clients):
-            pool.submit(client, n)
-        while time.monotonic() - started < limit_s:
-            if done(status(server, model)):
-                ended = time.monotonic() - started
-                break
-            time.sleep(0.1)
-        stop.set()
-    return answers, ended
 
 
 def test_a_failing_candidate_is_rolled_back_within_one_window(server: RunningServer) -> None:
@@ -259,6 +197,16 @@ def test_route_keys_are_sticky_and_a_named_version_wins(server: RunningServer) -
                 seen.setdefault(f"user-{key}", set()).add(answer.json()["model_version"])
         assert all(len(versions) == 1 for versions in seen.values()), seen
         assert {"1", "2"} >= set().union(*seen.values())
+        # the field the config names (`user`, in V2 `parameters`) is the same key
+        for key, versions in seen.items():
+            answer = http.post(
+                "/v2/models/sticky/infer", json={**lookup_body(1), "parameters": {"user": key}}
+            )
+            assert {answer.json()["model_version"]} == versions, key
+        wrong = http.post(
+            "/v2/models/sticky/infer", json={**lookup_body(1), "parameters": {"user": [1]}}
+        )
+        assert wrong.status_code == 400 and "route key 'user'" in wrong.json()["error"]
         for version in ("1", "2"):
             answer = http.post(f"/v2/models/sticky/versions/{version}/infer", json=lookup_body(1))
             assert answer.json()["model_version"] == version

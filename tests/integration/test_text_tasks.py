@@ -34,6 +34,7 @@ def demo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = yaml.safe_load((root / "minilm" / "config.yaml").read_text())
     config["tokenizer"] = {"max_tokens": 16, "truncate": False, "max_chars": 500}
     config["max_texts_per_request"] = 8
+    config["rollout"] = {"route_key_field": "user"}
     (root / "minilm-strict" / "config.yaml").write_text(yaml.safe_dump(config))
     return root
 
@@ -306,3 +307,16 @@ def test_bad_requests_never_disturb_good_ones_beside_them(http: httpx.Client) ->
         results = [g.result() for g in goods]
         assert {b.result() for b in bads} == {400}
     np.testing.assert_allclose(np.stack(results), expected, atol=2e-5)
+
+
+def test_the_route_key_field_a_config_names_is_accepted_on_task_routes(
+    http: httpx.Client,
+) -> None:
+    for user in ("user-7", 7):
+        answer = http.post("/embed", json={"texts": ["hi"], "model": "minilm-strict", "user": user})
+        assert answer.status_code == 200, answer.text
+    wrong = http.post("/embed", json={"texts": ["hi"], "model": "minilm-strict", "user": {}})
+    assert "route key 'user' must be a string or an integer" in error(wrong, 400, 4004)
+    # a model whose config names no such field keeps its strict schema
+    unknown = http.post("/embed", json={"texts": ["hi"], "model": "minilm", "user": "user-7"})
+    assert "user" in error(unknown, 400, 4004)

@@ -54,6 +54,7 @@ FORBIDDEN = {
     ],
     "engine": ["inferd.server", "inferd.cli", "fastapi", "starlette", "uvicorn"],
     "server": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli"],
+    "grpc_v2": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli", "fastapi", "uvicorn"],
     "observability": [
         "inferd.engine",
         "inferd.server",
@@ -157,13 +158,14 @@ def test_serving_never_imports_the_preparation_tools() -> None:
 
 
 def test_the_server_reaches_the_engine_through_its_package_only() -> None:
-    """Routes and middleware use what `inferd.engine` exports, never its modules' internals."""
+    """Routes, middleware and the gRPC service use what `inferd.engine` exports, never its
+    modules' internals."""
     bad = {
         str(p.relative_to(PACKAGE)): sorted(
             i for i in imports_of(p) if i.startswith("inferd.engine.")
         )
         for p in MODULES
-        if part_of(p) == "server"
+        if part_of(p) in ("server", "grpc_v2")
     }
     assert not {k: v for k, v in bad.items() if v}
 

@@ -35,6 +35,7 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.observability.observer import Observer, notify
+from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
 
 SATURATION_PURGE_S = 0.01
@@ -118,6 +119,8 @@ class _Entry:
     future: asyncio.Future[dict[str, Array]]
     timer: asyncio.TimerHandle | None = field(default=None)
     timing: Timing | None = field(default=None)
+    background: bool = False
+    """Queued by background work (inferd.runtime.priority): shadow traffic."""
 
 
 class _ArrivalRate:
@@ -295,6 +298,7 @@ class DynamicBatcher:
                 )
         entries = []
         total_rows = 0
+        background = priority.in_background()
         for part_feeds, part_rows in parts:
             entry = _Entry(
                 feeds=part_feeds,
@@ -303,6 +307,7 @@ class DynamicBatcher:
                 enqueued_at=now,
                 future=loop.create_future(),
                 timing=timing,
+                background=background,
             )
             if deadline is not None:
                 entry.timer = loop.call_at(deadline, self._expire, entry)
@@ -422,8 +427,11 @@ class DynamicBatcher:
         return batch
 
     def _launch(self, batch: list[_Entry]) -> None:
+        """Runs the batch in its own task: as background work when all its items are (on
+        the runtime's background threads), else at the serving priority."""
         self._running += 1
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        marked = priority.context(all(e.background for e in batch))
+        task = asyncio.get_running_loop().create_task(self._run(batch), context=marked)
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 

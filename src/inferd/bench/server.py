@@ -26,6 +26,8 @@ class RunningServer:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    grpc_target: str | None = None
+    """host:port of its gRPC service (None: started without)."""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -51,12 +53,17 @@ def start_server(
     command = [sys.executable, "-m", "inferd", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if repo is not None:
         command += ["--repo", str(repo)]
+    grpc_target = None
+    if "--grpc-port" not in args:  # each server its own free port (the default is 8001)
+        grpc_port = free_port()
+        command += ["--grpc-port", str(grpc_port)]
+        grpc_target = f"127.0.0.1:{grpc_port}"
     command += list(args)
     with log_path.open("wb") as log_file:  # the child keeps its own handle
         process = subprocess.Popen(
             command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
+    server = RunningServer(f"http://127.0.0.1:{port}", process, log_path, grpc_target)
     deadline = time.monotonic() + 60
     while True:
         if process.poll() is not None:

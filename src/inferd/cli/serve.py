@@ -31,17 +31,27 @@ def serve(settings: ServerSettings) -> int:
     try:
         sock = listening_socket(settings.host, settings.port)
     except OSError as exc:
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        print(
-            f"inferd: cannot listen on {settings.host}:{settings.port}: {reason} "
-            "(another server there? --port chooses another)",
-            file=sys.stderr,
-        )
-        return 3
+        return _cannot_listen(settings.host, settings.port, exc, "--port")
+    if settings.grpc_port:
+        try:  # the gRPC server binds it once the app starts: a busy port is said now
+            listening_socket(settings.host, settings.grpc_port).close()
+        except OSError as exc:
+            sock.close()
+            return _cannot_listen(settings.host, settings.grpc_port, exc, "--grpc-port")
     try:
         return _serve_on(settings, sock)
     finally:
         sock.close()
+
+
+def _cannot_listen(host: str, port: int, exc: OSError, flag: str) -> int:
+    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    print(
+        f"inferd: cannot listen on {host}:{port}: {reason} "
+        f"(another server there? {flag} chooses another)",
+        file=sys.stderr,
+    )
+    return 3
 
 
 def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:

@@ -309,6 +309,12 @@ class GenerationConfig(_Strict):
         description="continuous: requests join and leave the running batch at every step; "
         "static: a batch runs until its longest sequence ends (the baseline, for comparison).",
     )
+    chat_template: str | None = Field(
+        None,
+        description="The Jinja template that turns `/v1/chat/completions` messages into a "
+        "prompt (Hugging Face's form); default: `chat_template` in the model's "
+        "tokenizer_config.json, else one `role: content` line per message.",
+    )
 
 
 class RolloutConfig(_Strict):
@@ -375,11 +381,21 @@ class RolloutConfig(_Strict):
         ge=0,
         le=1,
         description="Rolled back when shadowed answers agree less than this on average (top "
-        "label for classifiers, cosine for embeddings, all outputs within `tensor_tolerance` "
-        "for tensors); judged once a window has `min_requests` comparisons.",
+        "label for classifiers, cosine for embeddings, tokens equal at each position for "
+        "greedy generations, all outputs within `tensor_tolerance` for tensors); judged once "
+        "a window has `min_requests` comparisons.",
     )
     tensor_tolerance: float = Field(
         1e-3, ge=0, description="Largest difference of two tensor answers that still agree."
+    )
+    route_key_field: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
+        description="A request field whose value keeps a client on one version for the whole "
+        "rollout (as the `X-Inferd-Route-Key` header does, which wins when both are given): a "
+        "top-level field of a task or OpenAI request (`user`, say; accepted there beside the "
+        "route's own fields), or an entry of a V2 request's `parameters`. A string or an "
+        "integer.",
     )
 
     @model_validator(mode="after")

@@ -26,6 +26,13 @@ class ServerSettings(BaseModel):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    grpc_port: int = Field(
+        8001,
+        ge=0,
+        le=65535,
+        description="Port of the KServe V2 gRPC service (same host, same process and models); "
+        "0: no gRPC.",
+    )
     repository: Path | None = Field(
         None, description="Model repository folder; none: the demo repository (built once)."
     )
@@ -70,7 +77,10 @@ class ServerSettings(BaseModel):
         600.0, gt=0, description="Upper bound for a deadline asked by a client."
     )
     max_body_bytes: int = Field(
-        64 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
+        64 * 1024 * 1024,
+        gt=0,
+        description="Largest request body accepted (413 above); over gRPC, the largest message "
+        "received or sent (RESOURCE_EXHAUSTED above).",
     )
     max_in_flight: int = Field(
         4096,

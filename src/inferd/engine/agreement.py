@@ -1,10 +1,11 @@
 """How far two versions' answers to the same request agree, as one number in [0, 1] per
 request (shadow traffic in a rollout): the share of texts given the same top label, the mean
-cosine of the embeddings, or whether every output tensor is within a tolerance."""
+cosine of the embeddings, the share of greedy generated tokens that match, or whether every
+output tensor is within a tolerance."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +29,15 @@ def embeddings(stable: Embeddings, candidate: Embeddings) -> float:
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     cosine = np.sum(a * b, axis=1) / np.where(norms == 0, 1.0, norms)
     return float(np.clip(cosine.mean(), 0.0, 1.0)) if len(cosine) else 1.0
+
+
+def tokens(stable: Sequence[int], candidate: Sequence[int]) -> float:
+    """Greedy generations: the tokens equal at the same position, over the longer one's
+    length (two empty answers agree)."""
+    longest = max(len(stable), len(candidate))
+    if longest == 0:
+        return 1.0
+    return sum(a == b for a, b in zip(stable, candidate, strict=False)) / longest
 
 
 def max_abs_diff(stable: Mapping[str, Array], candidate: Mapping[str, Array]) -> float:

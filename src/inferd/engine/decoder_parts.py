@@ -10,6 +10,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from inferd.config.model import ModelConfig
+from inferd.generation.chat import ChatTemplate, load_chat_template
 from inferd.generation.decoder import DecoderShape, DecoderShapeError
 from inferd.generation.kvstore import kv_store
 from inferd.runtime.pool import InstancePool
@@ -25,6 +26,7 @@ class GenerationParts:
     tokenizer: Tokenizer
     eos_id: int | None
     pad_id: int
+    chat: ChatTemplate
 
 
 def load_generation(
@@ -34,7 +36,8 @@ def load_generation(
     version_folder: Path,
     providers: Sequence[str] = ("CPUExecutionProvider",),
 ) -> GenerationParts:
-    """Blocking (a worker thread): checks the interface, reads the tokenizer."""
+    """Blocking (a worker thread): checks the interface, reads the tokenizer and the chat
+    template."""
     shape = DecoderShape.of(inputs, outputs)
     if shape.inplace and providers[0] != "CPUExecutionProvider":
         # the cache buffers are host memory bound as both past and present; on a GPU they
@@ -55,7 +58,13 @@ def load_generation(
         eos = next(
             (t for t in (tokenizer.token_to_id(n) for n in EOS_TOKENS) if t is not None), None
         )
-    return GenerationParts(shape, tokenizer, eos, eos if eos is not None else 0)
+    eos_text = tokenizer.id_to_token(eos) if eos is not None else None
+    chat = load_chat_template(
+        [path.parent, version_folder, version_folder.parent],
+        config.generation.chat_template,
+        eos_text or "",
+    )
+    return GenerationParts(shape, tokenizer, eos, eos if eos is not None else 0, chat)
 
 
 def warm_up_decoder(

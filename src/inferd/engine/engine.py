@@ -26,7 +26,9 @@ from inferd.engine.rollout import Rollouts
 from inferd.engine.servable import Classified, Embeddings, Servable
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError, QueueFullError
+from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
+from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.repository.scan import ModelEntry
@@ -127,20 +129,69 @@ class Engine:
     async def start_generation(
         self,
         model: str | None,
-        prompt: str,
+        prompt: str | Messages,
         sampling: SamplingRequest,
         version: str | None = None,
     ) -> Generation:
-        """Admits and queues a generation. The returned handle holds an in-flight slot (what
-        a drain waits for) until its stream ends or it is closed."""
+        """Admits and queues a generation (of a prompt, or of chat messages, which the
+        model's chat template renders). The returned handle holds an in-flight slot (what a
+        drain waits for) until its stream ends or it is closed; then its outcome counts in a
+        rollout, and a greedy one may be mirrored to the candidate."""
         self.admission.enter()
         try:
             served = self._named(self._task_model(model, "generate", version))
-            seq = await served.servable.generate(prompt, sampling)
         except BaseException:
             self.admission.leave()
             raise
-        return Generation(seq, served.model, served.version, self.admission.leave)
+        try:
+            with self._outcome(served, finished_only=True):
+                seq = await served.servable.generate(prompt, sampling)
+        except BaseException:
+            self.admission.leave()
+            raise
+        route = current_trace().route
+        return Generation(
+            seq,
+            served.model,
+            served.version,
+            lambda: self._generation_ended(served, seq, route, prompt, sampling),
+        )
+
+    def _generation_ended(
+        self,
+        served: Version,
+        seq: Seq,
+        route: str | None,
+        prompt: str | Messages,
+        sampling: SamplingRequest,
+    ) -> None:
+        """Releases the generation's slot; a finished one counts in a rollout (its latency
+        is the time per generated token, its queue time the time to the first token: a
+        generation's length is the prompt's, not the version's doing), and a greedy one
+        routed to the stable version may run again on the candidate, its tokens compared."""
+        self.admission.leave()
+        finished = seq.finished
+        if finished is None or finished.reason == "cancelled":
+            return  # its client left: neither version's failure
+        failed = finished.reason == "error"
+        per_token = finished.total_s / max(finished.completion_tokens, 1)
+        first = finished.first_token_s or 0.0
+        self.rollouts.record(served.model, served.version, failed, per_token, first, route)
+        if route != "stable" or failed or not seq.params.greedy:
+            return
+        candidate = self.rollouts.shadow_target(served.model)
+        if candidate is None:
+            return
+        stable_tokens = list(seq.generated)
+
+        async def shadow() -> list[int]:
+            mirrored = await candidate.servable.generate(prompt, sampling)
+            await mirrored.result()
+            return list(mirrored.generated)
+
+        self.rollouts.mirror(
+            served.model, shadow(), lambda tokens: agreement.tokens(stable_tokens, tokens)
+        )
 
     def refusal_before_reading(
         self,
@@ -177,6 +228,18 @@ class Engine:
             whose = f"model '{model}'" if model is not None else f"every model that can {purpose}"
             return QueueFullError(f"the queue of {whose} is full; retry later", retry_after_s=1.0)
         return None
+
+    def route_key_field(self, model: str | None, purpose: str | None) -> str | None:
+        """The request field that names the route key for `model` (naming none: the default
+        model for `purpose`); None when none is configured or the model is not known yet
+        (its request gets that answer when it runs)."""
+        if not model:
+            try:
+                model = self.registry.default_for(purpose or "").model
+            except InferdError:
+                return None
+        config = self.registry.config_of(model)
+        return config.rollout.route_key_field if config is not None else None
 
     def _task_model(self, model: str | None, purpose: str, version: str | None = None) -> Version:
         if not model:
@@ -215,11 +278,13 @@ class Engine:
             self.rollouts.mirror(served.model, run(candidate.servable), agree)
 
     @contextmanager
-    def _outcome(self, served: Version) -> Iterator[None]:
+    def _outcome(self, served: Version, finished_only: bool = False) -> Iterator[None]:
         """Records the request's outcome and duration in the version's statistics, and for
         a rollout: every error but shedding (4290) counts as a failure there (the versions of
         a rollout share their clients, so a client's mistakes fall on both alike, while an
-        input one version runs and the other refuses is the candidate's fault)."""
+        input one version runs and the other refuses is the candidate's fault).
+        `finished_only`: what runs inside is only a request's start (a generation's): only
+        a failure is recorded for the rollout, and nothing in the statistics."""
         started = time.perf_counter()
         ok = failed = False
         try:
@@ -233,11 +298,13 @@ class Engine:
             raise
         finally:
             seconds = time.perf_counter() - started
-            served.stats.on_request(ok, seconds)
-            trace = current_trace()
-            self.rollouts.record(
-                served.model, served.version, failed, seconds, trace.queue_s, trace.route
-            )
+            if not finished_only:
+                served.stats.on_request(ok, seconds)
+            if failed or not finished_only:
+                trace = current_trace()
+                self.rollouts.record(
+                    served.model, served.version, failed, seconds, trace.queue_s, trace.route
+                )
 
     # -- life -------------------------------------------------------------------------------
 

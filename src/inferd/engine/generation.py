@@ -10,6 +10,7 @@ from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import Servable
 from inferd.errors import InputTooLongError, InvalidInputError
+from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
@@ -17,6 +18,9 @@ from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds
 from inferd.tasks.text import OFF_LOOP_CHARS
+
+Prompt = str | Messages
+"""A prompt, or chat messages to render into one."""
 
 
 class GeneratorServable(Servable):
@@ -34,6 +38,7 @@ class GeneratorServable(Servable):
             ctx.observer,
         )
         self._pool: InstancePool | None = loaded.pool
+        self._chat = parts.chat
         self._scheduler = Scheduler(
             loaded.pool.run,
             parts.shape,
@@ -54,10 +59,13 @@ class GeneratorServable(Servable):
             raise ValueError(f"model '{ctx.model}' is a decoder without its generation parts")
         return cls(ctx, parts)
 
-    async def generate(self, prompt: str, sampling: SamplingRequest) -> Seq:
+    async def generate(self, prompt: Prompt, sampling: SamplingRequest) -> Seq:
         """Tokenizes and queues a generation (4002 over the character cap or the window, 4290
-        when full). A long prompt is tokenized on a worker thread, off the event loop."""
+        when full); chat messages are rendered through the model's chat template first. A
+        long prompt is tokenized on a worker thread, off the event loop."""
         params = sampling.resolve(self.config.generation)
+        if not isinstance(prompt, str):
+            prompt = self._chat.render(prompt)
         limit = self.config.tokenizer.max_chars
         if len(prompt) > limit:
             raise InputTooLongError(
@@ -69,6 +77,10 @@ class GeneratorServable(Servable):
         else:
             ids = self._scheduler.encode(prompt)
         return self._scheduler.submit(ids, params)
+
+    @property
+    def queued_items(self) -> int:
+        return self._scheduler.waiting
 
     @property
     def saturated(self) -> bool:
@@ -99,18 +111,19 @@ class GeneratorServable(Servable):
 
 
 class Generation:
-    """One admitted generation: the sequence, and the release of its in-flight slot when its
-    stream ends or its client goes away (either way its KV rows are freed at the next step)."""
+    """One admitted generation: the sequence, and what its end does (`ended`: the release of
+    its in-flight slot, its outcome counted) when its stream ends or its client goes away
+    (either way its KV rows are freed at the next step)."""
 
-    def __init__(self, seq: Seq, model: str, version: int, release: Callable[[], None]) -> None:
+    def __init__(self, seq: Seq, model: str, version: int, ended: Callable[[], None]) -> None:
         self.seq = seq
         self.model = model
         self.version = version
-        self._release: Callable[[], None] | None = release
+        self._ended: Callable[[], None] | None = ended
 
-    async def stream(self) -> AsyncIterator[str | Finished]:
+    async def stream(self, joined: bool = True) -> AsyncIterator[str | Finished]:
         try:
-            async for event in self.seq.stream():
+            async for event in self.seq.stream(joined):
                 yield event
         finally:
             self.close()
@@ -124,6 +137,6 @@ class Generation:
     def close(self) -> None:
         if not self.seq.done:
             self.seq.cancel()
-        release, self._release = self._release, None
-        if release is not None:
-            release()
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            ended()

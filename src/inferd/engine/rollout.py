@@ -22,7 +22,8 @@ window where it had enough is the reference.
 Shadow traffic. `shadow_percent` of the requests routed to the stable version also run on the
 candidate, in the background, after the client's answer is computed (never delaying or
 failing it), and the two answers are compared (inferd.engine.agreement). Shadow work is the
-first shed: none while anything waits in either version's queue.
+first shed: none while anything waits in either version's queue; and it runs as background
+work (inferd.runtime.priority): its batches take the cores only when serving work leaves them.
 
 Every decision is a log line, a metric and an entry in the rollout's state, which is kept in
 `<repository>/.inferd/rollouts/<model>.json` and taken up again at start: a running rollout
@@ -55,6 +56,7 @@ from inferd.engine.version import Version
 from inferd.errors import InferdError, InvalidInputError, NotFoundError
 from inferd.observability.observer import Observer, notify
 from inferd.repository.scan import scan_model
+from inferd.runtime import priority
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +243,7 @@ class Rollouts:
         its answer agrees (a failure agrees not at all)."""
 
         async def shadow() -> None:
+            priority.background()  # its batches run on the candidate's lowest-priority threads
             try:
                 value = agree(await work)
                 outcome = "compared"

@@ -4,6 +4,7 @@ range, 4002 when the prompt does not fit the context window)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from inferd.config.model import GenerationConfig
 from inferd.errors import InputTooLongError, InvalidInputError
@@ -81,6 +82,18 @@ def check_prompt(prompt_tokens: int, context_length: int) -> None:
         )
 
 
+class SamplingFields(Protocol):
+    """A request's sampling fields, whatever its protocol (an HTTP body, gRPC parameters)."""
+
+    temperature: float | None
+    top_k: int | None
+    top_p: float | None
+    repetition_penalty: float | None
+    seed: int | None
+    stop: str | list[str] | None
+    ignore_eos: bool
+
+
 @dataclass(frozen=True)
 class SamplingRequest:
     """What a request asked for, before the model is known; `resolve` checks it against the
@@ -94,6 +107,21 @@ class SamplingRequest:
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
+
+    @classmethod
+    def of(cls, fields: SamplingFields, max_new_tokens: int | None) -> SamplingRequest:
+        """What a request's fields ask; the engine checks them against the model's
+        generation limits once the model is known."""
+        return cls(
+            max_new_tokens=max_new_tokens,
+            temperature=fields.temperature,
+            top_k=fields.top_k,
+            top_p=fields.top_p,
+            repetition_penalty=fields.repetition_penalty,
+            seed=fields.seed,
+            stop=fields.stop,
+            ignore_eos=fields.ignore_eos,
+        )
 
     def resolve(self, config: GenerationConfig) -> SamplingParams:
         return build_params(

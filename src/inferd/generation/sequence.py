@@ -126,15 +126,16 @@ class Sequence:
             )
             self.events.put_nowait(error)
 
-    async def stream(self) -> AsyncIterator[str | Finished]:
-        """Text groups (every delta ready when the client reads, joined), then the Finished.
-        Raises the error when the sequence failed."""
+    async def stream(self, joined: bool = True) -> AsyncIterator[str | Finished]:
+        """Text groups (every delta ready when the client reads, joined; `joined=False`: each
+        token's delta on its own), then the Finished. Raises the error when the sequence
+        failed."""
         while True:
             event: Event | None = await self.events.get()
             parts: list[str] = []
             while isinstance(event, str):
                 parts.append(event)
-                if self.events.empty():
+                if self.events.empty() or not joined:
                     event = None
                     break
                 event = self.events.get_nowait()

@@ -7,29 +7,12 @@ while a batch runs here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import sys
-import threading
+import functools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds, Runtime
-
-RUNTIME_NICENESS = 10
-"""How much lower (Linux nice) the runtime threads run than the event loop's thread."""
-
-
-def _yield_to_event_loop() -> None:
-    """Lowers the calling runtime thread's priority below the event loop's. When the cores are
-    all busy (overload: runtime threads on every core), the loop still gets the CPU to read
-    sockets and answer, refusals included: without this, 429s waited seconds unread at 8x
-    the capacity (benchmarks/overload_bench.py). The runtime keeps every cycle the loop does
-    not want. ONNX Runtime's own intra-op pool threads (intra_op_threads > 1) keep their
-    priority; a single-threaded instance computes on this thread."""
-    if sys.platform == "linux":  # elsewhere setpriority would lower the whole process
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RUNTIME_NICENESS)
 
 
 class InstancePool:
@@ -39,12 +22,34 @@ class InstancePool:
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
-        self._executor = ThreadPoolExecutor(
-            max_workers=len(self._instances),
-            thread_name_prefix=thread_name,
-            initializer=_yield_to_event_loop,
-        )
+        self._thread_name = thread_name
+        self._executor = self._threads(priority.SERVING_NICENESS, thread_name)
+        self._background: ThreadPoolExecutor | None = None
         self._free: asyncio.Queue[Runtime] | None = None
+
+    def _threads(self, niceness: int, name: str) -> ThreadPoolExecutor:
+        """One thread per instance, below the event loop: when the cores are all busy
+        (overload), the loop still gets the CPU to read sockets and answer, refusals included
+        (without it, 429s waited seconds unread at 8x the capacity:
+        benchmarks/overload_bench.py). ONNX Runtime's own intra-op threads (an instance with
+        intra_op_threads > 1) keep their priority; a single-threaded instance computes on
+        this thread."""
+        return ThreadPoolExecutor(
+            max_workers=len(self._instances),
+            thread_name_prefix=name,
+            initializer=functools.partial(priority.lower_thread, niceness),
+        )
+
+    def _executor_for_now(self) -> ThreadPoolExecutor:
+        """The background threads for background work (inferd.runtime.priority), made on
+        first use; the serving threads otherwise."""
+        if not priority.in_background():
+            return self._executor
+        if self._background is None:
+            self._background = self._threads(
+                priority.BACKGROUND_NICENESS, f"{self._thread_name}-background"
+            )
+        return self._background
 
     @property
     def concurrency(self) -> int:
@@ -73,7 +78,7 @@ class InstancePool:
         try:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
-                self._executor, instance.run, feeds, output_names, into
+                self._executor_for_now(), instance.run, feeds, output_names, into
             )
         finally:
             free.put_nowait(instance)
@@ -87,5 +92,7 @@ class InstancePool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
         for instance in self._instances:
             instance.close()

@@ -16,13 +16,23 @@ from starlette.routing import Route
 from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
+from inferd.grpc_v2.server import start_grpc, stop_grpc
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.dataplane import DataPlane, data_route
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
-from inferd.server.routes import completions, generate, health, openai, repository, tasks, v2
+from inferd.server.routes import (
+    chat,
+    completions,
+    generate,
+    health,
+    openai,
+    repository,
+    tasks,
+    v2,
+)
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
@@ -35,6 +45,7 @@ DATA_ROUTES = (
     ("/v2/models/{model}/versions/{version}/infer", v2.version_infer, None),
     ("/generate", generate.generate, "generate"),
     ("/v1/completions", completions.completions, "generate"),
+    ("/v1/chat/completions", chat.chat_completions, "generate"),
 )
 """Served by `DataPlane`'s Starlette router, past FastAPI's per-request layers
 (inferd.server.dataplane); FastAPI registers them too, at the same paths, for the schema.
@@ -50,6 +61,7 @@ def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        grpc_server = await start_grpc(settings, engine, metrics)
         loading = asyncio.get_running_loop().create_task(engine.load_all(), name="inferd-load")
         app.state.loading = loading
         try:
@@ -60,6 +72,7 @@ def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None
                 await asyncio.gather(loading, return_exceptions=True)
             if engine.accepting:  # not drained by a signal (e.g. an embedding app)
                 await engine.drain(settings.drain_timeout_s)
+            await stop_grpc(grpc_server)
             await engine.close()
             log.info("models closed")
 
@@ -76,7 +89,8 @@ def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None
         metrics.attach(engine)
     install_error_handlers(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    for module in (health, v2, tasks, generate, openai, completions, metrics_route, repository):
+    routers = (health, v2, tasks, generate, openai, completions, chat, metrics_route, repository)
+    for module in routers:
         app.include_router(module.router, responses=ERROR_RESPONSES)
     # added first, so innermost: every middleware below still applies to the data plane
     routes = [route for route, _ in data_routes()]

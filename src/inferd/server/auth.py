@@ -13,8 +13,8 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.errors import ConfigError
-from inferd.server.errors import error_response
+from inferd.errors import ConfigError, ErrorCode, ForbiddenError, InferdError, UnauthorizedError
+from inferd.server.errors import response_for
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics"})
 ADMIN_PREFIXES = ("/v2/repository/models/",)
@@ -42,39 +42,59 @@ def _matches(presented: bytes, keys: Iterable[bytes]) -> bool:
     return found
 
 
+class Keys:
+    """The server's API and admin keys, and the one rule every protocol applies with them."""
+
+    def __init__(self, api_keys: tuple[bytes, ...], admin_keys: tuple[bytes, ...]) -> None:
+        self.api_keys = api_keys
+        self.admin_keys = admin_keys
+
+    def refusal(self, admin: bool, presented: bytes | None) -> InferdError | None:
+        """Why a request with the bearer token `presented` (None: none) may not go on; None
+        when it may. Inference needs an API key when the server has any; admin actions
+        always need an admin key, and are off when the server has none."""
+        keys = self.admin_keys if admin else self.api_keys
+        if not admin and not keys:
+            return None
+        if admin and not keys:
+            return ForbiddenError("admin routes are off: the server has no admin keys")
+        if not presented or not _matches(presented, keys):
+            what = "an admin key" if admin else "an API key"
+            return UnauthorizedError(f"this route needs {what}: Authorization: Bearer <key>")
+        return None
+
+
+def bearer(authorization: bytes | None) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` value."""
+    if authorization is None or authorization[:7].lower() != b"bearer ":
+        return None
+    return authorization[7:].strip() or None
+
+
 class AuthMiddleware:
     def __init__(self, app: ASGIApp, api_keys: tuple[bytes, ...], admin_keys: tuple[bytes, ...]):
         self.app = app
-        self.api_keys = api_keys
-        self.admin_keys = admin_keys
+        self.keys = Keys(api_keys, admin_keys)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         admin = scope["path"].startswith(ADMIN_PREFIXES)
-        keys = self.admin_keys if admin else self.api_keys
-        if not admin and not keys:
+        if not admin and not self.keys.api_keys:
             await self.app(scope, receive, send)
             return
-        request_id = str(scope.get("state", {}).get("request_id", ""))
-        if admin and not keys:
-            response = error_response(
-                403, 4030, "admin routes are off: the server has no admin keys", request_id
-            )
-            await response(scope, receive, send)
-            return
-        presented = b""
+        authorization = None
         for name, value in scope["headers"]:
-            if name == b"authorization" and value[:7].lower() == b"bearer ":
-                presented = value[7:].strip()
+            if name == b"authorization":
+                authorization = value
                 break
-        if not presented or not _matches(presented, keys):
-            what = "an admin key" if admin else "an API key"
-            response = error_response(
-                401, 4010, f"this route needs {what}: Authorization: Bearer <key>", request_id
-            )
-            response.headers["WWW-Authenticate"] = "Bearer"
+        refused = self.keys.refusal(admin, bearer(authorization))
+        if refused is not None:
+            request_id = str(scope.get("state", {}).get("request_id", ""))
+            response = response_for(refused, request_id)
+            if refused.code is ErrorCode.UNAUTHORIZED:
+                response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -5,7 +5,7 @@ routes, parsed and validated against the route's schema."""
 from __future__ import annotations
 
 import zlib
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -15,7 +15,8 @@ from inferd.observability.trace import current_trace
 from inferd.server.errors import PayloadTooLargeError
 from inferd.server.jsonbody import validate_body
 from inferd.server.observe import note_payload
-from inferd.server.state import settings_of
+from inferd.server.route_key import take_route_key
+from inferd.server.state import engine_of, settings_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,10 +35,19 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
-async def read_json(request: Request, schema: type[M]) -> M:
+async def read_json(request: Request, schema: type[M], purpose: str | None = None) -> M:
     """The body, read as above, parsed and validated against `schema` (4002-4004 naming the
-    field that is wrong)."""
-    return validate_body(schema, await read_body(request))
+    field that is wrong). For an inference route (`purpose`: what its models do), the route
+    key field its model's config names is taken out first (inferd.server.route_key)."""
+
+    def route_key(fields: dict[str, Any]) -> None:
+        model = fields.get("model")
+        named = model if isinstance(model, str) else None
+        take_route_key(engine_of(request), fields, named, purpose, schema.model_fields)
+
+    return validate_body(
+        schema, await read_body(request), route_key if purpose is not None else None
+    )
 
 
 def _inflate(body: bytes, content_encoding: str, max_bytes: int) -> bytes:

@@ -3,6 +3,7 @@ against a pydantic schema, with errors that name the offending field or index.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -25,10 +26,20 @@ def parse_json(body: bytes) -> Any:
         raise InvalidInputError(f"the body is not valid JSON: {text}") from None
 
 
-def validate_body(schema: type[M], body: bytes) -> M:
+def validate_body(
+    schema: type[M], body: bytes, before: Callable[[dict[str, Any]], None] | None = None
+) -> M:
+    """`before` sees (and may change) the parsed object before it is validated."""
     raw = parse_json(body)
     if not isinstance(raw, dict):
         raise InvalidInputError("the body must be a JSON object")
+    if before is not None:
+        before(raw)
+    return validate_fields(schema, raw)
+
+
+def validate_fields(schema: type[M], raw: dict[str, Any]) -> M:
+    """`raw` (a parsed body, or a gRPC request's parameters) validated against `schema`."""
     try:
         return schema.model_validate(raw)
     except ValidationError as exc:

@@ -48,6 +48,84 @@ def server_timing(started: float) -> tuple[bytes, bytes]:
     return b"server-timing", b"total;dur=%.3f" % ((time.perf_counter() - started) * 1000)
 
 
+class RequestRecorder:
+    """What every request leaves behind, whatever its protocol (HTTP here, gRPC in
+    inferd.grpc_v2): its count and latency in the metrics, its stages for a model's request,
+    and its log line (errors always, successes sampled at `sample_rate`)."""
+
+    def __init__(self, metrics: Metrics | None, sample_rate: float, gpu_memory: bool) -> None:
+        self.metrics = metrics
+        self.sample_rate = sample_rate
+        self.gpu_memory = gpu_memory
+        self._random = random.Random()
+
+    def finish(
+        self,
+        trace: RequestTrace,
+        method: str,
+        endpoint: str,
+        path_model: str | None,
+        status: int,
+        total_s: float,
+        quiet: bool = False,
+    ) -> None:
+        """`path_model`: the model the request's path names (requests that run no inference
+        name it only there); `status`: the HTTP status (gRPC: the one its code maps to);
+        `quiet`: a probe, counted and not logged."""
+        try:
+            if self.metrics is not None:
+                # the metrics bound the model label to the repository's models
+                model = trace.model or path_model
+                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
+                if trace.model is not None and trace.version is not None and status < 400:
+                    self.metrics.on_stages(trace.model, trace.version, trace.stages())
+            if quiet or endpoint in QUIET_PATHS:
+                return
+            failed = status >= 400 or trace.error_code is not None
+            if not failed and self._random.random() >= self.sample_rate:
+                return
+            self._log_line(trace, method, status, endpoint, total_s, failed)
+        except Exception:
+            log.exception("request observation failed; the response was unaffected")
+
+    def _log_line(
+        self,
+        trace: RequestTrace,
+        method: str,
+        status: int,
+        endpoint: str,
+        total_s: float,
+        failed: bool,
+    ) -> None:
+        fields: dict[str, object] = {
+            "request_id": trace.request_id,
+            "method": method,
+            "endpoint": endpoint,
+            "model": trace.model,
+            "version": trace.version,
+            "status": status,
+            "code": trace.error_code,
+            "route": trace.route,
+            "queue_ms": round(trace.queue_s * 1000, 3),
+            "preprocess_ms": round(trace.preprocess_s * 1000, 3),
+            "inference_ms": round(trace.inference_s * 1000, 3),
+            "postprocess_ms": round(trace.postprocess_s * 1000, 3),
+            "total_ms": round(total_s * 1000, 3),
+            "batch_size": trace.batch_size,
+            "items": trace.items,
+            "input_length": trace.input_length,
+            "output_length": trace.output_length,
+        }
+        if self.gpu_memory:
+            memory = gpu_memory_mb()
+            if memory is not None:
+                fields["gpu_memory_mb"] = round(memory, 1)
+        if trace.payload is not None:
+            fields["payload"] = trace.payload
+        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
+        log.log(level, "request", extra=fields)
+
+
 class ObserveMiddleware:
     def __init__(
         self,
@@ -57,10 +135,7 @@ class ObserveMiddleware:
         gpu_memory: bool = False,
     ) -> None:
         self.app = app
-        self.metrics = metrics
-        self.sample_rate = sample_rate
-        self.gpu_memory = gpu_memory
-        self._random = random.Random()
+        self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,62 +164,12 @@ class ObserveMiddleware:
             with tracing(trace):  # the engine and the routes fill it in as the request runs
                 await self.app(scope, receive, send_and_watch)
         finally:
-            self._finish(scope, trace, status)
-
-    def _finish(self, scope: Scope, trace: RequestTrace, status: int) -> None:
-        try:
-            total_s = time.perf_counter() - trace.started
             route = scope.get("route")
-            endpoint = getattr(route, "path", None) or "unmatched"
-            if self.metrics is not None:
-                # routes that run no inference (metadata, config, ready, statistics) name their
-                # model only in the path; the metrics bound it to the repository's models
-                model = trace.model or scope.get("path_params", {}).get("model")
-                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
-                if trace.model is not None and trace.version is not None and status < 400:
-                    self.metrics.on_stages(trace.model, trace.version, trace.stages())
-            if endpoint in QUIET_PATHS:
-                return
-            failed = status >= 400 or trace.error_code is not None
-            if not failed and self._random.random() >= self.sample_rate:
-                return
-            self._log_line(scope, trace, status, endpoint, total_s, failed)
-        except Exception:
-            log.exception("request observation failed; the response was unaffected")
-
-    def _log_line(
-        self,
-        scope: Scope,
-        trace: RequestTrace,
-        status: int,
-        endpoint: str,
-        total_s: float,
-        failed: bool,
-    ) -> None:
-        fields: dict[str, object] = {
-            "request_id": trace.request_id,
-            "method": scope.get("method"),
-            "endpoint": endpoint,
-            "model": trace.model,
-            "version": trace.version,
-            "status": status,
-            "code": trace.error_code,
-            "route": trace.route,
-            "queue_ms": round(trace.queue_s * 1000, 3),
-            "preprocess_ms": round(trace.preprocess_s * 1000, 3),
-            "inference_ms": round(trace.inference_s * 1000, 3),
-            "postprocess_ms": round(trace.postprocess_s * 1000, 3),
-            "total_ms": round(total_s * 1000, 3),
-            "batch_size": trace.batch_size,
-            "items": trace.items,
-            "input_length": trace.input_length,
-            "output_length": trace.output_length,
-        }
-        if self.gpu_memory:
-            memory = gpu_memory_mb()
-            if memory is not None:
-                fields["gpu_memory_mb"] = round(memory, 1)
-        if trace.payload is not None:
-            fields["payload"] = trace.payload
-        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
-        log.log(level, "request", extra=fields)
+            self.recorder.finish(
+                trace,
+                str(scope.get("method")),
+                getattr(route, "path", None) or "unmatched",
+                scope.get("path_params", {}).get("model"),
+                status,
+                time.perf_counter() - trace.started,
+            )

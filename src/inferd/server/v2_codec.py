@@ -60,7 +60,7 @@ def parse_infer_request(body: bytes) -> InferRequest:
     return validate_body(InferRequest, body)
 
 
-def _check_shape(name: str, shape: list[int]) -> int:
+def check_shape(name: str, shape: list[int]) -> int:
     if any(d < 0 for d in shape):
         raise InvalidInputError(f"input '{name}': shape {shape} has a negative dimension")
     # a zero dimension makes the count 0, but numpy still refuses an absurd shape ([0, 2**62])
@@ -72,7 +72,7 @@ def _check_shape(name: str, shape: list[int]) -> int:
 def decode_tensor(tensor: RequestInput) -> Array:
     """One V2 input as a numpy array of its declared datatype and shape."""
     name = tensor.name
-    count = _check_shape(name, tensor.shape)
+    count = check_shape(name, tensor.shape)
     dtype = numpy_dtype(tensor.datatype)
     data = tensor.data
     if not isinstance(data, list):
@@ -156,7 +156,7 @@ def decode_inputs(request: InferRequest, binary: memoryview | None = None) -> di
                 f"input '{tensor.name}': binary_data_size {size} runs past the binary data "
                 "(is Inference-Header-Content-Length set?)"
             )
-        _check_shape(tensor.name, tensor.shape)
+        check_shape(tensor.name, tensor.shape)
         raw = binary[offset : offset + size]
         feeds[tensor.name] = decode_binary(tensor.name, tensor.datatype, tensor.shape, raw)
         offset += size

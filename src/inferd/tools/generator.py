@@ -112,6 +112,14 @@ def _train(
     return loss_value
 
 
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+"""The demo generator's chat template (Hugging Face's Jinja form): a role tag line, then the
+message, per message; the answer starts after an assistant tag."""
+
+
 def build_generator(
     repo: Path,
     name: str = "docgen",
@@ -168,6 +176,8 @@ def build_generator(
         folder = Path(tmp)
         model.save_pretrained(folder)
         tokenizer.save(str(folder / "tokenizer.json"))
+        chat = {"chat_template": CHAT_TEMPLATE, "eos_token": EOS}  # (copied beside the model)
+        (folder / "tokenizer_config.json").write_text(json.dumps(chat, indent=2) + "\n")
         if (repo / name / "config.yaml").exists():
             (repo / name / "config.yaml").unlink()
         code = run_export(

@@ -18,6 +18,7 @@ from inferd.config.model import GenerationConfig
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.loading import load_instances
 from inferd.errors import InputTooLongError, QueueFullError
+from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import RunStep, Scheduler
 from inferd.generation.sequence import Finished
@@ -35,7 +36,9 @@ class Decoder:
 
 
 def _fake() -> Decoder:
-    parts = GenerationParts(fake_decoder.SHAPE, fake_decoder.tokenizer(), 0, 0)
+    parts = GenerationParts(
+        fake_decoder.SHAPE, fake_decoder.tokenizer(), 0, 0, load_chat_template([], None, "")
+    )
     return Decoder(fake_decoder.FakeDecoder(), parts)
 
 

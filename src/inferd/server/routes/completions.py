@@ -38,10 +38,12 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(BaseModel):
+class OpenAIGeneration(BaseModel):
+    """The fields OpenAI's completions and chat completions share (and those open servers
+    add to them)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str | list[str] = Field(description="A prompt or a list of prompts.")
     model: str | None = Field(None, description="A model id from /v1/models.")
     max_tokens: int | None = None
     temperature: float | None = None
@@ -53,32 +55,50 @@ class CompletionRequest(BaseModel):
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    best_of: int | None = None
-    echo: bool | None = None
-    logprobs: int | None = None
-    suffix: str | None = None
     user: str | None = None
     # not OpenAI's, but what open servers take too
     top_k: int | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
 
+    def unsupported(self) -> dict[str, bool]:
+        """The shared fields set to what inferd does not do (refused, never ignored)."""
+        return {
+            "n": self.n not in (None, 1),
+            "presence_penalty": self.presence_penalty not in (None, 0, 0.0),
+            "frequency_penalty": self.frequency_penalty not in (None, 0, 0.0),
+        }
 
-def _refuse_unsupported(body: CompletionRequest) -> None:
-    unsupported = {
-        "n": body.n not in (None, 1),
-        "best_of": body.best_of not in (None, 1),
-        "echo": bool(body.echo),
-        "logprobs": body.logprobs is not None,
-        "suffix": body.suffix is not None,
-        "presence_penalty": body.presence_penalty not in (None, 0, 0.0),
-        "frequency_penalty": body.frequency_penalty not in (None, 0, 0.0),
-    }
+    def with_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+def refuse(unsupported: dict[str, bool]) -> None:
     named = [k for k, v in unsupported.items() if v]
     if named:
         penalties = {"presence_penalty", "frequency_penalty"} & set(named)
         hint = " (repetition_penalty curbs repeats)" if penalties else ""
         raise InvalidInputError(f"not supported here: {', '.join(named)}{hint}")
+
+
+class CompletionRequest(OpenAIGeneration):
+    prompt: str | list[str] = Field(description="A prompt or a list of prompts.")
+    best_of: int | None = None
+    echo: bool | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+
+
+def _refuse_unsupported(body: CompletionRequest) -> None:
+    refuse(
+        {
+            **body.unsupported(),
+            "best_of": body.best_of not in (None, 1),
+            "echo": bool(body.echo),
+            "logprobs": body.logprobs is not None,
+            "suffix": body.suffix is not None,
+        }
+    )
 
 
 def _prompts(value: str | list[str]) -> list[str]:
@@ -96,7 +116,7 @@ def _prompts(value: str | list[str]) -> list[str]:
     "/completions", summary="Completions (OpenAI)", openapi_extra=openapi_body(CompletionRequest)
 )
 async def completions(request: Request) -> Response:
-    body = await read_json(request, CompletionRequest)
+    body = await read_json(request, CompletionRequest, "generate")
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
     sampling = sampling_of(body, body.max_tokens)
@@ -116,8 +136,7 @@ async def completions(request: Request) -> Response:
         "model": generations[0].model,
     }
     if body.stream:
-        with_usage = body.stream_options is not None and body.stream_options.include_usage
-        return sse_response(_chunks(generations, head, with_usage, request_id_of(request)))
+        return sse_response(_chunks(generations, head, body.with_usage(), request_id_of(request)))
     try:
         async with cancel_on_disconnect(request.receive):
             results = await asyncio.gather(*(g.result() for g in generations))
@@ -125,7 +144,7 @@ async def completions(request: Request) -> Response:
         for g in generations:
             g.close()
     choices = [
-        {"text": done.text, "index": i, "logprobs": None, "finish_reason": _reason(done)}
+        {"text": done.text, "index": i, "logprobs": None, "finish_reason": finish_reason(done)}
         for i, done in enumerate(results)
     ]
     payload = {
@@ -137,7 +156,7 @@ async def completions(request: Request) -> Response:
     return Response(orjson.dumps(payload), media_type="application/json")
 
 
-def _reason(done: Finished) -> str:
+def finish_reason(done: Finished) -> str:
     return "length" if done.reason == "length" else "stop"
 
 
@@ -182,7 +201,7 @@ async def _chunks(
                     "text": "",
                     "index": index,
                     "logprobs": None,
-                    "finish_reason": _reason(event),
+                    "finish_reason": finish_reason(event),
                 }
             else:
                 choice = {"text": event, "index": index, "logprobs": None, "finish_reason": None}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Protocol
 
 import orjson
 from fastapi import APIRouter, Request
@@ -20,7 +19,7 @@ from starlette.responses import Response
 
 from inferd.engine import Generation
 from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
-from inferd.generation.params import SamplingRequest
+from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
@@ -61,29 +60,9 @@ def check_prompt_text(prompt: str, where: str = "prompt") -> None:
         raise EncodingError(f"{where} holds an unpaired surrogate") from None
 
 
-class SamplingFields(Protocol):
-    temperature: float | None
-    top_k: int | None
-    top_p: float | None
-    repetition_penalty: float | None
-    seed: int | None
-    stop: str | list[str] | None
-    ignore_eos: bool
-
-
 def sampling_of(body: SamplingFields, max_new_tokens: int | None) -> SamplingRequest:
-    """The request's sampling fields (both /generate and /v1/completions take them); the
-    engine checks them against the model's generation limits once the model is known."""
-    return SamplingRequest(
-        max_new_tokens=max_new_tokens,
-        temperature=body.temperature,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        repetition_penalty=body.repetition_penalty,
-        seed=body.seed,
-        stop=body.stop,
-        ignore_eos=body.ignore_eos,
-    )
+    """The request's sampling fields (/generate, /v1/completions, /v1/chat/completions)."""
+    return SamplingRequest.of(body, max_new_tokens)
 
 
 def usage(done: Finished) -> dict[str, int]:
@@ -102,7 +81,7 @@ def error_event(exc: BaseException, request_id: str) -> dict[str, object]:
 @router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
 async def generate(request: Request) -> Response:
     started = time.perf_counter()
-    body = await read_json(request, GenerateRequest)
+    body = await read_json(request, GenerateRequest, "generate")
     check_prompt_text(body.prompt)
     sampling = sampling_of(body, body.max_length)
     generation = await engine_of(request).start_generation(

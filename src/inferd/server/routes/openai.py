@@ -49,7 +49,7 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
 )
 async def embeddings(request: Request) -> Response:
-    body = await read_json(request, EmbeddingsRequest)
+    body = await read_json(request, EmbeddingsRequest, "embed")
     texts = _texts(body.input)
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):

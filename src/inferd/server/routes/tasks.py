@@ -58,7 +58,7 @@ def _json(body: object) -> Response:
 @router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
-    body = await read_json(request, PredictRequest)
+    body = await read_json(request, PredictRequest, "predict")
     timeout_s = header_timeout_s(request)
     k = body.top_k or 1
     async with cancel_on_disconnect(request.receive):
@@ -81,7 +81,7 @@ async def predict(request: Request) -> Response:
 @router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
-    body = await read_json(request, EmbedRequest)
+    body = await read_json(request, EmbedRequest, "embed")
     timeout_s = header_timeout_s(request)
     async with cancel_on_disconnect(request.receive):
         served, result = await engine_of(request).embed(

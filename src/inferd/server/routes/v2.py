@@ -9,14 +9,13 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from inferd import __version__
-from inferd.engine import Version, served_shape
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
-from inferd.runtime.protocol import TensorSpec
+from inferd.server import v2_views as views
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.jsonbody import openapi_body
+from inferd.server.route_key import take_route_key
 from inferd.server.state import engine_of, header_timeout_s
 from inferd.server.v2_binary import HEADER_LENGTH, split_body
 from inferd.server.v2_codec import (
@@ -29,46 +28,18 @@ from inferd.server.v2_codec import (
 
 router = APIRouter(tags=["v2"])
 
-EXTENSIONS = ["model_configuration", "binary_tensor_data", "statistics", "model_repository"]
-PLATFORM = "onnxruntime_onnx"
-
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status, media_type="application/json")
 
 
-def _tensor(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
-
-
-def _ready_version(request: Request, model: str, version: str | None) -> Version:
-    served = engine_of(request).registry.resolve(model, version)
-    served.ensure_ready()
-    return served
-
-
 @router.get("/v2", summary="Server metadata")
 async def server_metadata(request: Request) -> Response:
-    # "defaults" (inferd's own field): the model each task route uses when a request names none
-    return _json(
-        {
-            "name": "inferd",
-            "version": __version__,
-            "extensions": EXTENSIONS,
-            "defaults": engine_of(request).registry.defaults(),
-        }
-    )
+    return _json(views.server_metadata(engine_of(request)))
 
 
 def _stats(request: Request, model: str | None, version: str | None) -> Response:
-    registry = engine_of(request).registry
-    if model is None:
-        chosen = list(registry.all_versions())
-    elif version is None:
-        chosen = registry.versions_of(model)  # 404 for an unknown model
-    else:
-        chosen = [registry.resolve(model, version)]
-    return _json({"model_stats": [v.stats.as_dict() for v in chosen]})
+    return _json(views.statistics(engine_of(request), model, version))
 
 
 @router.get("/v2/models/stats", summary="Statistics of every model (Triton extension)")
@@ -87,17 +58,7 @@ async def version_stats(request: Request, model: str, version: str) -> Response:
 
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
-    served = _ready_version(request, model, version)
-    versions = engine_of(request).registry.versions_of(model)
-    return _json(
-        {
-            "name": model,
-            "versions": [str(v.version) for v in versions],
-            "platform": PLATFORM,
-            "inputs": [_tensor(s) for s in served.inputs],
-            "outputs": [_tensor(s) for s in served.outputs],
-        }
-    )
+    return _json(views.model_metadata(engine_of(request), model, version))
 
 
 @router.get("/v2/models/{model}", summary="Model metadata")
@@ -128,43 +89,14 @@ async def version_ready(request: Request, model: str, version: str) -> Response:
     return _model_ready(request, model, version)
 
 
-def _config_body(served: Version) -> dict[str, Any]:
-    config = served.config
-    batching = config.dynamic_batching
-
-    def tensor(spec: TensorSpec) -> dict[str, Any]:
-        return {
-            "name": spec.name,
-            "data_type": "TYPE_" + ("STRING" if spec.datatype == "BYTES" else spec.datatype),
-            "dims": served_shape(spec, served.batched),
-        }
-
-    return {
-        "name": served.model,
-        "platform": PLATFORM,
-        "backend": "onnxruntime",
-        "max_batch_size": config.max_batch_size,
-        "input": [tensor(s) for s in served.inputs],
-        "output": [tensor(s) for s in served.outputs],
-        "dynamic_batching": {
-            "preferred_batch_size": list(batching.preferred_batch_sizes),
-            "max_queue_delay_microseconds": int(batching.max_queue_delay_ms * 1000),
-            "default_queue_policy": {"max_queue_size": batching.max_queue_size},
-        },
-        "instance_group": [{"count": config.instance_count, "kind": "KIND_CPU"}],
-        "version_policy": config.version_policy.model_dump(exclude_defaults=True),
-        "optimization": {"execution_accelerators": {"providers": list(served.providers)}},
-    }
-
-
 @router.get("/v2/models/{model}/config", summary="Model configuration (Triton extension)")
 async def model_config(request: Request, model: str) -> Response:
-    return _json(_config_body(_ready_version(request, model, None)))
+    return _json(views.config_of(views.ready_version(engine_of(request), model, None)))
 
 
 @router.get("/v2/models/{model}/versions/{version}/config", summary="Model version configuration")
 async def version_config(request: Request, model: str, version: str) -> Response:
-    return _json(_config_body(_ready_version(request, model, version)))
+    return _json(views.config_of(views.ready_version(engine_of(request), model, version)))
 
 
 def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
@@ -189,6 +121,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     json_part, binary = split_body(body, request.headers.get(HEADER_LENGTH))
     parsed = parse_infer_request(json_part)
+    if parsed.parameters:  # (free-form: the route key's entry stays)
+        take_route_key(engine_of(request), parsed.parameters, model, None, parsed.parameters)
     feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)

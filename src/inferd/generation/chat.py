@@ -1,0 +1,127 @@
+"""Chat messages as a prompt: the model's chat template, Jinja as Hugging Face defines it.
+
+The template is the `chat_template` of the model's `tokenizer_config.json` (beside its
+tokenizer; a list of named templates gives its `default`), or `generation.chat_template` in the
+model's config, which wins. It is rendered in Jinja's sandbox with what Hugging Face passes:
+`messages` (each a `role` and a `content`), `add_generation_prompt` (true: the prompt ends
+where the assistant's answer begins), `bos_token`, `eos_token`, and `raise_exception(message)`,
+which refuses the conversation (4004) as a template asks. A model without a template gets
+`DEFAULT_TEMPLATE`: one `role: content` line per message, then `assistant:`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NoReturn
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from inferd.errors import InvalidInputError
+
+DEFAULT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+CONFIG_FILE = "tokenizer_config.json"
+
+Messages = Sequence[Mapping[str, str]]
+"""Chat messages: each a `role` and a `content`."""
+
+
+class ChatTemplateError(ValueError):
+    """A template that does not compile, or a tokenizer config that cannot be read: the model
+    does not load (said at load time, not at the first chat)."""
+
+
+def _refuse(message: str) -> NoReturn:
+    raise InvalidInputError(f"the model's chat template refuses this conversation: {message}")
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+    origin: str = "default"
+    """Where the template came from: "default", the config, or the file's name."""
+
+    @cached_property
+    def _compiled(self) -> Any:
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.globals["raise_exception"] = _refuse
+        try:
+            return environment.from_string(self.source)
+        except TemplateError as exc:
+            raise ChatTemplateError(
+                f"the chat template ({self.origin}) is not valid Jinja: {exc}"
+            ) from exc
+
+    def check(self) -> None:
+        """Compiles the template now (a model with a broken one does not load)."""
+        self._compiled  # noqa: B018  (compiling is the point)
+
+    def render(self, messages: Messages) -> str:
+        try:
+            return str(
+                self._compiled.render(
+                    messages=[dict(m) for m in messages],
+                    add_generation_prompt=True,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                )
+            )
+        except InvalidInputError:
+            raise
+        except TemplateError as exc:
+            raise InvalidInputError(f"the chat template failed on these messages: {exc}") from None
+
+
+def _token_text(value: object) -> str:
+    """A special token as tokenizer configs write it: a string or `{"content": ...}`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return ""
+
+
+def load_chat_template(
+    folders: Sequence[Path], override: str | None, eos_token: str
+) -> ChatTemplate:
+    """The model's template: `override` (its config's), else the first `tokenizer_config.json`
+    in `folders` that has one, else the default. Raises ChatTemplateError for a file that
+    cannot be read or a template that does not compile."""
+    found: dict[str, Any] = {}
+    origin = "default"
+    for folder in folders:
+        path = folder / CONFIG_FILE
+        if path.is_file():
+            try:
+                found = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ChatTemplateError(f"{path.name}: cannot read it: {exc}") from exc
+            if not isinstance(found, dict):
+                raise ChatTemplateError(f"{path.name}: not a JSON object")
+            origin = path.name
+            break
+    source = found.get("chat_template")
+    if isinstance(source, list):  # named templates: the default one
+        named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+        source = named.get("default")
+    if override is not None:
+        source, origin = override, "generation.chat_template"
+    if not isinstance(source, str) or not source.strip():
+        source, origin = DEFAULT_TEMPLATE, "default"
+    template = ChatTemplate(
+        source,
+        bos_token=_token_text(found.get("bos_token")),
+        eos_token=_token_text(found.get("eos_token")) or eos_token,
+        origin=origin,
+    )
+    template.check()
+    return template

@@ -1,0 +1,110 @@
+"""KServe V2 tensors in protobuf: a `ModelInferRequest`'s inputs as arrays (typed `contents`,
+or `raw_input_contents` in the binary extension's layout), parameters as plain values, and
+outputs into a `ModelInferResponse` as `raw_output_contents` (what Triton answers, and what
+every client reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InvalidInputError
+from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
+from inferd.runtime.protocol import Array
+from inferd.server.v2_binary import decode_binary, encode_binary
+from inferd.server.v2_codec import check_shape
+
+CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+"""Which typed field of `InferTensorContents` carries a datatype (FP16 and BF16 have none:
+they travel as raw bytes)."""
+
+
+def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """`map<string, InferParameter>` as plain values (an unset parameter is left out)."""
+    values: dict[str, Any] = {}
+    for name, parameter in parameters.items():
+        which = parameter.WhichOneof("parameter_choice")
+        if which is not None:
+            values[name] = getattr(parameter, which)
+    return values
+
+
+def decode_inputs(request: pb.ModelInferRequest) -> dict[str, Array]:
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidInputError(
+            f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: give every input "
+            "raw or none"
+        )
+    feeds: dict[str, Array] = {}
+    for index, tensor in enumerate(request.inputs):
+        name = tensor.name
+        if name in feeds:
+            raise InvalidInputError(f"input '{name}' is given twice")
+        shape = list(tensor.shape)
+        check_shape(name, shape)
+        if raw:
+            feeds[name] = decode_binary(name, tensor.datatype, shape, memoryview(raw[index]))
+        else:
+            feeds[name] = _typed(name, tensor.datatype, shape, tensor.contents)
+    return feeds
+
+
+def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorContents) -> Array:
+    field = CONTENTS_FIELD.get(datatype)
+    if field is None:
+        numpy_dtype(datatype)  # an unknown name gets its own answer
+        raise InvalidInputError(
+            f"input '{name}': {datatype} has no typed contents; send it in raw_input_contents"
+        )
+    values = getattr(contents, field)
+    count = int(np.prod(shape))
+    if len(values) != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {shape} needs {count} elements, "
+            f"contents.{field} has {len(values)}"
+        )
+    dtype = numpy_dtype(datatype)
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=object)
+        try:
+            array[:] = [bytes(v).decode("utf-8") for v in values]
+        except UnicodeDecodeError:
+            raise InvalidInputError(f"input '{name}': a BYTES element is not valid UTF-8") from None
+        return array.reshape(shape)
+    wide = np.array(values, dtype=np.float64 if dtype.kind == "f" else None)
+    if dtype.kind in "iu" and wide.size:
+        info = np.iinfo(dtype)  # type: ignore[type-var]  # an integer type here
+        if int(wide.min()) < info.min or int(wide.max()) > info.max:
+            raise InvalidInputError(
+                f"input '{name}': value out of range for {datatype} [{info.min}, {info.max}]"
+            )
+    return wide.astype(dtype, copy=False).reshape(shape)
+
+
+def encode_outputs(
+    response: pb.ModelInferResponse, outputs: Mapping[str, Array]
+) -> pb.ModelInferResponse:
+    for name, array in outputs.items():
+        tensor = response.outputs.add()
+        tensor.name = name
+        tensor.datatype = v2_from_numpy(array.dtype)
+        tensor.shape.extend(array.shape)
+        response.raw_output_contents.append(encode_binary(array))
+    return response

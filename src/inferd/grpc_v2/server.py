@@ -1,0 +1,67 @@
+"""The gRPC server: `inference.GRPCInferenceService` and `grpc.health.v1.Health` served by
+`grpc.aio` on the HTTP server's event loop (so both protocols share the engine, its batchers
+and its admission), on `grpc_port`. Started and stopped by the app's lifespan: after a drain
+(SIGTERM), calls still running get `DRAIN_MARGIN_S` to finish, as HTTP's do."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from inferd.config.server import ServerSettings
+from inferd.engine import Engine
+from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
+from inferd.grpc_v2.health import Health
+from inferd.grpc_v2.service import InferenceService
+from inferd.observability.metrics import Metrics
+from inferd.server.auth import Keys, read_keys
+from inferd.server.observe import RequestRecorder
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 2.0
+
+
+def grpc_address(settings: ServerSettings) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"{host}:{settings.grpc_port}"
+
+
+async def start_grpc(
+    settings: ServerSettings, engine: Engine, metrics: Metrics | None
+) -> grpc.aio.Server | None:
+    """The started server; None when `grpc_port` is 0. Raises OSError when the port cannot
+    be bound (another server holds it: gRPC's port reuse is off, so that is an error)."""
+    if settings.grpc_port == 0:
+        return None
+    limit = settings.max_body_bytes
+    server = grpc.aio.server(
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+        ]
+    )
+    keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
+    recorder = RequestRecorder(
+        metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present
+    )
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        InferenceService(engine, keys, recorder, settings.strict_readiness), server
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(Health(engine, settings.strict_readiness), server)
+    address = grpc_address(settings)
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
+    await server.start()
+    log.info("gRPC serving", extra={"address": address})
+    return server
+
+
+async def stop_grpc(server: grpc.aio.Server | None) -> None:
+    if server is not None:
+        await server.stop(STOP_GRACE_S)

@@ -1,0 +1,518 @@
+"""`inference.GRPCInferenceService` on inferd's engine: the same models, batchers, limits,
+deadlines, keys, metrics and log lines as HTTP.
+
+Each call runs in its own request trace (inferd.observability.trace) and ends in the shared
+`RequestRecorder`, counted under its full method name (`/inference.GRPCInferenceService/
+ModelInfer`) with the HTTP status its code maps to. Metadata plays the part of headers:
+`authorization: Bearer <key>` (an admin key for the repository RPCs), `x-request-id`,
+`x-inferd-route-key`. The call's deadline is the request's deadline (the V2 `timeout`
+parameter, in microseconds, may shorten it); a call its client cancels stops its work (queued
+batches are dropped, a generation ends at its next step).
+
+A text generator answers `ModelInfer` with the whole text and `ModelStreamInfer` with one
+response per generated token, in order, then a last one flagged `triton_final_response`.
+Its input is `text_input` (BYTES, one element); the request's parameters carry the sampling
+settings (`max_tokens`, `temperature`, `top_k`, `top_p`, `repetition_penalty`, `seed`,
+`stop`, `ignore_eos`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferd.engine import Engine, Generation
+from inferd.errors import (
+    DeadlineExceededError,
+    EmptyInputError,
+    ErrorCode,
+    InferdError,
+    InternalError,
+    InvalidInputError,
+)
+from inferd.generation.params import SamplingRequest
+from inferd.generation.sequence import Finished
+from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
+from inferd.grpc_v2.codec import decode_inputs, encode_outputs, parameter_values
+from inferd.grpc_v2.status import GRPC_STATUS
+from inferd.observability.trace import RequestTrace, current_trace, tracing
+from inferd.server import v2_views as views
+from inferd.server.auth import Keys, bearer
+from inferd.server.errors import HTTP_STATUS
+from inferd.server.jsonbody import validate_fields
+from inferd.server.observe import ROUTE_KEY_MAX, RequestRecorder
+from inferd.server.route_key import take_route_key
+
+log = logging.getLogger(__name__)
+
+SERVICE = "inference.GRPCInferenceService"
+PROBES = frozenset({"ServerLive", "ServerReady"})
+"""Open without a key, and counted but not logged (as HTTP's `/v2/health/...`)."""
+ADMIN = frozenset({"RepositoryModelLoad", "RepositoryModelUnload"})
+TEXT_INPUT = "text_input"
+TEXT_OUTPUT = "text_output"
+FINAL = "triton_final_response"
+CLIENT_CLOSED = 499
+
+R = TypeVar("R")
+M = TypeVar("M", bound=Message)
+
+
+class GenerationParameters(BaseModel):
+    """A generation's settings, from the request's parameters (others are ignored: clients
+    send their own, such as `binary_data_output`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+
+
+def _message(body: dict[str, Any], message: M) -> M:
+    """A V2 view (inferd.server.v2_views) as a message; fields the message lacks are left out."""
+    json_format.ParseDict(body, message, ignore_unknown_fields=True)
+    return message
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(
+        self, engine: Engine, keys: Keys, recorder: RequestRecorder, strict_readiness: bool
+    ) -> None:
+        self._engine = engine
+        self._keys = keys
+        self._recorder = recorder
+        self._strict = strict_readiness
+
+    # -- every call ------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        method: str,
+        model: str | None,
+        run: Callable[[], Awaitable[R]],
+    ) -> R:
+        metadata = _metadata(context)
+        trace = RequestTrace(
+            request_id=metadata.get("x-request-id") or uuid.uuid4().hex,
+            started=time.perf_counter(),
+        )
+        key = metadata.get("x-inferd-route-key")
+        if key:
+            trace.route_key = key[:ROUTE_KEY_MAX]
+        status = 500
+        try:
+            with tracing(trace):
+                if method not in PROBES:
+                    refused = self._keys.refusal(
+                        method in ADMIN, bearer(_bytes(metadata.get("authorization")))
+                    )
+                    if refused is not None:
+                        raise refused
+                answer = await run()
+            status = 200
+            return answer
+        except InferdError as exc:
+            status = self._mark(trace, exc)
+            await self._abort(context, trace, exc)
+            raise  # (abort raised already)
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED
+            raise
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            log.exception("internal error", extra={"request_id": trace.request_id})
+            error = InternalError("the request failed inside the server")
+            status = self._mark(trace, error)
+            await self._abort(context, trace, error)
+            raise
+        finally:
+            context.set_trailing_metadata((("x-request-id", trace.request_id),))
+            self._recorder.finish(
+                trace,
+                "gRPC",
+                f"/{SERVICE}/{method}",
+                model,
+                status,
+                time.perf_counter() - trace.started,
+                quiet=method in PROBES,
+            )
+
+    @staticmethod
+    def _mark(trace: RequestTrace, exc: InferdError) -> int:
+        trace.error_code = int(exc.code)
+        return int(getattr(exc, "http_status", None) or HTTP_STATUS[exc.code])
+
+    @staticmethod
+    async def _abort(
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        trace: RequestTrace,
+        exc: InferdError,
+    ) -> None:
+        trailing = [("x-request-id", trace.request_id), ("inferd-code", str(int(exc.code)))]
+        retry = exc.retry_after_s
+        if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
+            retry = 1.0
+        if retry is not None:
+            trailing.append(("retry-after", str(max(1, round(retry)))))
+        await context.abort(
+            GRPC_STATUS[exc.code], f"[{int(exc.code)}] {exc.message}", tuple(trailing)
+        )
+
+    # -- health and metadata ---------------------------------------------------------------
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Any
+    ) -> pb.ServerLiveResponse:
+        return await self._call(context, "ServerLive", None, self._live)
+
+    async def _live(self) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Any
+    ) -> pb.ServerReadyResponse:
+        async def ready() -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=self._engine.readiness(self._strict).ready)
+
+        return await self._call(context, "ServerReady", None, ready)
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
+        async def ready() -> pb.ModelReadyResponse:
+            served = self._engine.registry.resolve(request.name, request.version or None)
+            return pb.ModelReadyResponse(ready=served.ready)
+
+        return await self._call(context, "ModelReady", request.name, ready)
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
+        async def metadata() -> pb.ServerMetadataResponse:
+            body = views.server_metadata(self._engine)
+            return _message(body, pb.ServerMetadataResponse())
+
+        return await self._call(context, "ServerMetadata", None, metadata)
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Any
+    ) -> pb.ModelMetadataResponse:
+        async def metadata() -> pb.ModelMetadataResponse:
+            body = views.model_metadata(self._engine, request.name, request.version or None)
+            return _message(body, pb.ModelMetadataResponse())
+
+        return await self._call(context, "ModelMetadata", request.name, metadata)
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Any
+    ) -> pb.ModelConfigResponse:
+        async def config() -> pb.ModelConfigResponse:
+            served = views.ready_version(self._engine, request.name, request.version or None)
+            body = {"config": views.config_of(served)}
+            return _message(body, pb.ModelConfigResponse())
+
+        return await self._call(context, "ModelConfig", request.name, config)
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        async def statistics() -> pb.ModelStatisticsResponse:
+            body = views.statistics(self._engine, request.name or None, request.version or None)
+            return _message(body, pb.ModelStatisticsResponse())
+
+        return await self._call(context, "ModelStatistics", request.name or None, statistics)
+
+    # -- the repository ----------------------------------------------------------------------
+
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
+        async def index() -> pb.RepositoryIndexResponse:
+            rows = self._engine.registry.index()
+            if request.ready:
+                rows = [row for row in rows if row.get("state") == "READY"]
+            return _message({"models": rows}, pb.RepositoryIndexResponse())
+
+        return await self._call(context, "RepositoryIndex", None, index)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        async def load() -> pb.RepositoryModelLoadResponse:
+            await self._engine.loader.load_model(request.model_name)
+            return pb.RepositoryModelLoadResponse()
+
+        return await self._call(context, "RepositoryModelLoad", request.model_name, load)
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        async def unload() -> pb.RepositoryModelUnloadResponse:
+            await self._engine.loader.unload_model(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await self._call(context, "RepositoryModelUnload", request.model_name, unload)
+
+    # -- inference ---------------------------------------------------------------------------
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
+        async def infer() -> pb.ModelInferResponse:
+            if self._generates(request.model_name):
+                responses = [r async for r in self._generate(request, context, streamed=False)]
+                return responses[-1]
+            return await self._infer(request, context)
+
+        return await self._call(context, "ModelInfer", request.model_name, infer)
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        trace = current_trace()
+        started = time.perf_counter()
+        parameters = self._parameters(request)
+        feeds = decode_inputs(request)
+        output_names = [o.name for o in request.outputs] or None
+        timeout_s = _timeout_s(context, parameters)
+        trace.preprocess_s = time.perf_counter() - started
+        served, outputs = await self._engine.infer(
+            request.model_name, request.model_version or None, feeds, output_names, timeout_s
+        )
+        started = time.perf_counter()
+        response = pb.ModelInferResponse(
+            model_name=served.model, model_version=str(served.version), id=request.id
+        )
+        encode_outputs(response, outputs)
+        trace.postprocess_s += time.perf_counter() - started
+        return response
+
+    def _parameters(self, request: pb.ModelInferRequest) -> dict[str, Any]:
+        parameters = parameter_values(request.parameters)
+        if parameters:  # (the route key's entry stays: parameters are free-form)
+            take_route_key(self._engine, parameters, request.model_name, None, parameters)
+        return parameters
+
+    def _generates(self, model: str) -> bool:
+        config = self._engine.registry.config_of(model)
+        return config is not None and config.task == "text-generation"
+
+    async def _generate(
+        self, request: pb.ModelInferRequest, context: Any, streamed: bool
+    ) -> AsyncIterator[pb.ModelInferResponse]:
+        """A generation's responses: with `streamed`, one per token, the last flagged final;
+        else one with the whole text."""
+        parameters = self._parameters(request)
+        prompt = _prompt(decode_inputs(request))
+        settings = validate_fields(GenerationParameters, parameters)
+        generation = await self._engine.start_generation(
+            request.model_name,
+            prompt,
+            SamplingRequest.of(settings, settings.max_tokens),
+            request.model_version or None,
+        )
+        timeout_s = _timeout_s(context, parameters)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            generation.close()  # the stream ends; its sequence stops at the next step
+
+        timer = None
+        if timeout_s is not None:
+            timer = asyncio.get_running_loop().call_later(timeout_s, expire)
+        try:
+            if not streamed:
+                done = await generation.result()
+                if expired:
+                    raise DeadlineExceededError("the call's deadline passed during its generation")
+                yield _text_response(request, generation, done.text, done)
+                return
+            # each token's response goes out when the next one is known, so that the last
+            # carries the final flag; a client that asked for an empty final response
+            # (`triton_enable_empty_final_response`) gets every token, then that
+            empty_final = bool(parameters.get("triton_enable_empty_final_response"))
+            held: str | None = None
+            async for event in generation.stream(joined=False):
+                if expired:
+                    break
+                if isinstance(event, Finished):
+                    if held is not None and not empty_final:
+                        yield _text_response(request, generation, held, event)
+                    else:
+                        if held is not None:
+                            yield _text_response(request, generation, held, None)
+                        yield _text_response(request, generation, None, event)
+                    return
+                if held is not None:
+                    yield _text_response(request, generation, held, None)
+                held = event
+            if expired:
+                raise DeadlineExceededError("the call's deadline passed during its generation")
+        finally:
+            if timer is not None:
+                timer.cancel()
+            generation.close()
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Every request of the stream runs at once, as it arrives; responses go out as they
+        are ready (a generation's in order), each with its request's `id`. A request that
+        fails gets `error_message` (and the stream goes on)."""
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            async def responses() -> None:
+                if self._generates(request.model_name):
+                    async for response in self._generate(request, context, streamed=True):
+                        out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+                else:
+                    response = await self._infer(request, context)
+                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+
+            try:
+                await self._stream_call(context, request, responses)
+            except InferdError as exc:
+                out.put_nowait(
+                    pb.ModelStreamInferResponse(
+                        error_message=f"[{int(exc.code)}] {exc.message}",
+                        infer_response=pb.ModelInferResponse(
+                            model_name=request.model_name, id=request.id
+                        ),
+                    )
+                )
+
+        async def read() -> None:
+            async for request in request_iterator:
+                task = asyncio.get_running_loop().create_task(answer(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.gather(*list(running), return_exceptions=True)
+            out.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (response := await out.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+            await asyncio.gather(reader, *running, return_exceptions=True)
+
+    async def _stream_call(
+        self, context: Any, request: pb.ModelInferRequest, run: Callable[[], Awaitable[None]]
+    ) -> None:
+        """One request of a stream, observed as a call of its own; its error is raised to
+        the stream (as an InferdError), not ending the stream."""
+        trace = RequestTrace(request_id=request.id or uuid.uuid4().hex, started=time.perf_counter())
+        metadata = _metadata(context)
+        key = metadata.get("x-inferd-route-key")
+        if key:
+            trace.route_key = key[:ROUTE_KEY_MAX]
+        status = 500
+        try:
+            with tracing(trace):
+                refused = self._keys.refusal(False, bearer(_bytes(metadata.get("authorization"))))
+                if refused is not None:
+                    raise refused
+                await run()
+            status = 200
+        except InferdError as exc:
+            status = self._mark(trace, exc)
+            raise
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED
+            raise
+        except Exception as exc:
+            log.exception("internal error", extra={"request_id": trace.request_id})
+            error = InternalError("the request failed inside the server")
+            status = self._mark(trace, error)
+            raise error from exc
+        finally:
+            self._recorder.finish(
+                trace,
+                "gRPC",
+                f"/{SERVICE}/ModelStreamInfer",
+                request.model_name,
+                status,
+                time.perf_counter() - trace.started,
+            )
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in context.invocation_metadata() or ():
+        if isinstance(value, str):
+            found.setdefault(key.lower(), value)
+    return found
+
+
+def _bytes(value: str | None) -> bytes | None:
+    return None if value is None else value.encode("latin-1", "replace")
+
+
+def _timeout_s(context: Any, parameters: dict[str, Any]) -> float | None:
+    """The call's deadline, shortened by the V2 `timeout` parameter (microseconds)."""
+    remaining = context.time_remaining()
+    param = parameters.get("timeout")
+    if param is None:
+        return remaining if remaining is not None else None
+    if isinstance(param, bool) or not isinstance(param, int) or param <= 0:
+        raise InvalidInputError("parameter 'timeout' must be a positive integer of microseconds")
+    seconds = param / 1_000_000.0
+    return seconds if remaining is None else min(seconds, remaining)
+
+
+def _prompt(feeds: dict[str, np.ndarray]) -> str:
+    if TEXT_INPUT not in feeds:
+        raise InvalidInputError(f"a text generator takes a BYTES input '{TEXT_INPUT}'")
+    values = feeds[TEXT_INPUT].reshape(-1)
+    if values.size != 1:
+        raise InvalidInputError(
+            f"input '{TEXT_INPUT}' must hold one prompt; it holds {values.size}"
+        )
+    prompt = str(values[0])
+    if not prompt:
+        raise EmptyInputError(f"input '{TEXT_INPUT}' is empty")
+    return prompt
+
+
+def _text_response(
+    request: pb.ModelInferRequest,
+    generation: Generation,
+    text: str | None,
+    done: Finished | None,
+) -> pb.ModelInferResponse:
+    response = pb.ModelInferResponse(
+        model_name=generation.model, model_version=str(generation.version), id=request.id
+    )
+    if text is not None:
+        encode_outputs(response, {TEXT_OUTPUT: np.array([text], dtype=object)})
+    response.parameters[FINAL].bool_param = done is not None
+    if done is not None:
+        response.parameters["finish_reason"].string_param = done.reason
+        response.parameters["prompt_tokens"].int64_param = done.prompt_tokens
+        response.parameters["completion_tokens"].int64_param = done.completion_tokens
+    return response

@@ -1,0 +1,53 @@
+"""Which work runs first when the cores are all busy.
+
+Three levels, as Linux thread niceness: the event loop (0: it reads sockets and answers, so
+refusals and probes keep flowing under overload), the runtime threads that serve clients
+(`SERVING_NICENESS`), and background work (`BACKGROUND_NICENESS`: shadow traffic in a
+rollout), which takes only the CPU the other two leave.
+
+Background work is marked by a context variable: code that starts it calls `background()`
+in its own task, a batcher copies the mark onto what it queues, and a batch made only of
+background items runs on the pool's background threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+import threading
+
+SERVING_NICENESS = 10
+"""How much lower (Linux nice) the runtime threads serving clients run than the event loop."""
+BACKGROUND_NICENESS = 19
+"""The lowest: background runtime threads get a core only when serving threads leave it (a
+nice-19 thread gets about 1/7 of a core shared with a nice-10 one)."""
+
+_background: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "inferd_background", default=False
+)
+
+
+def background() -> None:
+    """Marks the calling task's work (and what it queues) as background work."""
+    _background.set(True)
+
+
+def in_background() -> bool:
+    return _background.get()
+
+
+def context(background_work: bool) -> contextvars.Context:
+    """A copy of the current context, marked as background work or not."""
+    copied = contextvars.copy_context()
+    copied.run(_background.set, background_work)
+    return copied
+
+
+def lower_thread(niceness: int) -> None:
+    """Lowers the calling thread's priority to `niceness` (Linux; per thread). Elsewhere
+    setpriority would lower the whole process, so nothing is done."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)

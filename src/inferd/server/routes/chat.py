@@ -1,0 +1,163 @@
+"""OpenAI-compatible `POST /v1/chat/completions`, whole or streamed (`chat.completion.chunk`
+objects, then `data: [DONE]`), with `usage`; the `openai` Python client works unchanged.
+
+The messages become a prompt through the model's chat template (inferd.generation.chat); the
+assistant's answer is generated from it like any prompt. One choice per request: `n` > 1,
+`logprobs`, tools and functions, a `response_format` other than text, and non-zero presence or
+frequency penalties are refused with 4004 rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from inferd.engine import Generation
+from inferd.errors import EmptyInputError, TooManyItemsError
+from inferd.generation.sequence import Finished
+from inferd.server.body import read_json
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.errors import request_id_of
+from inferd.server.jsonbody import openapi_body
+from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
+from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
+from inferd.server.sse import sse, sse_response
+from inferd.server.state import engine_of
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+MAX_MESSAGES = 256
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] = Field(description="Text, or text parts (images are not read).")
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatRequest(OpenAIGeneration):
+    messages: list[ChatMessage] = Field(description="The conversation, oldest first.")
+    max_completion_tokens: int | None = Field(None, description="Wins over max_tokens.")
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    functions: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+
+
+def _refuse_unsupported(body: ChatRequest) -> None:
+    refuse(
+        {
+            **body.unsupported(),
+            "logprobs": bool(body.logprobs) or body.top_logprobs is not None,
+            "tools": bool(body.tools) or body.tool_choice not in (None, "none"),
+            "functions": bool(body.functions),
+            "response_format": body.response_format not in (None, {"type": "text"}),
+        }
+    )
+
+
+def _messages(body: ChatRequest) -> list[dict[str, str]]:
+    if not body.messages:
+        raise EmptyInputError("messages is an empty list")
+    if len(body.messages) > MAX_MESSAGES:
+        raise TooManyItemsError(f"{len(body.messages)} messages; the limit is {MAX_MESSAGES}")
+    messages = []
+    for i, message in enumerate(body.messages):
+        text = message.text()
+        if text:
+            check_prompt_text(text, f"message {i}")
+        messages.append({"role": message.role, "content": text})
+    return messages
+
+
+@router.post(
+    "/chat/completions",
+    summary="Chat completions (OpenAI)",
+    openapi_extra=openapi_body(ChatRequest),
+)
+async def chat_completions(request: Request) -> Response:
+    body = await read_json(request, ChatRequest, "generate")
+    _refuse_unsupported(body)
+    messages = _messages(body)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    generation = await engine_of(request).start_generation(
+        body.model, messages, sampling_of(body, max_tokens)
+    )
+    head = {
+        "id": f"chatcmpl-{request_id_of(request) or int(time.time() * 1000)}",
+        "created": int(time.time()),
+        "model": generation.model,
+        "system_fingerprint": f"{generation.model}-v{generation.version}",
+    }
+    if body.stream:
+        return sse_response(_chunks(generation, head, body.with_usage(), request_id_of(request)))
+    try:
+        async with cancel_on_disconnect(request.receive):
+            done = await generation.result()
+    finally:
+        generation.close()
+    payload = {
+        **head,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": done.text},
+                "logprobs": None,
+                "finish_reason": finish_reason(done),
+            }
+        ],
+        "usage": usage(done),
+    }
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+def _chunk(head: dict[str, object], delta: dict[str, str], reason: str | None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    return sse({**head, "object": "chat.completion.chunk", "choices": [choice]})
+
+
+async def _chunks(
+    generation: Generation, head: dict[str, object], with_usage: bool, request_id: str
+) -> AsyncIterator[bytes]:
+    """The assistant's role first, then its text as it comes, then the finish reason (and
+    the usage, when asked)."""
+    try:
+        yield _chunk(head, {"role": "assistant", "content": ""}, None)
+        done: Finished | None = None
+        async for event in generation.stream():
+            if isinstance(event, Finished):
+                done = event
+                yield _chunk(head, {}, finish_reason(event))
+            else:
+                yield _chunk(head, {"content": event}, None)
+        if with_usage and done is not None:
+            yield sse(
+                {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(done)}
+            )
+        yield sse(b"[DONE]")
+    except Exception as exc:  # headers are sent: the error travels as a data object
+        yield sse(error_event(exc, request_id))
+    finally:
+        generation.close()
