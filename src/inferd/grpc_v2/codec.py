@@ -1,17 +1,18 @@
 """KServe V2 tensors in protobuf: a `ModelInferRequest`'s inputs as arrays (typed `contents`,
 or `raw_input_contents` in the binary extension's layout), parameters as plain values, and
 outputs into a `ModelInferResponse` as `raw_output_contents` (what Triton answers, and what
-every client reads)."""
+every client reads), kept as views of the arrays until `wire` writes them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from inferd.errors import InvalidInputError
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.grpc_v2.wire import InferAnswer
 from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
 from inferd.runtime.protocol import Array
 from inferd.server.v2_binary import decode_binary, encode_binary
@@ -45,8 +46,13 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def decode_inputs(request: pb.ModelInferRequest) -> dict[str, Array]:
-    raw = request.raw_input_contents
+def decode_inputs(
+    request: pb.ModelInferRequest, raw: Sequence[memoryview] | None = None
+) -> dict[str, Array]:
+    """The request's inputs; `raw` stands for its `raw_input_contents` where those were cut
+    out on arrival (see `wire`)."""
+    if raw is None:
+        raw = [memoryview(entry) for entry in request.raw_input_contents]
     if raw and len(raw) != len(request.inputs):
         raise InvalidInputError(
             f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: give every input "
@@ -60,7 +66,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> dict[str, Array]:
         shape = list(tensor.shape)
         check_shape(name, shape)
         if raw:
-            feeds[name] = decode_binary(name, tensor.datatype, shape, memoryview(raw[index]))
+            feeds[name] = decode_binary(name, tensor.datatype, shape, raw[index])
         else:
             feeds[name] = _typed(name, tensor.datatype, shape, tensor.contents)
     return feeds
@@ -98,13 +104,11 @@ def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorC
     return wide.astype(dtype, copy=False).reshape(shape)
 
 
-def encode_outputs(
-    response: pb.ModelInferResponse, outputs: Mapping[str, Array]
-) -> pb.ModelInferResponse:
+def encode_outputs(answer: InferAnswer, outputs: Mapping[str, Array]) -> InferAnswer:
     for name, array in outputs.items():
-        tensor = response.outputs.add()
+        tensor = answer.message.outputs.add()
         tensor.name = name
         tensor.datatype = v2_from_numpy(array.dtype)
         tensor.shape.extend(array.shape)
-        response.raw_output_contents.append(encode_binary(array))
-    return response
+        answer.raw.append(encode_binary(array))
+    return answer

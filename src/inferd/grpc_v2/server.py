@@ -6,6 +6,7 @@ and its admission), on `grpc_port`. Started and stopped by the app's lifespan: a
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -15,6 +16,7 @@ from inferd.engine import Engine
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.health import Health
 from inferd.grpc_v2.service import InferenceService
+from inferd.grpc_v2.wire import parse_infer_request, serialize_infer_response
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import Keys, read_keys
 from inferd.server.observe import RequestRecorder
@@ -48,7 +50,7 @@ async def start_grpc(
     recorder = RequestRecorder(
         metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+    add_inference_service(
         InferenceService(engine, keys, recorder, settings.strict_readiness), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(Health(engine, settings.strict_readiness), server)
@@ -60,6 +62,42 @@ async def start_grpc(
     await server.start()
     log.info("gRPC serving", extra={"address": address})
     return server
+
+
+def add_inference_service(service: InferenceService, server: grpc.aio.Server) -> None:
+    """The generated registration, with ModelInfer's messages read and written by `wire`
+    (no copies of tensors) instead of protobuf's whole-message parse and serialization."""
+    collected = _Handlers()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        service, collected
+    )
+    handlers = dict(collected.handlers)
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        service.ModelInfer,
+        request_deserializer=parse_infer_request,
+        response_serializer=serialize_infer_response,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(collected.service, handlers),)
+    )
+    server.add_registered_method_handlers(collected.service, handlers)
+
+
+class _Handlers:
+    """Stands for the server while the generated code registers the service: keeps what it
+    registers."""
+
+    service = ""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass  # (the same handlers come to `add_registered_method_handlers`)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.service = service
+        self.handlers = handlers
 
 
 async def stop_grpc(server: grpc.aio.Server | None) -> None:

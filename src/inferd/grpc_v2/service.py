@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -46,6 +46,7 @@ from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.codec import decode_inputs, encode_outputs, parameter_values
 from inferd.grpc_v2.status import GRPC_STATUS
+from inferd.grpc_v2.wire import InferAnswer, InferCall
 from inferd.observability.trace import RequestTrace, current_trace, tracing
 from inferd.server import v2_views as views
 from inferd.server.auth import Keys, bearer
@@ -275,21 +276,27 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     # -- inference ---------------------------------------------------------------------------
 
     async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Any
-    ) -> pb.ModelInferResponse:
-        async def infer() -> pb.ModelInferResponse:
+        self, call: InferCall, context: Any
+    ) -> InferAnswer | pb.ModelInferResponse:
+        """Called with the request as `wire` parses it, answered for `wire` to write."""
+        request = call.message
+
+        async def infer() -> InferAnswer | pb.ModelInferResponse:
             if self._generates(request.model_name):
-                responses = [r async for r in self._generate(request, context, streamed=False)]
+                generating = self._generate(request, call.raw, context, streamed=False)
+                responses = [r async for r in generating]
                 return responses[-1]
-            return await self._infer(request, context)
+            return await self._infer(request, call.raw, context)
 
         return await self._call(context, "ModelInfer", request.model_name, infer)
 
-    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def _infer(
+        self, request: pb.ModelInferRequest, raw: Sequence[memoryview] | None, context: Any
+    ) -> InferAnswer:
         trace = current_trace()
         started = time.perf_counter()
         parameters = self._parameters(request)
-        feeds = decode_inputs(request)
+        feeds = decode_inputs(request, raw)
         output_names = [o.name for o in request.outputs] or None
         timeout_s = _timeout_s(context, parameters)
         trace.preprocess_s = time.perf_counter() - started
@@ -297,12 +304,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             request.model_name, request.model_version or None, feeds, output_names, timeout_s
         )
         started = time.perf_counter()
-        response = pb.ModelInferResponse(
-            model_name=served.model, model_version=str(served.version), id=request.id
+        answer = encode_outputs(
+            InferAnswer(
+                pb.ModelInferResponse(
+                    model_name=served.model, model_version=str(served.version), id=request.id
+                )
+            ),
+            outputs,
         )
-        encode_outputs(response, outputs)
         trace.postprocess_s += time.perf_counter() - started
-        return response
+        return answer
 
     def _parameters(self, request: pb.ModelInferRequest) -> dict[str, Any]:
         parameters = parameter_values(request.parameters)
@@ -315,12 +326,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return config is not None and config.task == "text-generation"
 
     async def _generate(
-        self, request: pb.ModelInferRequest, context: Any, streamed: bool
+        self,
+        request: pb.ModelInferRequest,
+        raw: Sequence[memoryview] | None,
+        context: Any,
+        streamed: bool,
     ) -> AsyncIterator[pb.ModelInferResponse]:
         """A generation's responses: with `streamed`, one per token, the last flagged final;
         else one with the whole text."""
         parameters = self._parameters(request)
-        prompt = _prompt(decode_inputs(request))
+        prompt = _prompt(decode_inputs(request, raw))
         settings = validate_fields(GenerationParameters, parameters)
         generation = await self._engine.start_generation(
             request.model_name,
@@ -384,11 +399,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(request: pb.ModelInferRequest) -> None:
             async def responses() -> None:
                 if self._generates(request.model_name):
-                    async for response in self._generate(request, context, streamed=True):
+                    async for response in self._generate(request, None, context, streamed=True):
                         out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
                 else:
-                    response = await self._infer(request, context)
-                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+                    answer = await self._infer(request, None, context)
+                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=answer.complete()))
 
             try:
                 await self._stream_call(context, request, responses)
@@ -509,7 +524,8 @@ def _text_response(
         model_name=generation.model, model_version=str(generation.version), id=request.id
     )
     if text is not None:
-        encode_outputs(response, {TEXT_OUTPUT: np.array([text], dtype=object)})
+        text_output = {TEXT_OUTPUT: np.array([text], dtype=object)}
+        encode_outputs(InferAnswer(response), text_output).complete()
     response.parameters[FINAL].bool_param = done is not None
     if done is not None:
         response.parameters["finish_reason"].string_param = done.reason

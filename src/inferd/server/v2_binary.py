@@ -79,13 +79,15 @@ def _decode_bytes_elements(name: str, raw: memoryview, count: int) -> Array:
     return array
 
 
-def encode_binary(array: Array) -> bytes:
+def encode_binary(array: Array) -> memoryview:
+    """The binary extension's bytes of `array`, flat: a view of the array itself when it is
+    already little-endian and contiguous (no copy of a large tensor), else of a copy."""
     if array.dtype.kind in ("O", "U", "S"):
         parts = []
         for item in array.reshape(-1):
             data = item if isinstance(item, bytes) else str(item).encode("utf-8")
             parts.append(_LENGTH.pack(len(data)))
             parts.append(data)
-        return b"".join(parts)
+        return memoryview(b"".join(parts))
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-    return np.ascontiguousarray(little).tobytes()
+    return np.ascontiguousarray(little).data.cast("B")

@@ -187,7 +187,7 @@ def encode_response(
 ) -> tuple[bytes, int | None]:
     """The response body, and the JSON header's length when binary outputs follow it."""
     tensors = []
-    blobs: list[bytes] = []
+    blobs: list[memoryview] = []
     for name, array in outputs.items():
         datatype = v2_from_numpy(array.dtype)
         if name in binary:
@@ -198,7 +198,7 @@ def encode_response(
                     "name": name,
                     "datatype": datatype,
                     "shape": list(array.shape),
-                    "parameters": {"binary_data_size": len(blob)},
+                    "parameters": {"binary_data_size": blob.nbytes},
                 }
             )
             continue
