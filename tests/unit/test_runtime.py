@@ -43,3 +43,14 @@ def test_errors_are_translated(tmp_path: Path) -> None:
     session = OnnxSession(lookup_model(tmp_path / "lookup.onnx"), RuntimeOptions())
     with pytest.raises(InvalidInputError):
         session.run({"idx": np.array([[99]], dtype=np.int64)})
+
+
+def test_an_instance_placed_on_a_gpu_never_falls_back_to_the_cpu(tmp_path: Path) -> None:
+    # This machine has no GPU (the CPU build of onnxruntime): a GPU instance fails its load
+    # with an error that says why, instead of running on the CPU unnoticed.
+    path = affine_model(tmp_path / "1" / "model.onnx")
+    options = RuntimeOptions(
+        providers=("CUDAExecutionProvider", "CPUExecutionProvider"), device_id=1
+    )
+    with pytest.raises(ModelLoadError, match="GPU 1 needs a GPU provider"):
+        OnnxSession(path, options)

@@ -9,6 +9,7 @@ from inferd.config.model import RuntimeOptions
 from inferd.engine.loading import load_instances
 from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
+from inferd.runtime.placement import one_instance, placements
 from inferd.runtime.protocol import Runtime, TensorSpec
 
 
@@ -52,7 +53,7 @@ def check_repository(root: Path, load: bool = True) -> int:
             continue
         out.append(
             f"  {entry.name}: task={config.task} max_batch_size={config.max_batch_size} "
-            f"instances={config.instance_count}"
+            f"instances={', '.join(p.name for p in placements(config))}"
         )
         for skipped in entry.skipped:
             out.append(f"    version {skipped.version}: SKIPPED: {skipped.error}")
@@ -62,15 +63,11 @@ def check_repository(root: Path, load: bool = True) -> int:
                 out.append(f"    version {version.version}: found {version.path.name}")
                 continue
 
-            def factory(
-                path: Path = version.path, options: RuntimeOptions = config.runtime
-            ) -> Runtime:
+            def factory(options: RuntimeOptions, path: Path = version.path) -> Runtime:
                 return OnnxSession(path, options)
 
             try:
-                loaded = load_instances(
-                    config.model_copy(update={"instance_count": 1}), factory, version.path.parent
-                )
+                loaded = load_instances(one_instance(config), factory, version.path.parent)
             except Exception as exc:
                 out.append(f"    version {version.version}: FAILS: {exc}")
                 problems += 1

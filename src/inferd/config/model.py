@@ -133,6 +133,36 @@ class RuntimeOptions(_Strict):
         description="Let ONNX Runtime's idle threads spin for work. Off by default: in a server "
         "the event loop and the load share the cores, and spinning burns the CPU they need.",
     )
+    device_id: int | None = Field(
+        None,
+        ge=0,
+        description="The GPU of the CUDA and TensorRT providers (device 0 when unset). Set per "
+        "instance by instance_groups; when set, a build without a GPU provider fails the load "
+        "instead of falling back to the CPU.",
+    )
+
+
+class InstanceGroup(_Strict):
+    """Instances of one kind (Triton's instance_group): `count` on the CPU, or `count` on
+    each listed GPU."""
+
+    count: int = Field(1, ge=1, description="Instances (on each GPU of `gpus` for kind gpu).")
+    kind: Literal["cpu", "gpu"] = Field("cpu", description="cpu, or gpu (the CUDA provider).")
+    gpus: tuple[int, ...] = Field((), description="kind gpu: the device ids; device 0 when empty.")
+    threads: int | None = Field(
+        None,
+        ge=0,
+        description="ONNX Runtime intra-op threads of each instance (runtime.intra_op_threads "
+        "when unset; 0 lets ONNX Runtime choose).",
+    )
+
+    @model_validator(mode="after")
+    def _gpus_for_gpu(self) -> InstanceGroup:
+        if self.kind == "cpu" and self.gpus:
+            raise ValueError("gpus applies to kind gpu only")
+        if len(set(self.gpus)) != len(self.gpus) or any(g < 0 for g in self.gpus):
+            raise ValueError("gpus must be distinct device ids, 0 or above")
+        return self
 
 
 class VersionPolicy(_Strict):
@@ -417,7 +447,18 @@ class ModelConfig(_Strict):
         8, ge=0, description="Largest batch the runtime gets; 0 means the model has no batch axis."
     )
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
-    instance_count: int = Field(1, ge=1, description="ONNX Runtime sessions for each version.")
+    instance_count: int = Field(
+        1,
+        ge=1,
+        description="ONNX Runtime sessions for each version, on the providers of `runtime` "
+        "(give instance_groups instead to place them on devices).",
+    )
+    instance_groups: tuple[InstanceGroup, ...] = Field(
+        (),
+        description="Where each version's instances run: groups of cpu instances, and of gpu "
+        "instances on given devices. Each batch goes to the instance that would finish it "
+        "first (its measured speed and the work already given to it).",
+    )
     runtime: RuntimeOptions = RuntimeOptions()
     version_policy: VersionPolicy = VersionPolicy()
     inputs: tuple[TensorOverride, ...] = Field(
@@ -466,6 +507,8 @@ class ModelConfig(_Strict):
             raise ValueError("zero_shot is required for, and only for, zero-shot-classification")
         if self.default and self.task == "tensor":
             raise ValueError("default applies to task models (tensor models are always named)")
+        if self.instance_groups and "instance_count" in self.model_fields_set:
+            raise ValueError("give instance_count or instance_groups, not both")
         return self
 
     @property

@@ -10,7 +10,7 @@ import typing
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from inferd.config.model import ModelConfig
+from inferd.config.model import InstanceGroup, ModelConfig
 from inferd.config.server import ENV_PREFIX, ServerSettings
 
 
@@ -96,6 +96,13 @@ def render_reference() -> str:
         "| key | type | default | meaning |",
         "| --- | --- | --- | --- |",
         *_rows(ModelConfig.model_fields["inputs"].annotation.__args__[0]),  # type: ignore[union-attr]
+        "",
+        "`instance_groups` entries (where instances run; each batch goes to the instance that "
+        "would finish it first):",
+        "",
+        "| key | type | default | meaning |",
+        "| --- | --- | --- | --- |",
+        *_rows(InstanceGroup),
         "",
     ]
     return "\n".join(lines)

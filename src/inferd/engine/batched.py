@@ -14,7 +14,6 @@ from inferd.config.model import ModelConfig
 from inferd.engine.loading import LoadedModel
 from inferd.engine.servable import Servable
 from inferd.observability.observer import Observer
-from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,7 @@ class BatchedServable(Servable):
         super().__init__(
             model, version, config, inputs, outputs, loaded.pool.first.providers, observer
         )
-        self._pool: InstancePool | None = loaded.pool
+        self._pool = loaded.pool
         self._batcher = batcher
 
     @property

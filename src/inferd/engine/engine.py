@@ -32,6 +32,7 @@ from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.repository.scan import ModelEntry
+from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.protocol import Array, Feeds
 
 T = TypeVar("T")
@@ -366,3 +367,6 @@ class Engine:
 
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return self.registry.model_states()
+
+    def instance_loads(self) -> list[tuple[str, str, InstanceLoad]]:
+        return self.registry.instance_loads()

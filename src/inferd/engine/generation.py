@@ -15,7 +15,6 @@ from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
-from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds
 from inferd.tasks.text import OFF_LOOP_CHARS
 
@@ -37,7 +36,7 @@ class GeneratorServable(Servable):
             loaded.pool.first.providers,
             ctx.observer,
         )
-        self._pool: InstancePool | None = loaded.pool
+        self._pool = loaded.pool
         self._chat = parts.chat
         self._scheduler = Scheduler(
             loaded.pool.run,

@@ -140,7 +140,7 @@ class Loader:
                 None,
                 load_instances,
                 config,
-                lambda: self._runtime_loader(path, config.runtime),
+                lambda options: self._runtime_loader(path, options),
                 path.parent,
             )
         except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
@@ -173,7 +173,7 @@ class Loader:
                 "version": version.version,
                 "load_ms": round(loaded.load_s * 1000, 1),
                 "providers": list(servable.providers),
-                "instances": config.instance_count,
+                "instances": [load.name for load in servable.instances],
             },
         )
 

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd.config.model import ModelConfig
+from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.engine.decoder_parts import GenerationParts, load_generation, warm_up_decoder
 from inferd.engine.specs import apply_overrides, check_batch_axis
 from inferd.engine.text_pipeline import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
+from inferd.runtime.placement import placements
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Runtime, TensorSpec
 
-RuntimeFactory = Callable[[], Runtime]
+RuntimeFactory = Callable[[RuntimeOptions], Runtime]
+"""Makes one instance with the options of its placement."""
 
 
 @dataclass(frozen=True)
@@ -35,14 +37,15 @@ class LoadedModel:
 def load_instances(
     config: ModelConfig, factory: RuntimeFactory, version_folder: Path | None = None
 ) -> LoadedModel:
-    """Blocking: creates `instance_count` runtimes, applies overrides, builds the text pipeline
-    for text models, warms every instance up. Runs on a worker thread; on failure it closes
-    what it created and raises."""
+    """Blocking: creates a runtime per placement (inferd.runtime.placement), applies
+    overrides, builds the text pipeline for text models, warms every instance up. Runs on a
+    worker thread; on failure it closes what it created and raises."""
     started = time.perf_counter()
     instances: list[Runtime] = []
+    placed = placements(config)
     try:
-        for _ in range(config.instance_count):
-            instances.append(factory())
+        for placement in placed:
+            instances.append(factory(placement.options))
         first = instances[0]
         # a decoder's batch is the scheduler's (its scalar inputs have no batch axis)
         batched = config.max_batch_size > 0 and config.task != "text-generation"
@@ -61,7 +64,7 @@ def load_instances(
             if version_folder is None:
                 raise ValueError("a generation model needs its folder to find its tokenizer")
             generation = load_generation(config, inputs, outputs, version_folder, first.providers)
-        pool = InstancePool(instances)
+        pool = InstancePool(instances, placed=[(p.name, p.kind) for p in placed])
         if generation is not None:
             warm_up_decoder(pool, generation, config, config.warmup_batch_sizes)
         for size in () if generation is not None else config.warmup_batch_sizes:

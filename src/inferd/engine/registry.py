@@ -15,6 +15,7 @@ from inferd.config.model import ModelConfig
 from inferd.engine.version import Version, VersionState
 from inferd.errors import InvalidInputError, NotFoundError, UnavailableError
 from inferd.repository.scan import ModelEntry, valid_name
+from inferd.runtime.dispatch import InstanceLoad
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,14 @@ class Registry:
 
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return [(v.model, str(v.version), v.ready, v.load_s) for v in self.all_versions()]
+
+    def instance_loads(self) -> list[tuple[str, str, InstanceLoad]]:
+        return [
+            (v.model, str(v.version), load)
+            for v in self.all_versions()
+            if v.ready
+            for load in v.instances
+        ]
 
     # -- changes (the loader's) ------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, notify
+from inferd.runtime.dispatch import InstanceLoad
+from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
 from inferd.tasks.classification import Prediction
 
@@ -63,10 +65,17 @@ class Servable:
         self.outputs = outputs
         self.providers = providers
         self._observer = observer
+        self._pool: InstancePool | None = None
+        """The runtime instances it runs on, when it has its own (not a zero-shot model's)."""
 
     @property
     def queued_items(self) -> int:
         return 0
+
+    @property
+    def instances(self) -> Sequence[InstanceLoad]:
+        """Each runtime instance's work and learned speed (none when it runs on another's)."""
+        return self._pool.loads if self._pool is not None else ()
 
     @property
     def holder(self) -> Servable:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 
 from inferd.config.model import ModelConfig
 from inferd.engine.servable import Servable
 from inferd.errors import UnavailableError
 from inferd.observability.observer import Observer, notify
 from inferd.observability.stats import BatchFacts, VersionStats
+from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.protocol import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,10 @@ class Version:
     @property
     def queued_items(self) -> int:
         return self._servable.queued_items if self._servable is not None else 0
+
+    @property
+    def instances(self) -> Sequence[InstanceLoad]:
+        return self._servable.instances if self._servable is not None else ()
 
     def serve(self, servable: Servable, load_s: float | None = None) -> None:
         self._servable = servable

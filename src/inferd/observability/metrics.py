@@ -22,7 +22,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferd.observability.gpu import GpuCollector
@@ -56,11 +56,31 @@ NO_MODEL = ""
 STAGES = ("queue", "preprocess", "inference", "postprocess")
 
 
+class InstanceFacts(Protocol):
+    """What the metrics read of one runtime instance (the engine's dispatch keeps them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def batches(self) -> int: ...
+    @property
+    def failures(self) -> int: ...
+    @property
+    def busy_s(self) -> float: ...
+    @property
+    def queued_batches(self) -> int: ...
+    @property
+    def seconds_per_element(self) -> float | None: ...
+
+
 class ServerView(Protocol):
     """What the metrics read from the engine at scrape time."""
 
     def queue_depths(self) -> Iterable[tuple[str, str, int]]: ...
     def model_states(self) -> Iterable[tuple[str, str, bool, float | None]]: ...
+    def instance_loads(self) -> Iterable[tuple[str, str, InstanceFacts]]: ...
     @property
     def in_flight(self) -> int: ...
 
@@ -94,6 +114,40 @@ class _EngineCollector(Collector):
         flight = GaugeMetricFamily("inferd_in_flight_requests", "Admitted, unanswered requests")
         flight.add_metric([], view.in_flight)
         yield flight
+        yield from _instance_metrics(view.instance_loads())
+
+
+def _instance_metrics(loads: Iterable[tuple[str, str, InstanceFacts]]) -> Iterable[Metric]:
+    """Per runtime instance: what it ran, how busy it was, what waits for it, its speed."""
+    labels = ["model", "version", "instance", "kind"]
+    batches = CounterMetricFamily(
+        "inferd_instance_batches", "Batches an instance ran", labels=labels
+    )
+    failures = CounterMetricFamily(
+        "inferd_instance_failures", "Batches that failed on an instance", labels=labels
+    )
+    busy = CounterMetricFamily(
+        "inferd_instance_busy_seconds", "Time an instance spent running batches", labels=labels
+    )
+    queued = GaugeMetricFamily(
+        "inferd_instance_queued_batches",
+        "Batches given to an instance and not finished (the running one included)",
+        labels=labels,
+    )
+    speed = GaugeMetricFamily(
+        "inferd_instance_seconds_per_element",
+        "An instance's learned speed (seconds per input element) that dispatch compares",
+        labels=labels,
+    )
+    for model, version, load in loads:
+        key = [model, version, load.name, load.kind]
+        batches.add_metric(key, load.batches)
+        failures.add_metric(key, load.failures)
+        busy.add_metric(key, load.busy_s)
+        queued.add_metric(key, load.queued_batches)
+        if load.seconds_per_element is not None:
+            speed.add_metric(key, load.seconds_per_element)
+    yield from (batches, failures, busy, queued, speed)
 
 
 def memory_limit_bytes() -> float:

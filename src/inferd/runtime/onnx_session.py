@@ -17,11 +17,10 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
 from inferd.runtime.datatypes import v2_from_onnx_type
+from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
 
 log = logging.getLogger(__name__)
-
-CPU_PROVIDER = "CPUExecutionProvider"
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -74,10 +73,24 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
 
 
 def _provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
+    chosen: dict[str, str] = {}
+    if provider in GPU_PROVIDERS and options.device_id is not None:
+        chosen["device_id"] = str(options.device_id)
     if provider == "CUDAExecutionProvider":
         strategy = {"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"}
-        return {"arena_extend_strategy": strategy[options.cuda_arena_extend_strategy]}
-    return {}
+        chosen["arena_extend_strategy"] = strategy[options.cuda_arena_extend_strategy]
+    return chosen
+
+
+def _require_gpu(providers: Sequence[str], options: RuntimeOptions) -> None:
+    """An instance placed on a GPU loads there or not at all (no silent CPU fallback)."""
+    if options.device_id is not None and not any(p in GPU_PROVIDERS for p in providers):
+        raise ModelLoadError(
+            f"an instance for GPU {options.device_id} needs a GPU provider "
+            f"({', '.join(p for p in options.providers if p != CPU_PROVIDER)}), and this "
+            f"onnxruntime build has {', '.join(ort.get_available_providers())} "
+            "(install onnxruntime-gpu on a machine with CUDA)"
+        )
 
 
 def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
@@ -104,6 +117,7 @@ class OnnxSession:
 
     def __init__(self, path: Path, options: RuntimeOptions) -> None:
         providers = resolve_providers(options.providers, ort.get_available_providers())
+        _require_gpu(providers, options)
         provider_options = [_provider_options(p, options) for p in providers]
         try:
             self._session = ort.InferenceSession(
@@ -121,9 +135,18 @@ class OnnxSession:
         except ValueError as exc:
             raise ModelLoadError(str(exc)) from exc
         self._providers = tuple(self._session.get_providers())
+        if options.device_id is not None and not any(p in GPU_PROVIDERS for p in self._providers):
+            # the GPU provider is installed but could not start (no driver, no CUDA libraries):
+            # ONNX Runtime fell back to the CPU, which a GPU instance must not do
+            raise ModelLoadError(
+                f"the instance for GPU {options.device_id} could not start a GPU provider "
+                f"(the session runs on {', '.join(self._providers)}): check the driver and "
+                "CUDA libraries"
+            )
         self._shrink_above = options.arena_shrink_above_elements
         self._shrink = ort.RunOptions()
-        devices = ["cpu:0"] + (["gpu:0"] if "CUDAExecutionProvider" in self._providers else [])
+        gpu = f"gpu:{options.device_id or 0}"
+        devices = ["cpu:0"] + ([gpu] if "CUDAExecutionProvider" in self._providers else [])
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", ";".join(devices))
 
     @property

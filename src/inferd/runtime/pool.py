@@ -1,4 +1,6 @@
-"""The sync-to-async bridge: N runtime instances of one version, each run on its own thread.
+"""The sync-to-async bridge: N runtime instances of one version, each run on its own thread,
+one batch at a time, each batch on the instance expected to finish it first
+(inferd.runtime.dispatch).
 
 ONNX Runtime releases the GIL while it computes, so the event loop keeps forming the next batch
 while a batch runs here.
@@ -8,24 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime import priority
+from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
 from inferd.runtime.protocol import Array, Feeds, Runtime
 
 
 class InstancePool:
-    """Runs feeds on whichever instance is free. `concurrency` batches may run at once."""
+    """Runs feeds on the instance expected to finish them first; `concurrency` batches may
+    run at once (one per instance)."""
 
-    def __init__(self, instances: Sequence[Runtime], thread_name: str = "inferd-run") -> None:
+    def __init__(
+        self,
+        instances: Sequence[Runtime],
+        thread_name: str = "inferd-run",
+        placed: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
+        """`placed`: each instance's (name, kind), for its statistics."""
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
         self._thread_name = thread_name
         self._executor = self._threads(priority.SERVING_NICENESS, thread_name)
         self._background: ThreadPoolExecutor | None = None
-        self._free: asyncio.Queue[Runtime] | None = None
+        names = placed or [(f"instance-{i}", "auto") for i in range(len(self._instances))]
+        if len(names) != len(self._instances):
+            raise ValueError("one (name, kind) per instance")
+        self._dispatch = LeastCompletion(names)
+        self._turns: list[asyncio.Lock] | None = None
 
     def _threads(self, niceness: int, name: str) -> ThreadPoolExecutor:
         """One thread per instance, below the event loop: when the cores are all busy
@@ -59,13 +74,16 @@ class InstancePool:
     def first(self) -> Runtime:
         return self._instances[0]
 
-    def _free_queue(self) -> asyncio.Queue[Runtime]:
-        # Made on first use so that it binds to the running loop, not the one at construction.
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for instance in self._instances:
-                self._free.put_nowait(instance)
-        return self._free
+    @property
+    def loads(self) -> list[InstanceLoad]:
+        """Each instance's queued work, learned speed and totals."""
+        return self._dispatch.loads
+
+    def _instance_turns(self) -> list[asyncio.Lock]:
+        # Made on first use so that they bind to the running loop, not the one at construction.
+        if self._turns is None:
+            self._turns = [asyncio.Lock() for _ in self._instances]
+        return self._turns
 
     async def run(
         self,
@@ -73,15 +91,32 @@ class InstancePool:
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
-        free = self._free_queue()
-        instance = await free.get()
+        elements = sum(int(array.size) for array in feeds.values())
+        index = self._dispatch.choose(elements)
+        self._dispatch.given(index, elements)
+        ran_s, ok = 0.0, None
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self._executor_for_now(), instance.run, feeds, output_names, into
-            )
+            async with self._instance_turns()[index]:  # (FIFO: batches run in the order given)
+                started = time.perf_counter()
+                self._dispatch.started(index, elements, started)
+                ok = False
+                run = asyncio.get_running_loop().run_in_executor(
+                    self._executor_for_now(),
+                    self._instances[index].run,
+                    feeds,
+                    output_names,
+                    into,
+                )
+                try:
+                    result = await asyncio.shield(run)
+                    ok = True
+                    return result
+                finally:
+                    if not run.done():  # cancelled: the instance is busy until its run ends
+                        await asyncio.wait([run])
+                    ran_s = time.perf_counter() - started
         finally:
-            free.put_nowait(instance)
+            self._dispatch.finished(index, elements, ran_s, ok)
 
     def run_sync(self, feeds: Feeds, into: Mapping[str, str] | None = None) -> dict[str, Array]:
         """Runs on every instance in turn (warm-up), on the calling thread."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from inferd import __version__
+from inferd.config.model import ModelConfig
 from inferd.engine import Engine, Version, served_shape
+from inferd.runtime.placement import GPU_PROVIDERS
 from inferd.runtime.protocol import TensorSpec
 
 EXTENSIONS = ["model_configuration", "binary_tensor_data", "statistics", "model_repository"]
@@ -50,7 +52,29 @@ def statistics(engine: Engine, model: str | None, version: str | None) -> dict[s
         chosen = registry.versions_of(model)  # 404 for an unknown model
     else:
         chosen = [registry.resolve(model, version)]
-    return {"model_stats": [v.stats.as_dict() for v in chosen]}
+    return {"model_stats": [_version_stats(v) for v in chosen]}
+
+
+def _version_stats(served: Version) -> dict[str, Any]:
+    # "instance_stats" is inferd's own (Triton reports a version as a whole); each instance's
+    # batches, busy time, queued batches and learned speed, as dispatch sees them
+    return {**served.stats.as_dict(), "instance_stats": [i.as_dict() for i in served.instances]}
+
+
+def _instance_groups(config: ModelConfig) -> list[dict[str, Any]]:
+    """Triton's instance_group; instance_count counts as a group of the kind of `runtime`'s
+    first provider."""
+    if not config.instance_groups:
+        gpu = bool(config.runtime.providers) and config.runtime.providers[0] in GPU_PROVIDERS
+        kind = "KIND_GPU" if gpu else "KIND_CPU"
+        return [{"count": config.instance_count, "kind": kind}]
+    groups = []
+    for group in config.instance_groups:
+        entry: dict[str, Any] = {"count": group.count, "kind": "KIND_" + group.kind.upper()}
+        if group.kind == "gpu":
+            entry["gpus"] = list(group.gpus or (0,))
+        groups.append(entry)
+    return groups
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:
@@ -80,7 +104,7 @@ def config_of(served: Version) -> dict[str, Any]:
             "max_queue_delay_microseconds": int(batching.max_queue_delay_ms * 1000),
             "default_queue_policy": {"max_queue_size": batching.max_queue_size},
         },
-        "instance_group": [{"count": config.instance_count, "kind": "KIND_CPU"}],
+        "instance_group": _instance_groups(config),
         "version_policy": config.version_policy.model_dump(exclude_defaults=True),
         "optimization": {"execution_accelerators": {"providers": list(served.providers)}},
     }

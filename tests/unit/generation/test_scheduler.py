@@ -48,7 +48,7 @@ def _exported(root: Path, kv_cache: str) -> Decoder:
     assert entry.config is not None
     path = entry.versions[-1].path
     config = entry.config
-    loaded = load_instances(config, lambda: OnnxSession(path, config.runtime), path.parent)
+    loaded = load_instances(config, lambda options: OnnxSession(path, options), path.parent)
     assert loaded.generation is not None
     return Decoder(loaded.pool.run, loaded.generation)
 

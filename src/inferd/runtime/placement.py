@@ -1,0 +1,69 @@
+"""Where a version's instances run: one `Placement` per runtime instance, from the model's
+`instance_groups` (or `instance_count` instances on the providers of `runtime`), each with the
+runtime options its session is made with (providers, device, threads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferd.config.model import InstanceGroup, ModelConfig, RuntimeOptions
+
+GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+"""The providers that run on a GPU chosen by `device_id`, in ONNX Runtime's preference."""
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    name: str
+    """Unique in its version: `cpu-0`, `gpu1-0` (the first instance on GPU 1)."""
+    kind: str
+    """cpu, gpu, or `auto` (instance_count: the providers of `runtime`, as configured)."""
+    options: RuntimeOptions
+
+
+def placements(config: ModelConfig) -> list[Placement]:
+    runtime = config.runtime
+    if not config.instance_groups:
+        count = config.instance_count
+        return [Placement(f"instance-{index}", "auto", runtime) for index in range(count)]
+    placed: list[Placement] = []
+    counters: dict[str, int] = {}
+    for group in config.instance_groups:
+        for device, options in _devices(group, runtime):
+            for _ in range(group.count):
+                number = counters.get(device, 0)
+                counters[device] = number + 1
+                placed.append(Placement(f"{device}-{number}", group.kind, options))
+    return placed
+
+
+def _devices(group: InstanceGroup, runtime: RuntimeOptions) -> list[tuple[str, RuntimeOptions]]:
+    """Each device of the group, with the options of its instances."""
+    threads = runtime.intra_op_threads if group.threads is None else group.threads
+    if group.kind == "cpu":
+        options = runtime.model_copy(
+            update={"providers": (CPU_PROVIDER,), "intra_op_threads": threads, "device_id": None}
+        )
+        return [("cpu", options)]
+    wanted = tuple(p for p in runtime.providers if p in GPU_PROVIDERS)
+    providers = (*(wanted or ("CUDAExecutionProvider",)), CPU_PROVIDER)
+    return [
+        (
+            f"gpu{device}",
+            runtime.model_copy(
+                update={"providers": providers, "intra_op_threads": threads, "device_id": device}
+            ),
+        )
+        for device in group.gpus or (0,)
+    ]
+
+
+def one_instance(config: ModelConfig) -> ModelConfig:
+    """The config with only its first instance (a load check): the first group's, on its
+    first device."""
+    if not config.instance_groups:
+        return config.model_copy(update={"instance_count": 1})
+    first = config.instance_groups[0]
+    group = first.model_copy(update={"count": 1, "gpus": first.gpus[:1]})
+    return config.model_copy(update={"instance_groups": (group,)})

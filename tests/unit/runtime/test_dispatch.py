@@ -1,0 +1,167 @@
+"""Dispatch across runtime instances of unequal speed: each batch goes to the instance that
+would finish it first (inferd.runtime.dispatch), through the real pool and its threads. The
+runtimes are real objects that sleep for their compute time (a CPU instance of known speed:
+sleeping releases the GIL as ONNX Runtime does while it computes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from inferd.runtime.dispatch import LeastCompletion
+from inferd.runtime.pool import InstancePool
+from inferd.runtime.protocol import Array, Feeds, TensorSpec
+
+
+class SleepingRuntime:
+    """Takes `seconds_per_row` for each row of its input; fails when told to."""
+
+    def __init__(self, seconds_per_row: float, fail: bool = False) -> None:
+        self.seconds_per_row = seconds_per_row
+        self.fail = fail
+        self.batches = 0
+
+    inputs = (TensorSpec("x", "FP32", (-1, 4), ("batch", None)),)
+    outputs = (TensorSpec("y", "FP32", (-1, 4), ("batch", None)),)
+    providers = ("CPUExecutionProvider",)
+
+    def run(
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array]:
+        x = feeds["x"]
+        time.sleep(self.seconds_per_row * x.shape[0])
+        self.batches += 1
+        if self.fail:
+            raise RuntimeError("instance failed")
+        return {"y": x * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def _feeds(rows: int = 1) -> dict[str, Array]:
+    return {"x": np.ones((rows, 4), dtype=np.float32)}
+
+
+async def _closed_loop(pool: InstancePool, clients: int, seconds: float) -> None:
+    stop = time.perf_counter() + seconds
+
+    async def client() -> None:
+        while time.perf_counter() < stop:
+            out = await pool.run(_feeds())
+            assert out["y"].tolist() == [[2.0] * 4]
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+def test_a_slow_instance_gets_batches_in_proportion_to_its_speed() -> None:
+    fast, slow = SleepingRuntime(0.010), SleepingRuntime(0.030)
+    pool = InstancePool([fast, slow], placed=[("cpu-0", "cpu"), ("cpu-1", "cpu")])
+    try:
+        asyncio.run(_closed_loop(pool, clients=4, seconds=2.0))
+    finally:
+        pool.close()
+    total = fast.batches + slow.batches
+    share = slow.batches / total
+    # 3x slower: at full use it finishes a quarter of the work; round-robin would give it half
+    assert slow.batches < fast.batches
+    assert 0.10 <= share <= 0.40, (fast.batches, slow.batches)
+    loads = {load.name: load for load in pool.loads}
+    assert loads["cpu-0"].batches == fast.batches and loads["cpu-1"].batches == slow.batches
+    # the learned speeds (seconds per element, 4 elements a row) tell the two apart
+    fast_speed = loads["cpu-0"].seconds_per_element
+    slow_speed = loads["cpu-1"].seconds_per_element
+    assert fast_speed is not None and slow_speed is not None
+    assert slow_speed > 2 * fast_speed
+    assert all(load.queued_batches == 0 for load in pool.loads)
+
+
+def test_a_lone_batch_goes_to_the_fastest_instance() -> None:
+    slow, fast = SleepingRuntime(0.030), SleepingRuntime(0.005)
+    pool = InstancePool([slow, fast])
+
+    async def measure_then_one_at_a_time() -> None:
+        await asyncio.gather(pool.run(_feeds()), pool.run(_feeds()))  # each gets measured
+        before = slow.batches
+        for _ in range(10):
+            await pool.run(_feeds())
+        assert slow.batches == before  # never the slow one while the fast one is free
+
+    try:
+        asyncio.run(measure_then_one_at_a_time())
+    finally:
+        pool.close()
+    assert fast.batches >= 10
+
+
+def test_a_cancelled_batch_keeps_the_accounting_right() -> None:
+    runtime = SleepingRuntime(0.05)
+    pool = InstancePool([runtime])
+
+    async def cancel_one() -> None:
+        task = asyncio.create_task(pool.run(_feeds()))
+        waiting = asyncio.create_task(pool.run(_feeds()))  # queued behind the first
+        await asyncio.sleep(0.01)
+        task.cancel()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # the instance stays busy until its run ends: the cancelled run finished first
+        assert pool.loads[0].queued_batches == 0
+        assert (await pool.run(_feeds()))["y"].shape == (1, 4)
+
+    try:
+        asyncio.run(cancel_one())
+    finally:
+        pool.close()
+    load = pool.loads[0]
+    assert load.queued_batches == 0 and load.queued_elements == 0
+    assert runtime.batches == 2  # the waiting one never ran
+
+
+def test_a_failing_instance_counts_failures_and_does_not_learn_a_speed() -> None:
+    pool = InstancePool([SleepingRuntime(0.001, fail=True)], placed=[("gpu0-0", "gpu")])
+
+    async def run() -> None:
+        with pytest.raises(RuntimeError):
+            await pool.run(_feeds())
+
+    try:
+        asyncio.run(run())
+    finally:
+        pool.close()
+    load = pool.loads[0]
+    assert load.failures == 1 and load.batches == 0 and load.seconds_per_element is None
+    assert load.as_dict()["kind"] == "gpu"
+
+
+def test_expected_completion_counts_backlog_and_speed() -> None:
+    dispatch = LeastCompletion([("a", "cpu"), ("b", "cpu")])
+    # a: 1 ms per element, b: 3 ms per element
+    dispatch.given(0, 10)
+    dispatch.started(0, 10, now=0.0)
+    dispatch.finished(0, 10, 0.010)
+    dispatch.given(1, 10)
+    dispatch.started(1, 10, now=0.0)
+    dispatch.finished(1, 10, 0.030)
+    assert dispatch.choose(10, now=1.0) == 0  # both free: the fast one
+    dispatch.given(0, 40)  # a has 40 ms of work queued
+    dispatch.started(0, 40, now=1.0)
+    assert dispatch.choose(10, now=1.0) == 1  # b finishes 10 elements in 30 ms < 40 + 10
+    assert dispatch.choose(10, now=1.025) == 0  # a is 25 ms in: 15 + 10 < 30
+    # an unmeasured instance counts as fast as the fastest measured one
+    fresh = LeastCompletion([("a", "cpu"), ("new", "gpu")])
+    fresh.given(0, 1)
+    fresh.started(0, 1, now=0.0)
+    fresh.finished(0, 1, 0.001)
+    fresh.given(0, 5)
+    assert fresh.choose(1, now=0.0) == 1
