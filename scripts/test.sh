@@ -14,6 +14,14 @@ if ! command -v promtool >/dev/null 2>&1; then  # validates deploy/prometheus ru
   fi
 fi
 
+# the offline schemas of the Kubernetes custom resources (tests/integration/test_kubernetes.py)
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/kubernetes && npm ci --no-audit --no-fund --silent)
+else
+  echo "node and npm are needed for the Kubernetes manifest tests: install Debian's nodejs and npm" >&2
+fi
+command -v kubectl >/dev/null 2>&1 || echo "kubectl is needed for the Kubernetes manifest tests" >&2
+
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 . "$VENV/bin/activate"
 python -m pip install --quiet --upgrade pip
