@@ -64,9 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from inferd.cli.bench import add_bench_commands
     from inferd.cli.prep import add_prep_commands
+    from inferd.cli.ray_serve import add_ray_command
     from inferd.cli.rollout import add_rollout_command
 
     add_prep_commands(commands)
+    add_ray_command(commands, _add_settings_flags)
     add_bench_commands(commands)
     add_rollout_command(commands)
     return parser
@@ -175,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inferd.cli.bench import run_bench_command
 
             return run_bench_command(args)
+        if args.command == "ray":
+            from inferd.cli.ray_serve import run_ray_command
+
+            return run_ray_command(args)
         if args.command == "rollout":
             from inferd.cli.rollout import run_rollout_command
 

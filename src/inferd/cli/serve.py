@@ -11,6 +11,7 @@ from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import ConfigError
 from inferd.observability.logs import configure_logging
+from inferd.observability.metrics import Metrics
 from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
 from inferd.server.instruments import build_metrics
@@ -57,6 +58,14 @@ def _cannot_listen(host: str, port: int, exc: OSError, flag: str) -> int:
 def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
     configure_logging(settings.log_level, json_format=settings.log_format == "json")
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
+    engine, metrics = build_engine(settings)
+    drained = run_server(settings, engine, metrics, sock)
+    return 0 if drained else 1  # 1: a second signal forced the exit
+
+
+def build_engine(settings: ServerSettings) -> tuple[Engine, Metrics | None]:
+    """The engine of a server (or of a Ray Serve replica) and its metrics: the repository
+    scanned (the demo's, built first, when none is given), ONNX Runtime as the runtime."""
     repository = settings.repository
     if repository is None:
         repository = settings.demo_repository.expanduser()
@@ -77,5 +86,4 @@ def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
     metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
     # the composition root: ONNX Runtime sessions are the runtime
     engine = Engine(settings, entries, OnnxSession, observer=observer, root=repository)
-    drained = run_server(settings, engine, metrics, sock)
-    return 0 if drained else 1  # 1: a second signal forced the exit
+    return engine, metrics

@@ -52,17 +52,29 @@ DATA_ROUTES = (
 Each with the purpose of a request naming no model (None: the path names it)."""
 
 
+async def _nothing() -> None:
+    return None
+
+
 def data_routes() -> list[tuple[Route, str | None]]:
     return [(data_route(path, endpoint), purpose) for path, endpoint, purpose in DATA_ROUTES]
 
 
-def create_app(settings: ServerSettings, engine: Engine, metrics: Metrics | None = None) -> FastAPI:
-    """An app that serves `engine`'s models. Models load in the background once it starts."""
+def create_app(
+    settings: ServerSettings,
+    engine: Engine,
+    metrics: Metrics | None = None,
+    load: bool = True,
+) -> FastAPI:
+    """An app that serves `engine`'s models. Models load in the background once it starts
+    (`load=False`: the caller loaded them before, e.g. a Ray Serve replica, which takes
+    traffic only once loaded)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         grpc_server = await start_grpc(settings, engine, metrics)
-        loading = asyncio.get_running_loop().create_task(engine.load_all(), name="inferd-load")
+        loop = asyncio.get_running_loop()
+        loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
         app.state.loading = loading
         try:
             yield

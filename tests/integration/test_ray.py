@@ -1,0 +1,254 @@
+"""inferd on Ray Serve, on a real local Ray cluster of two nodes (`ray start`, loopback), with
+Serve's direct ingress and HAProxy (inferd ray serve's default): `inferd ray serve` deploys two
+replicas that both answer and drain on SIGTERM; a replica killed under load loses no request
+that HAProxy could send elsewhere, the rest get a clear error and none hangs; the replicas
+scale up when inferd's queues grow."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import ray
+from ray import serve
+
+from inferd.config.server import ServerSettings
+from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy
+from inferd.rayserve.local import LocalRay
+from tests.models import affine_model, slow_model, write_config
+
+AFFINE = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRay]:
+    running = LocalRay(tmp_path_factory.mktemp("ray"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ray-repo")
+    affine_model(root / "affine" / "1" / "model.onnx")
+    write_config(root / "affine", {"max_batch_size": 8})
+    slow_model(root / "slow" / "1" / "model.onnx", layers=24, width=256)
+    write_config(
+        root / "slow",
+        {"max_batch_size": 1, "dynamic_batching": {"max_queue_size": 256}},
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def driver(cluster: LocalRay) -> Iterator[None]:
+    """This process connected to the cluster, Serve's HTTP port on loopback."""
+    for name, value in cluster.env.items():
+        if name.startswith("RAY_"):
+            os.environ[name] = value
+    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": cluster.http_port})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def running_replicas() -> int:
+    status = serve.status().applications.get(APP_NAME)
+    if status is None:
+        return 0
+    states = status.deployments[APP_NAME].replica_states
+    return int(states.get("RUNNING", 0))
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.5)
+
+
+def haproxy_2xx_by_server(cluster: LocalRay) -> dict[str, int]:
+    """The 2xx answers of each replica, from HAProxy's statistics (CSV)."""
+    port = cluster.env["RAY_SERVE_HAPROXY_STATS_PORT"]
+    text = httpx.get(f"http://127.0.0.1:{port}/stats;csv", timeout=10).text
+    header, *rows = [line for line in text.splitlines() if line]
+    names = header.lstrip("# ").split(",")
+    answered = {}
+    for row in csv.reader(rows):
+        fields = dict(zip(names, row, strict=False))
+        if fields["pxname"] != f"http-{APP_NAME}" or not fields["svname"].startswith(
+            "SERVE_REPLICA"
+        ):
+            continue
+        answered[fields["svname"]] = int(fields["hrsp_2xx"] or 0)
+    return answered
+
+
+def test_inferd_ray_serve_deploys_replicas_that_all_answer_and_drain(
+    cluster: LocalRay, repo: Path, driver: None, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{cluster.http_port}"
+    log = tmp_path / "cli.log"
+    with log.open("wb") as out:
+        cli = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "inferd",
+                "ray",
+                "serve",
+                "--address",
+                cluster.address,
+                "--repo",
+                str(repo),
+                "--replicas",
+                "2",
+                "--num-cpus",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(cluster.http_port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+        )
+    try:
+        wait_for(lambda: "inferd on Ray Serve: http" in log.read_text(), 180, log.read_text())
+        assert running_replicas() == 2
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/v2/health/ready").status_code == 200
+            for _ in range(40):
+                answer = client.post("/v2/models/affine/infer", json=AFFINE)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["outputs"][0]["data"] == [3.0, 5.0, 7.0, 9.0]
+        # every replica (one on each node) answered some of them: HAProxy's own count of
+        # the 2xx answers of each server of the app's backend
+        answered = haproxy_2xx_by_server(cluster)
+        assert len(answered) == 2 and all(n > 0 for n in answered.values()), answered
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=90) == 0, log.read_text()
+        assert "draining the replicas" in log.read_text()
+        wait_for(lambda: running_replicas() == 0, 60, "the replicas stopped")
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+
+
+async def _load(
+    url: str, clients: int, seconds: float, model: str, body: dict[str, Any]
+) -> list[tuple[float, int | str]]:
+    """Closed loop; each request's (start time, status or the client error's name)."""
+    outcomes: list[tuple[float, int | str]] = []
+    stop = time.monotonic() + seconds
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop:
+            started = time.monotonic()
+            try:
+                answer = await http.post(f"/v2/models/{model}/infer", json=body)
+                outcomes.append((started, answer.status_code))
+            except httpx.TimeoutException:
+                outcomes.append((started, "timeout"))
+            except httpx.TransportError as exc:
+                outcomes.append((started, type(exc).__name__))
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=20, limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return outcomes
+
+
+def test_a_replica_killed_under_load_loses_only_what_it_held(
+    cluster: LocalRay, repo: Path, driver: None
+) -> None:
+    url = f"http://127.0.0.1:{cluster.http_port}"
+    settings = ServerSettings(repository=repo, log_level="warning")
+    deploy(RayDeployment(settings, replicas=2, num_cpus=1, max_ongoing_requests=8))
+    wait_for(lambda: running_replicas() == 2, 120, "two replicas")
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 256], "data": [0.1] * 256}]}
+
+    async def scenario() -> tuple[float, list[tuple[float, int | str]]]:
+        load = asyncio.create_task(_load(url, 8, 10.0, "slow", body))
+        await asyncio.sleep(3.0)
+        names = [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("SERVE_REPLICA::")
+        ]
+        victim = ray.get_actor(sorted(names)[0], namespace="serve")
+        killed_at = time.monotonic()
+        ray.kill(victim, no_restart=True)
+        return killed_at, await load
+
+    killed_at, outcomes = asyncio.run(scenario())
+    statuses = [status for _, status in outcomes]
+    assert "timeout" not in statuses  # none hangs
+    failed = [(t, s) for t, s in outcomes if s != 200]
+    # what fails is what the killed replica held: at most its max_ongoing_requests, each a
+    # clear answer (HAProxy's 502/503) or a reset connection, never a hang
+    assert len(failed) <= 8, failed
+    # (Ray's HAProxy answers 500 "Internal Server Error" for a request its replica dropped)
+    assert all(s in (500, "RemoteProtocolError", "ReadError") for _, s in failed), failed
+    assert all(t >= killed_at - 1.0 for t, _ in failed), "failures before the kill"
+    # requests sent once HAProxy knows went to the replica left, and succeeded
+    late = [s for t, s in outcomes if t > killed_at + 3.0]
+    assert late and all(s == 200 for s in late), late
+    assert statuses.count(200) > 50
+    wait_for(lambda: running_replicas() == 2, 120, "Serve replaced the killed replica")
+    serve.delete(APP_NAME)
+
+
+def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, driver: None) -> None:
+    url = f"http://127.0.0.1:{cluster.http_port}"
+    settings = ServerSettings(repository=repo, log_level="warning")
+    deployment = RayDeployment(
+        settings,
+        autoscale=(1, 2),
+        queue_target=2.0,
+        num_cpus=1,
+        upscale_delay_s=1.0,
+        downscale_delay_s=600.0,
+    )
+    deploy(deployment)
+    assert running_replicas() == 1
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 256], "data": [0.1] * 256}]}
+    scaled_at: list[float] = []
+
+    async def scenario() -> list[tuple[float, int | str]]:
+        load = asyncio.create_task(_load(url, 24, 40.0, "slow", body))
+        started = time.monotonic()
+        while not load.done():
+            if await asyncio.to_thread(running_replicas) >= 2:
+                scaled_at.append(time.monotonic() - started)
+                break
+            await asyncio.sleep(0.5)
+        return await load
+
+    outcomes = asyncio.run(scenario())
+    assert scaled_at, "the queue grew and Serve did not add a replica within 40 s"
+    assert all(status == 200 for _, status in outcomes), {s for _, s in outcomes}
+    answer = httpx.post(f"{url}/v2/models/affine/infer", json=AFFINE, timeout=30)
+    np.testing.assert_allclose(answer.json()["outputs"][0]["data"], [3.0, 5.0, 7.0, 9.0])
+    serve.delete(APP_NAME)
