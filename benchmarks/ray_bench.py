@@ -76,7 +76,8 @@ def main() -> None:
         root = Path(folder)
         repo = root / "repo"
         build_demo(repo)
-        results: dict[str, list[tuple[float, float]]] = {"alone": [], "proxy": [], "direct": []}
+        results: dict[str, list[tuple[float, float]]] = {"proxy": [], "direct": []}
+        paired: dict[str, list[tuple[float, float]]] = {"proxy": [], "direct": []}
         alone = Server(repo)
         try:
             for name, direct_ingress in (("proxy", False), ("direct", True)):
@@ -96,7 +97,7 @@ def main() -> None:
                     for index in range(rounds):
                         for label, target in (("alone", alone.url), (name, url)):
                             rate, p99 = measure(target, settings_sweep, console)
-                            results[label].append((rate, p99))
+                            (paired if label == "alone" else results)[name].append((rate, p99))
                             print(
                                 f"{name} round {index + 1}, {label}: {rate:.1f} req/s, "
                                 f"p99 {p99:.1f} ms",
@@ -113,21 +114,23 @@ def main() -> None:
         finally:
             alone.stop()
 
-    def median(name: str, field: int) -> float:
+    def median_of(name: str, field: int) -> float:
         return statistics.median(r[field] for r in results[name])
 
-    base = median("alone", 0)
-    rows = [
-        f"| {name} | {median(name, 0):.1f} | {median(name, 1):.1f} | {median(name, 0) / base:.2f} |"
-        for name in ("alone", "proxy", "direct")
-    ]
     labels = {
-        "alone": "`inferd serve` alone",
         "proxy": "Ray Serve, its Python HTTP proxy",
         "direct": "Ray Serve, direct ingress (HAProxy to the replica's server)",
     }
+    rows = []
     for name, label in labels.items():
-        rows = [r.replace(f"| {name} |", f"| {label} |", 1) for r in rows]
+        # each round against inferd alone measured right before it, on the same idle cluster
+        alone_runs = paired[name]
+        shares = [r[0] / a[0] for r, a in zip(results[name], alone_runs, strict=True)]
+        rows.append(
+            f"| {label} | {median_of(name, 0):.1f} | {median_of(name, 1):.1f} | "
+            f"{statistics.median(a[0] for a in alone_runs):.1f} | "
+            f"{statistics.median(shares):.2f} |"
+        )
     text = "\n".join(
         [
             "## Ray Serve: one replica against inferd alone, on the same cores",
@@ -135,14 +138,15 @@ def main() -> None:
             f"Machine: {machine_description()}.",
             f"Demo model (all-MiniLM-L6-v2), /embed, one text of 8-100 words a request; closed "
             f"loop of {args.concurrency} by inferd bench's client on the same cores; "
-            f"{rounds} rounds of {seconds:.0f} s on each way of ingress, inferd alone measured "
-            f"before each (medians). Ray: a local one-node cluster with {cores} CPUs, one "
-            "replica with all of them.",
+            f"{rounds} rounds of {seconds:.0f} s on each way of ingress, `inferd serve` alone "
+            "measured right before each round while the cluster idles (medians; the share is "
+            f"the median of the rounds' ratios). Ray: a local one-node cluster with {cores} "
+            "CPUs, one replica with all of them.",
             "",
             "Command: `python benchmarks/ray_bench.py" + (" --quick" if args.quick else "") + "`",
             "",
-            "| served by | req/s | p99 ms | share of alone |",
-            "| --- | --- | --- | --- |",
+            "| served by | req/s | p99 ms | inferd alone, same rounds, req/s | share of alone |",
+            "| --- | --- | --- | --- | --- |",
             *rows,
         ]
     )

@@ -1,5 +1,6 @@
 """A Ray Serve replica that is an inferd server: its own engine, batchers and runtimes, and
-inferd's whole HTTP app behind Serve's proxy (`serve.ingress`, built in the replica).
+inferd's whole HTTP app as the replica's ingress (`serve.ingress`, built in the replica),
+reached through HAProxy (Serve's direct ingress) or Serve's proxy.
 
 The replica loads every model before it reports itself started, so Serve routes nothing to
 it while it loads; Serve's health checks ask inferd's readiness; the replica reports its
@@ -25,7 +26,7 @@ from inferd.server.app import create_app
 class InferdReplica:
     async def __init__(self, settings: dict[str, Any]) -> None:  # type: ignore[misc]  # Serve awaits it
         """`settings`: inferd's server settings (ServerSettings fields) for this replica."""
-        # one port per replica would clash on a node: gRPC is Serve's business here
+        # gRPC off: replicas on one node cannot share its port (docs/ray.md)
         self._settings = ServerSettings.model_validate({**settings, "grpc_port": 0})
         configure_logging(self._settings.log_level, json_format=self._settings.log_format == "json")
         self._engine, self._metrics = build_engine(self._settings)
