@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -67,12 +68,21 @@ def driver(cluster: LocalRay) -> Iterator[None]:
     try:
         yield
     finally:
+        ports = cluster.listening_ports()
         serve.shutdown()
         ray.shutdown()
-        # Ray's client leaves sockets to the cluster unclosed; collect them here, where they
-        # are Ray's, rather than as a ResourceWarning in whichever test runs next
+        # Ray's client leaves sockets to the cluster open after shutdown; close them here,
+        # rather than meet them as a ResourceWarning in whichever test collects them
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
+            for thing in gc.get_objects():
+                if isinstance(thing, socket.socket) and thing.fileno() != -1:
+                    try:
+                        peer = thing.getpeername()
+                    except OSError:
+                        continue
+                    if isinstance(peer, tuple) and peer[1] in ports:
+                        thing.close()
             gc.collect()
 
 

@@ -69,16 +69,30 @@ class LocalRay:
         # what this start left running: the node's daemons (and, later, their children)
         self._roots += [p.pid for p in psutil.process_iter() if p.pid not in before]
 
-    def stop(self) -> None:
-        victims: dict[int, psutil.Process] = {}
+    def listening_ports(self) -> set[int]:
+        """The TCP ports the cluster's processes listen on."""
+        ports = set()
+        for process in self._processes():
+            with contextlib.suppress(psutil.Error):
+                for connection in process.net_connections(kind="tcp"):
+                    if connection.status == psutil.CONN_LISTEN and connection.laddr:
+                        ports.add(connection.laddr.port)
+        return ports
+
+    def _processes(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
         for pid in self._roots:
             try:
                 process = psutil.Process(pid)
+                found[pid] = process
+                for child in process.children(recursive=True):
+                    found[child.pid] = child
             except psutil.NoSuchProcess:
                 continue
-            victims[pid] = process
-            for child in process.children(recursive=True):
-                victims[child.pid] = child
+        return list(found.values())
+
+    def stop(self) -> None:
+        victims = {process.pid: process for process in self._processes()}
         for process in victims.values():
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.terminate()
