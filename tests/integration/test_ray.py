@@ -73,8 +73,8 @@ def driver(cluster: LocalRay) -> Iterator[None]:
         ray.shutdown()
         # Ray's client leaves sockets to the cluster open after shutdown; close them here,
         # rather than meet them as a ResourceWarning in whichever test collects them
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
+        with warnings.catch_warnings():  # (looking at every object wakes lazy modules' warnings)
+            warnings.simplefilter("ignore")
             for thing in gc.get_objects():
                 if isinstance(thing, socket.socket) and thing.fileno() != -1:
                     try:
