@@ -253,7 +253,7 @@ def test_the_deadline_of_the_call_is_the_requests(client: grpcclient.InferenceSe
     started = time.monotonic()
     status = status_of(
         lambda: client.infer(
-            "slow", [grpc_input("x", x, "FP32")], headers=AUTH, client_timeout=0.01
+            "slow", [grpc_input("x", x, "FP32")], headers=AUTH, client_timeout=0.001
         )
     )
     assert status == "StatusCode.DEADLINE_EXCEEDED"
