@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import gc
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,22 +65,8 @@ def driver(cluster: LocalRay) -> Iterator[None]:
     try:
         yield
     finally:
-        ports = cluster.listening_ports()
         serve.shutdown()
         ray.shutdown()
-        # Ray's client leaves sockets to the cluster open after shutdown; close them here,
-        # rather than meet them as a ResourceWarning in whichever test collects them
-        with warnings.catch_warnings():  # (looking at every object wakes lazy modules' warnings)
-            warnings.simplefilter("ignore")
-            for thing in gc.get_objects():
-                if isinstance(thing, socket.socket) and thing.fileno() != -1:
-                    try:
-                        peer = thing.getpeername()
-                    except OSError:
-                        continue
-                    if isinstance(peer, tuple) and peer[1] in ports:
-                        thing.close()
-            gc.collect()
 
 
 def running_replicas() -> int:

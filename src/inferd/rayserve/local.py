@@ -69,16 +69,6 @@ class LocalRay:
         # what this start left running: the node's daemons (and, later, their children)
         self._roots += [p.pid for p in psutil.process_iter() if p.pid not in before]
 
-    def listening_ports(self) -> set[int]:
-        """The TCP ports the cluster's processes listen on."""
-        ports = set()
-        for process in self._processes():
-            with contextlib.suppress(psutil.Error):
-                for connection in process.net_connections(kind="tcp"):
-                    if connection.status == psutil.CONN_LISTEN and connection.laddr:
-                        ports.add(connection.laddr.port)
-        return ports
-
     def _processes(self) -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}
         for pid in self._roots:
