@@ -76,12 +76,13 @@ def measure_raw(
 
 class Server:
     """`inferd serve` on 127.0.0.1 (started as the integration tests start it), ready to serve:
-    every model loaded, /ready answering 200."""
+    every model loaded, /ready answering 200. Response caches are off unless `args` turn them
+    on (`--response-cache`): the benchmarks' loads repeat texts, and they measure the models."""
 
     def __init__(self, repo: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
         log = Path(tempfile.mkstemp(prefix="inferd-bench-", suffix=".log")[1])
         self._running = start_server(
-            repo, log, "--log-level", "warning", *args, env=dict(env or {})
+            repo, log, "--log-level", "warning", "--no-response-cache", *args, env=dict(env or {})
         )
         self.url = self._running.url
         self.grpc_target = self._running.grpc_target

@@ -157,7 +157,9 @@ def served(target: str, model: str | None, settings: dict[str, Any]) -> Iterator
 
 @contextlib.contextmanager
 def target_url(target: str, serve_args: tuple[str, ...] = ()) -> Iterator[str]:
-    """A URL as it is; a repository path served by a fresh `inferd serve` for the duration."""
+    """A URL as it is; a repository path served by a fresh `inferd serve` for the duration,
+    without response caches (the load repeats its texts: a cache would measure itself, not
+    the model)."""
     if is_url(target):
         try:
             httpx.get(target.rstrip("/") + "/health", timeout=5)
@@ -169,7 +171,9 @@ def target_url(target: str, serve_args: tuple[str, ...] = ()) -> Iterator[str]:
     if not repo.is_dir():
         raise FileNotFoundError(f"{target}: neither a URL nor a repository folder")
     logs = Path(tempfile.mkdtemp(prefix="inferd-bench-"))
-    server = start_server(repo, logs / "server.log", "--log-level", "warning", *serve_args)
+    server = start_server(
+        repo, logs / "server.log", "--log-level", "warning", "--no-response-cache", *serve_args
+    )
     try:
         yield server.url
     finally:

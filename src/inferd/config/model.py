@@ -438,6 +438,23 @@ class RolloutConfig(_Strict):
         return self
 
 
+class ResponseCacheConfig(_Strict):
+    enabled: bool = Field(
+        False,
+        description="Keep answers to repeated requests (V2 tensors, /embed, /predict and their "
+        "OpenAI and gRPC forms) and answer an identical request from memory; one identical to a "
+        "request still running waits for its answer instead of running again. Generation is "
+        "never cached.",
+    )
+    max_mb: float = Field(
+        64.0,
+        gt=0,
+        description="Memory each serving version's cache holds at most (its answers' arrays); "
+        "the least recently used answers go first.",
+    )
+    ttl_s: float = Field(300.0, gt=0, description="Longest an answer is kept, used or not.")
+
+
 class ModelConfig(_Strict):
     name: str | None = Field(None, description="Defaults to the folder name.")
     platform: Literal["onnxruntime_onnx"] = Field(
@@ -486,6 +503,7 @@ class ModelConfig(_Strict):
     generation: GenerationConfig = GenerationConfig()
     drift: DriftConfig = DriftConfig()
     rollout: RolloutConfig = RolloutConfig()
+    response_cache: ResponseCacheConfig = ResponseCacheConfig()
     max_texts_per_request: int = Field(
         128, ge=1, description="Most texts one request may carry (4005 above)."
     )

@@ -103,6 +103,11 @@ class ServerSettings(BaseModel):
     max_request_rows: int = Field(
         4096, ge=1, description="Most rows (batch-axis entries) one request may carry."
     )
+    response_cache: bool = Field(
+        True,
+        description="Models whose config turns their response cache on keep it; false turns "
+        "every model's off (to measure the models themselves, or to rule the cache out).",
+    )
     strict_readiness: bool = Field(
         True,
         description="Ready only when every model and version loaded; when false, ready once "

@@ -19,9 +19,11 @@ from typing import TypeVar
 from inferd.config.server import ServerSettings
 from inferd.engine import agreement
 from inferd.engine.admission import Admission
+from inferd.engine.cached import Answer
 from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
+from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts
 from inferd.engine.servable import Classified, Embeddings, Servable
 from inferd.engine.version import Version
@@ -370,3 +372,6 @@ class Engine:
 
     def instance_loads(self) -> list[tuple[str, str, InstanceLoad]]:
         return self.registry.instance_loads()
+
+    def cache_states(self) -> list[tuple[str, str, ResponseCache[Answer]]]:
+        return self.registry.cache_states()

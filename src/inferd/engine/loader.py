@@ -164,7 +164,7 @@ class Loader:
             await loop.run_in_executor(None, loaded.pool.close)
             self._failed(version, exc, "model version failed to load")
             return
-        version.serve(servable, loaded.load_s)
+        version.serve(servable, loaded.load_s, self._settings.response_cache)
         self._registry.mark_loaded(version.model, int(time.time()))
         log.info(
             "model version ready",
@@ -189,7 +189,7 @@ class Loader:
         except Exception as exc:  # the base is missing, failed, or cannot embed the labels
             self._failed(version, exc, "zero-shot model failed to load")
             return
-        version.serve(servable)
+        version.serve(servable, cache_allowed=self._settings.response_cache)
         self._registry.mark_loaded(version.model, int(time.time()))
         log.info(
             "zero-shot model ready",

@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
+from inferd.engine.cached import Answer
+from inferd.engine.response_cache import ResponseCache
 from inferd.engine.version import Version, VersionState
 from inferd.errors import InvalidInputError, NotFoundError, UnavailableError
 from inferd.repository.scan import ModelEntry, valid_name
@@ -206,6 +208,13 @@ class Registry:
             for v in self.all_versions()
             if v.ready
             for load in v.instances
+        ]
+
+    def cache_states(self) -> list[tuple[str, str, ResponseCache[Answer]]]:
+        return [
+            (v.model, str(v.version), cache)
+            for v in self.all_versions()
+            if v.ready and (cache := v.cache) is not None
         ]
 
     # -- changes (the loader's) ------------------------------------------------------------

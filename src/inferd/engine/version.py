@@ -13,6 +13,8 @@ import logging
 from collections.abc import Sequence
 
 from inferd.config.model import ModelConfig
+from inferd.engine.cached import Answer, CachedServable
+from inferd.engine.response_cache import MISS, ResponseCache
 from inferd.engine.servable import Servable
 from inferd.errors import UnavailableError
 from inferd.observability.observer import Observer, notify
@@ -91,10 +93,29 @@ class Version:
     def instances(self) -> Sequence[InstanceLoad]:
         return self._servable.instances if self._servable is not None else ()
 
-    def serve(self, servable: Servable, load_s: float | None = None) -> None:
+    @property
+    def cache(self) -> ResponseCache[Answer] | None:
+        """Its response cache, when its model has one."""
+        servable = self._servable
+        return servable.cache if isinstance(servable, CachedServable) else None
+
+    def serve(
+        self, servable: Servable, load_s: float | None = None, cache_allowed: bool = True
+    ) -> None:
+        """Serves with `servable`, behind a response cache of its own when the model has one
+        and the server allows it (so a version that is retired or reloaded takes its answers
+        with it)."""
+        cache = self.config.response_cache
+        if cache.enabled and cache_allowed:
+            store: ResponseCache[Answer] = ResponseCache(int(cache.max_mb * 2**20), cache.ttl_s)
+            servable = CachedServable(servable, store, self._cache_lookup)
         self._servable = servable
         self.load_s = load_s
         self.state = VersionState.READY
+
+    def _cache_lookup(self, how: str, seconds: float) -> None:
+        # a coalesced request did not run either: Triton's statistics count it as a hit
+        self.stats.on_cache_lookup(how != MISS, seconds)
 
     def fail(self, reason: str) -> None:
         self.state = VersionState.FAILED

@@ -51,7 +51,7 @@ class ZeroShotServable(LabelsOverV2):
 
     @property
     def holder(self) -> Servable:
-        return self._base
+        return self._base.holder
 
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
         embedded = await self._base.embed(texts, deadline)

@@ -75,12 +75,32 @@ class InstanceFacts(Protocol):
     def seconds_per_element(self) -> float | None: ...
 
 
+class CacheFacts(Protocol):
+    """A version's response cache, as the metrics read it."""
+
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def coalesced(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def expirations(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def entries(self) -> int: ...
+
+
 class ServerView(Protocol):
     """What the metrics read from the engine at scrape time."""
 
     def queue_depths(self) -> Iterable[tuple[str, str, int]]: ...
     def model_states(self) -> Iterable[tuple[str, str, bool, float | None]]: ...
     def instance_loads(self) -> Iterable[tuple[str, str, InstanceFacts]]: ...
+    def cache_states(self) -> Iterable[tuple[str, str, CacheFacts]]: ...
     @property
     def in_flight(self) -> int: ...
 
@@ -115,6 +135,37 @@ class _EngineCollector(Collector):
         flight.add_metric([], view.in_flight)
         yield flight
         yield from _instance_metrics(view.instance_loads())
+        yield from _cache_metrics(view.cache_states())
+
+
+def _cache_metrics(caches: Iterable[tuple[str, str, CacheFacts]]) -> Iterable[Metric]:
+    """Per version with a response cache: how its lookups were answered, what it dropped, what
+    it holds."""
+    labels = ["model", "version"]
+    lookups = CounterMetricFamily(
+        "inferd_cache_lookups",
+        "Response cache lookups by outcome: hit, miss (the request ran), coalesced (it waited "
+        "for an identical request running)",
+        labels=[*labels, "outcome"],
+    )
+    evictions = CounterMetricFamily(
+        "inferd_cache_evictions", "Answers dropped to stay within max_mb", labels=labels
+    )
+    expirations = CounterMetricFamily(
+        "inferd_cache_expirations", "Answers dropped after ttl_s", labels=labels
+    )
+    held = GaugeMetricFamily("inferd_cache_bytes", "Bytes of answers held", labels=labels)
+    entries = GaugeMetricFamily("inferd_cache_entries", "Answers held", labels=labels)
+    for model, version, cache in caches:
+        key = [model, version]
+        lookups.add_metric([*key, "hit"], cache.hits)
+        lookups.add_metric([*key, "miss"], cache.misses)
+        lookups.add_metric([*key, "coalesced"], cache.coalesced)
+        evictions.add_metric(key, cache.evictions)
+        expirations.add_metric(key, cache.expirations)
+        held.add_metric(key, cache.bytes)
+        entries.add_metric(key, cache.entries)
+    yield from (lookups, evictions, expirations, held, entries)
 
 
 def _instance_metrics(loads: Iterable[tuple[str, str, InstanceFacts]]) -> Iterable[Metric]:

@@ -60,6 +60,9 @@ class VersionStats:
     real_elements: int = 0
     padded_elements: int = 0
     memory_pressure_events: int = 0
+    cache_hit: Duration = field(default_factory=Duration)
+    """Requests answered from the response cache (or by an identical one running)."""
+    cache_miss: Duration = field(default_factory=Duration)
 
     def on_batch(self, record: BatchFacts) -> None:
         self.execution_count += 1
@@ -74,6 +77,9 @@ class VersionStats:
 
     def on_request(self, ok: bool, seconds: float) -> None:
         (self.success if ok else self.fail).add(seconds)
+
+    def on_cache_lookup(self, hit: bool, seconds: float) -> None:
+        (self.cache_hit if hit else self.cache_miss).add(seconds)
 
     def as_dict(self) -> dict[str, Any]:
         zero = Duration().as_dict()
@@ -90,8 +96,8 @@ class VersionStats:
                 "compute_input": zero,
                 "compute_infer": self.compute_infer.as_dict(),
                 "compute_output": zero,
-                "cache_hit": zero,
-                "cache_miss": zero,
+                "cache_hit": self.cache_hit.as_dict(),
+                "cache_miss": self.cache_miss.as_dict(),
             },
             "batch_stats": [
                 {

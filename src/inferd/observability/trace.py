@@ -36,6 +36,8 @@ class RequestTrace:
     """The client's sticky routing key (`X-Inferd-Route-Key`), for rollouts."""
     route: str | None = None
     """stable or canary, when the model is in a rollout and the request named no version."""
+    cache: str | None = None
+    """How the response cache answered (hit, miss, coalesced); None when the model has none."""
     payload: str | None = None
     """Set only when payload logging is on (a debug setting), truncated and marked."""
 

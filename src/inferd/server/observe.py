@@ -30,6 +30,8 @@ QUIET_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/rea
 
 PAYLOAD_LIMIT = 256
 ROUTE_KEY_HEADER = b"x-inferd-route-key"
+CACHE_HEADER = b"x-inferd-cache"
+"""How the response cache answered (hit, miss, coalesced), on responses of models with one."""
 ROUTE_KEY_MAX = 256
 """Characters of a route key that count (a longer one is cut, not refused)."""
 
@@ -106,6 +108,7 @@ class RequestRecorder:
             "status": status,
             "code": trace.error_code,
             "route": trace.route,
+            "cache": trace.cache,
             "queue_ms": round(trace.queue_s * 1000, 3),
             "preprocess_ms": round(trace.preprocess_s * 1000, 3),
             "inference_ms": round(trace.inference_s * 1000, 3),
@@ -157,7 +160,10 @@ class ObserveMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                message["headers"] = [*message.get("headers", []), server_timing(trace.started)]
+                headers = [*message.get("headers", []), server_timing(trace.started)]
+                if trace.cache is not None:
+                    headers.append((CACHE_HEADER, trace.cache.encode()))
+                message["headers"] = headers
             await send(message)
 
         try:
