@@ -5,12 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 
-if ! command -v promtool >/dev/null 2>&1; then  # validates deploy/prometheus rules
+# Debian packages the tests start or call: promtool (deploy/prometheus rules), redis-server (the
+# job queue's tests), chromium (the status page's tests)
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "promtool is needed for the alert-rule tests: install Debian's prometheus package" >&2
+    echo "the tests need Debian's ${missing[*]}: install them (apt-get install ${missing[*]})" >&2
   fi
 fi
 

@@ -63,6 +63,16 @@ FORBIDDEN = {
         "inferd.cli",
     ],
     "errors": ["inferd.", "fastapi", "starlette", "onnxruntime"],
+    "jobs": [
+        "inferd.engine",
+        "inferd.server",
+        "inferd.cli",
+        "inferd.batching",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+    ],
     "tasks": [
         "inferd.engine",
         "inferd.server",

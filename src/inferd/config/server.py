@@ -144,6 +144,46 @@ class ServerSettings(BaseModel):
         description="Comma-separated origins allowed by CORS (e.g. https://app.example.com); "
         "empty: CORS off.",
     )
+    jobs_redis_url: str | None = Field(
+        None,
+        description="Redis holding the job queue (`POST /v1/jobs`), e.g. redis://host:6379/0: "
+        "every inferd process given the same URL shares the jobs, and a process that stops "
+        "mid-job loses nothing. Unset: jobs are kept in this process only.",
+    )
+    jobs_redis_prefix: str = Field(
+        "inferd-jobs",
+        min_length=1,
+        description="The prefix of the job queue's Redis keys (one queue per prefix).",
+    )
+    jobs_max_queued: int = Field(
+        10000, ge=1, description="Jobs waiting and running at most; over it, 429 (code 4290)."
+    )
+    jobs_concurrency: int = Field(
+        1,
+        ge=1,
+        description="Jobs this process runs at once. Jobs run only while no interactive "
+        "request waits in a queue, at the runtimes' background priority.",
+    )
+    jobs_result_ttl_s: float = Field(
+        86400.0, gt=0, description="How long a finished job's answer is kept."
+    )
+    jobs_claim_after_s: float = Field(
+        30.0,
+        gt=0,
+        description="Redis: a job whose worker has not renewed its claim for this long (the "
+        "process died) is taken by another worker. Workers renew every third of it.",
+    )
+    jobs_max_attempts: int = Field(
+        3,
+        ge=1,
+        description="Times a job may be begun (its worker stopping mid-job each time) before "
+        "it is failed with 5000.",
+    )
+    jobs_callback_hosts: str = Field(
+        "",
+        description="Comma-separated hosts (or host:port) a job's callback_url may name; "
+        "empty: callbacks are off.",
+    )
     keep_alive_s: float = Field(5.0, gt=0, description="HTTP keep-alive timeout.")
     max_header_bytes: int = Field(
         65536,

@@ -384,6 +384,24 @@ class Metrics(Observer):
             ["model"],
             registry=r,
         )
+        self.jobs = Counter(
+            "inferd_jobs",
+            "Job runs by outcome: succeeded, failed (its route answered an error), requeued "
+            "(its route was shedding or draining)",
+            ["outcome"],
+            registry=r,
+        )
+        self.job_duration = Histogram(
+            "inferd_job_duration_seconds",
+            "Time a job ran in a worker",
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.jobs_waiting = Gauge(
+            "inferd_jobs_queued",
+            "Jobs waiting or running in the job queue (all processes sharing it)",
+            registry=r,
+        )
         self.rollout_decisions = Counter(
             "inferd_rollout_decisions",
             "Rollout decisions: start, advance, hold, promote, rollback, abort",
@@ -553,3 +571,11 @@ class Metrics(Observer):
 
     def on_drift(self, model: str, feature: str, psi: float) -> None:
         self.drift_psi.labels(self.model_label(model), feature).set(psi)
+
+    def on_job(self, outcome: str, seconds: float) -> None:
+        self.jobs.labels(outcome).inc()
+        if outcome != "requeued":
+            self.job_duration.observe(seconds)
+
+    def on_jobs_waiting(self, depth: int) -> None:
+        self.jobs_waiting.set(depth)

@@ -73,6 +73,12 @@ class Observer:
         """A shadowed request was compared (`agreement`: the window's mean so far), failed on
         the candidate, or was shed."""
 
+    def on_job(self, outcome: str, seconds: float) -> None:
+        """A job ended a run: succeeded, failed, or requeued (its route was shedding)."""
+
+    def on_jobs_waiting(self, depth: int) -> None:
+        """The job queue's depth (waiting and running, every process sharing it)."""
+
 
 def notify(method: Callable[..., object], *args: object) -> None:
     """Calls `method(*args)`; a failure is logged with its traceback, never raised."""
@@ -162,3 +168,11 @@ class Observers(Observer):
     def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
         for o in self.observers:
             notify(o.on_shadow, model, outcome, agreement)
+
+    def on_job(self, outcome: str, seconds: float) -> None:
+        for o in self.observers:
+            notify(o.on_job, outcome, seconds)
+
+    def on_jobs_waiting(self, depth: int) -> None:
+        for o in self.observers:
+            notify(o.on_jobs_waiting, depth)

@@ -18,9 +18,11 @@ from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.grpc_v2.server import start_grpc, stop_grpc
 from inferd.observability.metrics import Metrics
+from inferd.observability.observer import Observer
 from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.dataplane import DataPlane, data_route
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
+from inferd.server.job_service import Jobs
 from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.routes import (
@@ -33,6 +35,7 @@ from inferd.server.routes import (
     tasks,
     v2,
 )
+from inferd.server.routes import jobs as jobs_route
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         grpc_server = await start_grpc(settings, engine, metrics)
+        await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
         app.state.loading = loading
@@ -84,6 +88,7 @@ def create_app(
                 await asyncio.gather(loading, return_exceptions=True)
             if engine.accepting:  # not drained by a signal (e.g. an embedding app)
                 await engine.drain(settings.drain_timeout_s)
+            await jobs.stop()
             await stop_grpc(grpc_server)
             await engine.close()
             log.info("models closed")
@@ -101,12 +106,25 @@ def create_app(
         metrics.attach(engine)
     install_error_handlers(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    routers = (health, v2, tasks, generate, openai, completions, chat, metrics_route, repository)
+    routers = (
+        health,
+        v2,
+        tasks,
+        generate,
+        openai,
+        completions,
+        chat,
+        jobs_route,
+        metrics_route,
+        repository,
+    )
     for module in routers:
         app.include_router(module.router, responses=ERROR_RESPONSES)
     # added first, so innermost: every middleware below still applies to the data plane
     routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
+    jobs = Jobs(settings, engine, app, routes, app.exception_handlers, metrics or Observer())
+    app.state.jobs = jobs
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AuthMiddleware,

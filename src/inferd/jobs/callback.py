@@ -1,0 +1,85 @@
+"""Job callbacks: when a job finishes, its record is POSTed to the URL the client gave, if
+that URL's host is one the server allows (`jobs_callback_hosts`): a server must not be made
+to send requests wherever a client asks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from inferd.errors import InvalidInputError
+from inferd.jobs.record import Job
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 3
+FIRST_PAUSE_S = 1.0
+TIMEOUT_S = 10.0
+
+
+class Callbacks:
+    def __init__(self, allowed_hosts: Sequence[str]) -> None:
+        self.allowed_hosts = frozenset(h.strip().lower() for h in allowed_hosts if h.strip())
+        self._client: httpx.AsyncClient | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def check(self, url: str) -> None:
+        """4004 unless `url` is http(s) to an allowed host (host, or host:port)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInputError("callback_url must be an http or https URL")
+        if not self.allowed_hosts:
+            raise InvalidInputError("callbacks are off: the server allows no callback host")
+        host = parts.hostname.lower()
+        named = {host, f"{host}:{parts.port}"} if parts.port else {host}
+        if not named & self.allowed_hosts:
+            raise InvalidInputError(
+                f"callback host '{parts.netloc}' is not allowed; allowed: "
+                f"{sorted(self.allowed_hosts)}"
+            )
+
+    def send(self, url: str, job: Job) -> None:
+        """POSTs the job's record to `url` in the background (a few tries, then logged)."""
+        task = asyncio.get_running_loop().create_task(self._send(url, job))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, url: str, job: Job) -> None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False)
+        body = orjson.dumps(job.view())
+        headers = {"content-type": "application/json", "x-inferd-job-id": job.id}
+        pause = FIRST_PAUSE_S
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = await self._client.post(url, content=body, headers=headers)
+                if response.status_code < 500:
+                    if response.status_code >= 400:
+                        log.warning(
+                            "a job callback was refused",
+                            extra={"job_id": job.id, "status": response.status_code},
+                        )
+                    return
+                reason = f"status {response.status_code}"
+            except httpx.HTTPError as exc:
+                reason = type(exc).__name__
+            if attempt < ATTEMPTS:
+                await asyncio.sleep(pause)
+                pause *= 2
+        log.warning(
+            "a job callback failed",
+            extra={"job_id": job.id, "attempts": ATTEMPTS, "reason": reason},
+        )
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        if self._sending:
+            _, left = await asyncio.wait(self._sending, timeout=timeout_s)
+            for task in left:
+                task.cancel()
+        if self._client is not None:
+            await self._client.aclose()

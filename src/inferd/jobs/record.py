@@ -1,0 +1,94 @@
+"""A job as it is kept: what was asked, where it stands, and how it ended."""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass
+class Job:
+    route: str
+    """The inference route that runs it ("/embed", "/v2/models/m/infer", ...)."""
+    body: bytes
+    """The route's JSON body, as the client sent it."""
+    callback_url: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    state: JobState = JobState.QUEUED
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    """Times a worker began it (more than one: a worker stopped mid-job, another took it)."""
+    worker: str | None = None
+    """The worker that ran it last."""
+    status: int | None = None
+    """The HTTP status its route answered with."""
+    result: bytes | None = None
+    """The route's JSON answer (or its error body, when it failed)."""
+
+    @property
+    def done(self) -> bool:
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED)
+
+    def view(self) -> dict[str, Any]:
+        """What a client reads of it (`GET /v1/jobs/{id}`, and a callback's body)."""
+        shown: dict[str, Any] = {
+            "id": self.id,
+            "state": self.state.value,
+            "route": self.route,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "attempts": self.attempts,
+            "worker": self.worker,
+        }
+        if self.done:
+            shown["status_code"] = self.status
+            answer = orjson.loads(self.result) if self.result else None
+            shown["result" if self.state is JobState.SUCCEEDED else "error"] = answer
+        return shown
+
+    def to_fields(self) -> dict[str, bytes]:
+        """As flat byte fields (a Redis hash); None fields are left out."""
+        fields: dict[str, bytes] = {}
+        for name, value in asdict(self).items():
+            if value is None:
+                continue
+            fields[name] = value if isinstance(value, bytes) else str(value).encode()
+        return fields
+
+    @classmethod
+    def from_fields(cls, fields: dict[bytes, bytes]) -> Job:
+        text = {k.decode(): v for k, v in fields.items()}
+
+        def number(name: str) -> float | None:
+            return float(text[name]) if name in text else None
+
+        status = number("status")
+        return cls(
+            route=text["route"].decode(),
+            body=text["body"],
+            callback_url=text["callback_url"].decode() if "callback_url" in text else None,
+            id=text["id"].decode(),
+            state=JobState(text["state"].decode()),
+            created_at=float(text["created_at"]),
+            started_at=number("started_at"),
+            finished_at=number("finished_at"),
+            attempts=int(text.get("attempts", b"0")),
+            worker=text["worker"].decode() if "worker" in text else None,
+            status=int(status) if status is not None else None,
+            result=text.get("result"),
+        )

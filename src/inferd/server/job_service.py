@@ -1,0 +1,177 @@
+"""The server's side of asynchronous jobs (inferd.jobs): the store chosen by the settings, the
+worker of this process, and how a job's route runs here: through the data plane itself (the
+same parsing, validation, engine calls and error answers as a request on the wire), with a
+request made in memory. Authentication and the body limit were applied to `POST /v1/jobs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.config.server import ServerSettings
+from inferd.engine import Engine
+from inferd.errors import ErrorCode, InvalidInputError
+from inferd.jobs.callback import Callbacks
+from inferd.jobs.record import Job
+from inferd.jobs.store import JobStore, ProcessJobStore
+from inferd.jobs.worker import JobWorker
+from inferd.observability.observer import Observer
+from inferd.observability.trace import RequestTrace, tracing
+from inferd.server.dataplane import DataPlane
+from inferd.server.errors import error_response
+
+log = logging.getLogger(__name__)
+
+
+def open_store(settings: ServerSettings) -> JobStore:
+    if settings.jobs_redis_url is None:
+        return ProcessJobStore(settings.jobs_max_queued, settings.jobs_result_ttl_s)
+    try:
+        from inferd.jobs.redis_store import RedisJobStore
+    except ImportError as exc:
+        raise RuntimeError(
+            f"jobs_redis_url needs the redis extra: pip install 'inferd[redis]' ({exc})"
+        ) from exc
+    return RedisJobStore(
+        settings.jobs_redis_url,
+        settings.jobs_redis_prefix,
+        settings.jobs_max_queued,
+        settings.jobs_result_ttl_s,
+        settings.jobs_claim_after_s,
+    )
+
+
+class Jobs:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        engine: Engine,
+        app: ASGIApp,
+        routes: Sequence[Route],
+        handlers: Any,
+        observer: Observer,
+    ) -> None:
+        self._settings = settings
+        self._engine = engine
+        self._app = app
+        self._routes = list(routes)
+        self._plane = DataPlane(_no_route, self._routes, handlers)
+        self.store = open_store(settings)
+        hosts = [h for h in settings.jobs_callback_hosts.split(",") if h.strip()]
+        self.callbacks = Callbacks(hosts)
+        self.worker = JobWorker(
+            self.store,
+            self._run_route,
+            self._may_take,
+            observer,
+            settings.jobs_concurrency,
+            settings.jobs_max_attempts,
+            settings.jobs_claim_after_s / 3,
+            self.callbacks,
+        )
+
+    async def start(self) -> None:
+        await self.store.open()
+        if self.store.kind == "process":
+            log.warning(
+                "jobs are kept in this process only (no jobs_redis_url): a restart loses "
+                "queued jobs and other processes do not share them"
+            )
+        else:
+            log.info("jobs on Redis", extra={"prefix": self._settings.jobs_redis_prefix})
+        self.worker.start()
+
+    async def stop(self) -> None:
+        await self.worker.stop(self._settings.drain_timeout_s)
+        await self.store.close()
+
+    # -- the HTTP side -------------------------------------------------------------------
+
+    def check(self, route: str, body: dict[str, Any], callback_url: str | None) -> None:
+        """4004 for a job that could never run: a route that is no inference route, a
+        streaming body, a callback to a host the server does not allow."""
+        if not any(self._matches(r, route) for r in self._routes):
+            raise InvalidInputError(f"'{route}' is not an inference route a job can run")
+        if body.get("stream") is True:
+            raise InvalidInputError("a job cannot stream: its answer is read once it is done")
+        if callback_url is not None:
+            self.callbacks.check(callback_url)
+
+    async def submit(self, route: str, body: dict[str, Any], callback_url: str | None) -> Job:
+        self.check(route, body, callback_url)
+        job = Job(route=route, body=orjson.dumps(body), callback_url=callback_url)
+        await self.store.submit(job)
+        return job
+
+    @staticmethod
+    def _matches(route: Route, path: str) -> bool:
+        match, _ = route.matches({"type": "http", "path": path, "method": "POST"})
+        return match is Match.FULL
+
+    # -- the worker's side ---------------------------------------------------------------
+
+    def _may_take(self) -> bool:
+        engine = self._engine
+        if not engine.loader.done or engine.admission.draining or not engine.accepting:
+            return False
+        return not any(depth for _, _, depth in engine.queue_depths())
+
+    async def _run_route(self, route: str, body: bytes, job_id: str) -> tuple[int, bytes]:
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": route,
+            "raw_path": route.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "client": ("job", 0),
+            "server": ("inferd", 0),
+            "app": self._app,
+            "state": {"request_id": f"job-{job_id}"},
+        }
+        sent = False
+        never = asyncio.Event()
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await never.wait()  # a job's "client" never leaves
+            return {"type": "http.disconnect"}
+
+        status = 500
+        chunks: list[bytes] = []
+
+        async def send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        with tracing(RequestTrace(request_id=f"job-{job_id}")):
+            await self._plane(scope, receive, send)
+        return status, b"".join(chunks)
+
+
+async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
+    response: Response = error_response(
+        404, int(ErrorCode.NOT_FOUND), f"no inference route {scope['path']}", ""
+    )
+    await response(scope, receive, send)
