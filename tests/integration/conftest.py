@@ -5,7 +5,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
+from inferd.tools.demo import build_demo
 from tests.integration.server import RunningServer, start_server
 from tests.models import build_repository
 
@@ -27,3 +29,19 @@ def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def client(server: RunningServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def demo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = build_demo(tmp_path_factory.mktemp("demo") / "repo")
+    # a second embedding model over the same files, strict about length
+    strict = root / "minilm-strict" / "1"
+    strict.mkdir(parents=True)
+    for name in ("model.onnx", "tokenizer.json"):
+        (strict / name).symlink_to(root / "minilm" / "1" / name)
+    config = yaml.safe_load((root / "minilm" / "config.yaml").read_text())
+    config["tokenizer"] = {"max_tokens": 16, "truncate": False, "max_chars": 500}
+    config["max_texts_per_request"] = 8
+    config["rollout"] = {"route_key_field": "user"}
+    (root / "minilm-strict" / "config.yaml").write_text(yaml.safe_dump(config))
+    return root

@@ -20,8 +20,6 @@ from tests.integration.server import RunningServer, free_port, start_server
 from tests.models import affine_model, slow_model, write_config
 from tests.redis_server import redis_server
 
-pytestmark = pytest.mark.slow
-
 SLOW_WIDTH = 512
 LONG = 128
 """Rows of a job that runs about 3 s (0.1 s for one row) on one core of this machine."""

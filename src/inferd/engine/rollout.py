@@ -262,6 +262,18 @@ class Rollouts:
 
     # -- the admin's actions ---------------------------------------------------------------------
 
+    def split(self, model: str) -> dict[str, Any] | None:
+        """A running rollout's versions and the candidate's share (None when none runs)."""
+        rollout = self._rollouts.get(model)
+        if rollout is None or rollout.status not in ACTIVE:
+            return None
+        return {
+            "stable": rollout.stable,
+            "candidate": rollout.candidate,
+            "weight": rollout.weight,
+            "status": rollout.status.value,
+        }
+
     def status(self, model: str) -> dict[str, Any]:
         rollout = self._rollouts.get(model)
         if rollout is None:

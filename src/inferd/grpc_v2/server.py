@@ -17,6 +17,7 @@ from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.health import Health
 from inferd.grpc_v2.service import InferenceService
 from inferd.grpc_v2.wire import parse_infer_request, serialize_infer_response
+from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import Keys, read_keys
 from inferd.server.observe import RequestRecorder
@@ -32,7 +33,10 @@ def grpc_address(settings: ServerSettings) -> str:
 
 
 async def start_grpc(
-    settings: ServerSettings, engine: Engine, metrics: Metrics | None
+    settings: ServerSettings,
+    engine: Engine,
+    metrics: Metrics | None,
+    live: LiveWindow | None = None,
 ) -> grpc.aio.Server | None:
     """The started server; None when `grpc_port` is 0. Raises OSError when the port cannot
     be bound (another server holds it: gRPC's port reuse is off, so that is an error)."""
@@ -48,7 +52,7 @@ async def start_grpc(
     )
     keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
     recorder = RequestRecorder(
-        metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present
+        metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present, live
     )
     add_inference_service(
         InferenceService(engine, keys, recorder, settings.strict_readiness), server

@@ -17,6 +17,7 @@ from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.grpc_v2.server import start_grpc, stop_grpc
+from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.observer import Observer
 from inferd.server.auth import AuthMiddleware, read_keys
@@ -32,6 +33,7 @@ from inferd.server.routes import (
     health,
     openai,
     repository,
+    status,
     tasks,
     v2,
 )
@@ -75,7 +77,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        grpc_server = await start_grpc(settings, engine, metrics)
+        grpc_server = await start_grpc(settings, engine, metrics, live)
         await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
@@ -102,6 +104,8 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.metrics = metrics
+    live = LiveWindow()
+    app.state.live = live
     if metrics is not None:
         metrics.attach(engine)
     install_error_handlers(app)
@@ -115,6 +119,7 @@ def create_app(
         completions,
         chat,
         jobs_route,
+        status,
         metrics_route,
         repository,
     )
@@ -136,6 +141,7 @@ def create_app(
         metrics=metrics,
         sample_rate=settings.log_sample_rate,
         gpu_memory=metrics is not None and metrics.gpu_present,
+        live=live,
     )
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:  # off by default

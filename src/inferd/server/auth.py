@@ -2,7 +2,8 @@
 
 Keys come from files (one per line), never from command lines where `ps` would show them. Keys
 are compared in constant time. Probes stay open, so load balancers and Kubernetes need no key;
-/metrics stays open for the scraper. Without admin keys, admin routes are refused outright.
+/metrics stays open for the scraper, and the status page (`/`, `/v1/status`) with it: it shows
+what the metrics show. Without admin keys, admin routes are refused outright.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.errors import ConfigError, ErrorCode, ForbiddenError, InferdError, UnauthorizedError
 from inferd.server.errors import response_for
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics"})
+OPEN_PATHS = frozenset(
+    {"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics", "/", "/v1/status"}
+)
 ADMIN_PREFIXES = ("/v2/repository/models/",)
 
 

@@ -19,13 +19,16 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.observability.gpu import gpu_memory_mb
+from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.http_limits import received_at
 
 log = logging.getLogger("inferd.request")
 
-QUIET_PATHS = frozenset({"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics"})
+QUIET_PATHS = frozenset(
+    {"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics", "/", "/v1/status"}
+)
 
 
 PAYLOAD_LIMIT = 256
@@ -55,8 +58,15 @@ class RequestRecorder:
     inferd.grpc_v2): its count and latency in the metrics, its stages for a model's request,
     and its log line (errors always, successes sampled at `sample_rate`)."""
 
-    def __init__(self, metrics: Metrics | None, sample_rate: float, gpu_memory: bool) -> None:
+    def __init__(
+        self,
+        metrics: Metrics | None,
+        sample_rate: float,
+        gpu_memory: bool,
+        live: LiveWindow | None = None,
+    ) -> None:
         self.metrics = metrics
+        self.live = live
         self.sample_rate = sample_rate
         self.gpu_memory = gpu_memory
         self._random = random.Random()
@@ -75,6 +85,8 @@ class RequestRecorder:
         name it only there); `status`: the HTTP status (gRPC: the one its code maps to);
         `quiet`: a probe, counted and not logged."""
         try:
+            if self.live is not None and trace.model is not None:
+                self.live.record(trace.model, total_s, status >= 500)
             if self.metrics is not None:
                 # the metrics bound the model label to the repository's models
                 model = trace.model or path_model
@@ -136,9 +148,10 @@ class ObserveMiddleware:
         metrics: Metrics | None,
         sample_rate: float,
         gpu_memory: bool = False,
+        live: LiveWindow | None = None,
     ) -> None:
         self.app = app
-        self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory)
+        self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory, live)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -1,0 +1,131 @@
+"""The status page in a real browser (headless Debian chromium) against the demo: it loads
+with nothing from elsewhere, shows every model of the demo, and its charts move under load.
+The screenshot is kept as an artifact (`test-artifacts/status-page.png`, or under
+$INFERD_TEST_ARTIFACTS)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.chromium import Chromium
+from tests.integration.server import RunningServer, start_server
+from tests.text_corpus import sentences
+
+ARTIFACTS = Path(
+    os.environ.get("INFERD_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts")
+)
+
+
+@pytest.fixture(scope="module")
+def demo_server(
+    demo_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningServer, list[str]]]:
+    log = tmp_path_factory.mktemp("status-logs") / "server.log"
+    running = start_server(demo_repo, log)
+    models = sorted(p.name for p in demo_repo.iterdir() if (p / "config.yaml").is_file())
+    yield running, models
+    assert running.stop() == 0, running.log()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Chromium]:
+    chromium = Chromium(tmp_path / "profile")
+    yield chromium
+    chromium.close()
+
+
+def charts(browser: Chromium, model: str) -> dict[str, Any]:
+    """Each chart of a model's card: its last value and its lines' points."""
+    return browser.evaluate(
+        f"""(() => {{
+        const card = document.querySelector('[data-model="{model}"]');
+        if (!card) return null;
+        const out = {{}};
+        for (const plot of card.querySelectorAll('svg[data-series]')) {{
+            out[plot.dataset.series] = {{
+                last: Number(plot.dataset.last),
+                points: [...plot.querySelectorAll('polyline')].map(p => p.getAttribute('points')),
+            }};
+        }}
+        return out;
+    }})()"""
+    )
+
+
+def load(url: str, seconds: float) -> None:
+    texts = sentences(200)
+    stop = time.monotonic() + seconds
+
+    def client(offset: int) -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            i = offset
+            while time.monotonic() < stop:
+                c.post(
+                    "/embed", json={"model": "minilm", "texts": [texts[i % len(texts)]]}
+                ).raise_for_status()
+                c.post("/predict", json={"texts": [texts[(i * 7) % len(texts)]]}).raise_for_status()
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(n * 50,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_the_status_page_shows_every_model_and_its_charts_move_under_load(
+    demo_server: tuple[RunningServer, list[str]], browser: Chromium
+) -> None:
+    server, models = demo_server
+    page = httpx.get(server.url + "/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert " src=" not in page.text and "<link" not in page.text  # nothing loaded from elsewhere
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+    browser.open(server.url + "/")
+    deadline = time.monotonic() + 20
+    while True:
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('[data-model]')].map(e => e.dataset.model).sort()"
+        )
+        if shown == models:
+            break
+        assert time.monotonic() < deadline, f"the page shows {shown}, the demo has {models}"
+        time.sleep(0.2)
+    assert browser.evaluate("document.getElementById('ready').textContent") == "yes"
+    before = charts(browser, "minilm")
+    assert before["rps"]["last"] == 0
+
+    worker = threading.Thread(target=load, args=(server.url, 8.0))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            during = charts(browser, "minilm")
+            predicted = charts(browser, "sentiment")
+            moved = (
+                during["rps"]["last"] > 0
+                and predicted["rps"]["last"] > 0
+                and during["rps"]["points"] != before["rps"]["points"]
+                and during["latency"]["points"][1]  # p99 has points
+                and during["batch"]["last"] > 0  # batches ran between two polls
+            )
+            if moved:
+                break
+            assert time.monotonic() < deadline, (during, predicted)
+            time.sleep(0.5)
+    finally:
+        worker.join()
+    assert browser.evaluate("document.getElementById('error').textContent") == ""
+    fetched = browser.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert fetched and all(name.startswith(server.url + "/") for name in fetched), fetched
+    shot = browser.screenshot(ARTIFACTS / "status-page.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
