@@ -412,6 +412,11 @@ class DynamicBatcher:
         if not candidates:
             self._purge_done()
             return []
+        # background items (shadow traffic, jobs) never share a batch with, nor go before,
+        # the clients waiting: they run alone, when no client's item waits
+        foreground = [e for e in candidates if not e.background]
+        if foreground:
+            candidates = foreground
         max_rows = self.max_rows(asyncio.get_running_loop().time()) if self._layout.batched else 0
         chosen = select_batch(
             candidates,

@@ -21,8 +21,8 @@ import threading
 SERVING_NICENESS = 10
 """How much lower (Linux nice) the runtime threads serving clients run than the event loop."""
 BACKGROUND_NICENESS = 19
-"""The lowest: background runtime threads get a core only when serving threads leave it (a
-nice-19 thread gets about 1/7 of a core shared with a nice-10 one)."""
+"""The lowest, with SCHED_IDLE on Linux: background runtime threads get a core only when
+serving threads leave it."""
 
 _background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "inferd_background", default=False
@@ -47,7 +47,12 @@ def context(background_work: bool) -> contextvars.Context:
 
 def lower_thread(niceness: int) -> None:
     """Lowers the calling thread's priority to `niceness` (Linux; per thread). Elsewhere
-    setpriority would lower the whole process, so nothing is done."""
+    setpriority would lower the whole process, so nothing is done. The background level also
+    puts the thread in Linux's SCHED_IDLE class: it then runs only on a core nothing else
+    wants (a nice-19 thread alone still takes about 1/7 of a core from a serving one)."""
     if sys.platform == "linux":
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+        if niceness >= BACKGROUND_NICENESS:
+            with contextlib.suppress(OSError, AttributeError):
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

@@ -1,5 +1,5 @@
-"""Background work (shadow traffic) runs on the pool's lowest-priority threads; serving work,
-and a batch mixing both, on the serving threads."""
+"""Background work (shadow traffic, jobs) runs on the pool's lowest-priority threads, in
+batches of its own, after the serving items waiting; serving work on the serving threads."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ class NicenessRuntime:
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
+        self.runs: list[tuple[float, int, int]] = []
+        """(niceness, scheduling policy, rows) of each run, in order."""
 
     def run(
         self,
@@ -43,6 +45,7 @@ class NicenessRuntime:
     ) -> dict[str, Array]:
         self.gate.wait(5)
         nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        self.runs.append((nice, os.sched_getscheduler(0), int(feeds["x"].shape[0])))
         return {"y": np.full_like(feeds["x"], nice)}
 
     def close(self) -> None:
@@ -73,7 +76,8 @@ async def test_background_batches_run_on_the_lowest_threads() -> None:
         assert shadow == max(base, priority.BACKGROUND_NICENESS)
         assert priority.in_background() is False  # the mark stays in the task that set it
 
-        # a batch holding serving and background items runs at the serving priority
+        # serving and background items queued together: they never share a batch, and the
+        # serving item goes first; each runs at its own priority
         runtime.gate.clear()
         first = asyncio.create_task(niceness_of(batcher, background=False))
         await asyncio.sleep(0.05)  # the first batch is running, held by the gate
@@ -82,7 +86,16 @@ async def test_background_batches_run_on_the_lowest_threads() -> None:
         ]
         await asyncio.sleep(0.05)
         runtime.gate.set()
-        assert set(await asyncio.gather(first, *mixed)) == {serving}
+        runtime.runs.clear()
+        assert await asyncio.gather(first, *mixed) == [serving, shadow, serving, shadow]
+        # the held serving batch, the waiting serving item alone, then both background items
+        assert [(n, rows) for n, _, rows in runtime.runs] == [
+            (serving, 1),
+            (serving, 1),
+            (shadow, 2),
+        ]
+        background_policy = runtime.runs[-1][1]
+        assert background_policy == os.SCHED_IDLE  # only cores nothing else wants
     finally:
         await batcher.close()
         pool.close()

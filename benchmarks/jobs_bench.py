@@ -1,0 +1,147 @@
+"""Jobs fill idle capacity without slowing interactive traffic: interactive p50/p99 at half
+load, without and with a backlog of jobs draining.
+
+The demo's /embed (all-MiniLM-L6-v2, one text of 8-128 tokens a request) in an open loop
+(Poisson arrivals) at half the capacity measured first (a closed loop of 32 connections);
+rounds alternate between no jobs and a backlog of /embed jobs of 4 texts each, queued
+through `POST /v1/jobs` just before the round (more than the round can drain), on Redis
+Streams (Debian's redis-server on a free port). Reported: interactive p50/p99 each way
+(medians of the rounds), the change in p99, and the texts per second the jobs got through
+meanwhile (the capacity they took from idle time).
+
+    python benchmarks/jobs_bench.py           # writes the "jobs" section of RESULTS.md
+    python benchmarks/jobs_bench.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import Server, machine_description, publish
+from inferd.tools.demo import build_demo
+from overload_bench import closed_loop, open_loop, request_bytes, run_loop
+from tests.redis_server import redis_server
+from text_bench import make_texts
+
+JOB_TEXTS = 4
+
+
+def jobs_done(url: str) -> float:
+    total = 0.0
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("inferd_jobs_total{") and 'outcome="requeued"' not in line:
+            total += float(line.split()[-1])
+    return total
+
+
+def queued(url: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("inferd_jobs_queued "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def p50_p99(values: list[float]) -> tuple[float, float]:
+    p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
+    return float(p50), float(p99)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 6, 1
+    with tempfile.TemporaryDirectory(prefix="inferd-jobs-") as name:
+        tmp = Path(name)
+        repo = build_demo(tmp / "demo")
+        tokenizer = Tokenizer.from_file(str(repo / "minilm" / "1" / "tokenizer.json"))
+        tokenizer.no_padding()
+        texts = make_texts(tokenizer, 600)
+        with redis_server(tmp / "redis") as url:
+            server = Server(repo, "--jobs-redis-url", url)
+            try:
+                host, port = server.url.removeprefix("http://").split(":")
+                payloads = [
+                    request_bytes(host, orjson.dumps({"texts": [t]}), "/embed") for t in texts
+                ]
+                probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
+                capacity = sum(o.status == 200 for o in probe.outcomes) / 10
+                rate = capacity / 2
+                backlog = int(capacity / JOB_TEXTS * args.seconds)  # more than a round drains
+                results: dict[str, list[tuple[float, float]]] = {"no jobs": [], "jobs": []}
+                drained: list[float] = []
+                for _ in range(args.rounds):
+                    for mode in ("no jobs", "jobs"):
+                        submitted_from = jobs_done(server.url)
+                        if mode == "jobs":
+                            with httpx.Client(base_url=server.url, timeout=30) as client:
+                                for i in range(backlog):
+                                    group = [texts[(i * JOB_TEXTS + k) % 600] for k in range(4)]
+                                    body = {"route": "/embed", "body": {"texts": group}}
+                                    client.post("/v1/jobs", json=body).raise_for_status()
+                        before = jobs_done(server.url)
+                        tally = run_loop(
+                            open_loop(host, int(port), payloads, rate, args.seconds, 30)
+                        )
+                        finished = jobs_done(server.url) - before
+                        ok = [o.client_s for o in tally.outcomes if o.status == 200]
+                        assert len(ok) == len(tally.outcomes) and not tally.lost
+                        results[mode].append(p50_p99(ok))
+                        if mode == "jobs":
+                            drained.append(finished * JOB_TEXTS / args.seconds)
+                        print(mode, results[mode][-1], f"jobs finished {finished:.0f}", flush=True)
+                        deadline = time.monotonic() + 300
+                        expected = backlog if mode == "jobs" else 0
+                        while jobs_done(server.url) - submitted_from < expected:
+                            assert time.monotonic() < deadline, "the backlog did not drain"
+                            time.sleep(0.5)
+                        time.sleep(1)
+                        assert queued(server.url) == 0 or mode == "no jobs"
+            finally:
+                server.stop()
+
+    def med(mode: str, index: int) -> float:
+        return statistics.median(r[index] for r in results[mode])
+
+    change = med("jobs", 1) / med("no jobs", 1) - 1
+    command = ("python benchmarks/jobs_bench.py " + " ".join(sys.argv[1:])).strip()
+    lines = [
+        "## Jobs: interactive latency at half load while a job backlog drains",
+        "",
+        f"Machine: {machine_description()}.",
+        f"Interactive: /embed on the demo, one text a request, open loop at {rate:.0f} req/s "
+        f"(half the {capacity:.0f} req/s measured with 32 connections). Jobs: a backlog of "
+        f"{backlog} /embed jobs of {JOB_TEXTS} texts, queued on Redis Streams before each "
+        f"'jobs' round. {args.rounds} rounds of {args.seconds:g} s each way, medians; the "
+        "client shares the two cores.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| interactive traffic | p50 ms | p99 ms | jobs' texts/s meanwhile |",
+        "| --- | --- | --- | --- |",
+        f"| alone | {med('no jobs', 0):.1f} | {med('no jobs', 1):.1f} | |",
+        f"| with a job backlog draining | {med('jobs', 0):.1f} | {med('jobs', 1):.1f} "
+        f"({change:+.0%}) | {statistics.median(drained):.0f} |",
+    ]
+    publish("jobs", "\n".join(lines), args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
