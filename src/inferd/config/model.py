@@ -476,6 +476,13 @@ class ModelConfig(_Strict):
         "instances on given devices. Each batch goes to the instance that would finish it "
         "first (its measured speed and the work already given to it).",
     )
+    solo_threads: int | Literal["auto"] = Field(
+        0,
+        description="An extra CPU instance with this many intra-op threads (auto: the cores "
+        "this process may use) that takes a batch when it would run alone: no other batch "
+        "running or waiting. A lone request then has every core, while under load the "
+        "instances run side by side as configured. 0: none. CPU instances only.",
+    )
     runtime: RuntimeOptions = RuntimeOptions()
     version_policy: VersionPolicy = VersionPolicy()
     inputs: tuple[TensorOverride, ...] = Field(
@@ -527,6 +534,8 @@ class ModelConfig(_Strict):
             raise ValueError("default applies to task models (tensor models are always named)")
         if self.instance_groups and "instance_count" in self.model_fields_set:
             raise ValueError("give instance_count or instance_groups, not both")
+        if isinstance(self.solo_threads, int) and self.solo_threads < 0:
+            raise ValueError("solo_threads must be 0 (none), a thread count, or auto")
         return self
 
     @property

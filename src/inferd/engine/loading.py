@@ -14,7 +14,7 @@ from inferd.engine.decoder_parts import GenerationParts, load_generation, warm_u
 from inferd.engine.specs import apply_overrides, check_batch_axis
 from inferd.engine.text_pipeline import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
-from inferd.runtime.placement import placements
+from inferd.runtime.placement import placements, solo_placement
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Runtime, TensorSpec
 
@@ -43,9 +43,12 @@ def load_instances(
     started = time.perf_counter()
     instances: list[Runtime] = []
     placed = placements(config)
+    solo = solo_placement(config) if config.task != "text-generation" else None
     try:
         for placement in placed:
             instances.append(factory(placement.options))
+        if solo is not None:  # last: the pool knows it by its place
+            instances.append(factory(solo.options))
         first = instances[0]
         # a decoder's batch is the scheduler's (its scalar inputs have no batch axis)
         batched = config.max_batch_size > 0 and config.task != "text-generation"
@@ -64,7 +67,11 @@ def load_instances(
             if version_folder is None:
                 raise ValueError("a generation model needs its folder to find its tokenizer")
             generation = load_generation(config, inputs, outputs, version_folder, first.providers)
-        pool = InstancePool(instances, placed=[(p.name, p.kind) for p in placed])
+        pool = InstancePool(
+            instances,
+            placed=[(p.name, p.kind) for p in (*placed, *([solo] if solo else []))],
+            solo=solo is not None,
+        )
         if generation is not None:
             warm_up_decoder(pool, generation, config, config.warmup_batch_sizes)
         for size in () if generation is not None else config.warmup_batch_sizes:

@@ -59,18 +59,20 @@ class LeastCompletion:
         """`instances`: each one's (name, kind)."""
         self.loads = [InstanceLoad(name, kind) for name, kind in instances]
 
-    def choose(self, elements: int, now: float | None = None) -> int:
-        """The instance to give a batch of `elements` to (the caller then calls `given`)."""
-        if len(self.loads) == 1:
+    def choose(self, elements: int, now: float | None = None, among: int | None = None) -> int:
+        """The instance to give a batch of `elements` to (the caller then calls `given`);
+        `among`: only the first so many instances compete."""
+        loads = self.loads if among is None else self.loads[:among]
+        if len(loads) == 1:
             return 0
         now = time.perf_counter() if now is None else now
         measured = [
-            load.seconds_per_element for load in self.loads if load.seconds_per_element is not None
+            load.seconds_per_element for load in loads if load.seconds_per_element is not None
         ]
         # none measured yet: any one unit of time per element (the least queued work wins)
         fastest = min(measured, default=1.0)
         best, best_key = 0, (float("inf"), 0)
-        for index, load in enumerate(self.loads):
+        for index, load in enumerate(loads):
             speed = fastest if load.seconds_per_element is None else load.seconds_per_element
             finish = self._backlog_s(load, speed, now) + speed * elements
             key = (finish, load.batches)  # a tie goes to the one that ran less (to measure it)

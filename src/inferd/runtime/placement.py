@@ -4,6 +4,7 @@ runtime options its session is made with (providers, device, threads)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from inferd.config.model import InstanceGroup, ModelConfig, RuntimeOptions
@@ -57,6 +58,37 @@ def _devices(group: InstanceGroup, runtime: RuntimeOptions) -> list[tuple[str, R
         )
         for device in group.gpus or (0,)
     ]
+
+
+def solo_placement(config: ModelConfig, cores: int | None = None) -> Placement | None:
+    """The solo instance (`solo_threads`): a CPU session on `solo_threads` threads that takes
+    the batches that would run alone. None when not configured, or when it would have no more
+    threads than the instances it stands beside. ValueError beside GPU instances: a GPU
+    instance already has its device for each batch (the GPU form of this is more streams,
+    not more threads)."""
+    wanted = config.solo_threads
+    if wanted == 0:
+        return None
+    if wanted == "auto":
+        wanted = cores if cores is not None else available_cores()
+    placed = placements(config)
+    if any(p.kind == "gpu" or any(q in GPU_PROVIDERS for q in p.options.providers) for p in placed):
+        raise ValueError("solo_threads applies to CPU instances only")
+    narrow = max(p.options.intra_op_threads for p in placed)
+    if narrow != 0 and wanted <= narrow:
+        return None  # no wider than the instances: it would add nothing
+    options = config.runtime.model_copy(
+        update={"providers": (CPU_PROVIDER,), "intra_op_threads": wanted, "device_id": None}
+    )
+    return Placement("solo", "cpu", options)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def one_instance(config: ModelConfig) -> ModelConfig:

@@ -21,18 +21,26 @@ from inferd.runtime.protocol import Array, Feeds, Runtime
 
 class InstancePool:
     """Runs feeds on the instance expected to finish them first; `concurrency` batches may
-    run at once (one per instance)."""
+    run at once (one per instance).
+
+    With a solo instance (the last one, `solo`: a session on every core), a batch that would
+    run alone (no other batch running or given to an instance) runs there; any other batch
+    goes to the other instances by expected completion. Light traffic gets all the cores per
+    request, heavy traffic the instances side by side."""
 
     def __init__(
         self,
         instances: Sequence[Runtime],
         thread_name: str = "inferd-run",
         placed: Sequence[tuple[str, str]] | None = None,
+        solo: bool = False,
     ) -> None:
         """`placed`: each instance's (name, kind), for its statistics."""
-        if not instances:
-            raise ValueError("an instance pool needs at least one instance")
+        if len(instances) < (2 if solo else 1):
+            raise ValueError("an instance pool needs at least one instance besides its solo one")
         self._instances = list(instances)
+        self._solo = len(self._instances) - 1 if solo else None
+        self._narrow = len(self._instances) - (1 if solo else 0)
         self._thread_name = thread_name
         self._executor = self._threads(priority.SERVING_NICENESS, thread_name)
         self._background: ThreadPoolExecutor | None = None
@@ -68,7 +76,9 @@ class InstancePool:
 
     @property
     def concurrency(self) -> int:
-        return len(self._instances)
+        """Batches that may run at once: one per instance (the solo one takes a batch only
+        when no other runs, so it adds none)."""
+        return self._narrow
 
     @property
     def first(self) -> Runtime:
@@ -92,7 +102,7 @@ class InstancePool:
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
         elements = sum(int(array.size) for array in feeds.values())
-        index = self._dispatch.choose(elements)
+        index = self._choose(elements)
         self._dispatch.given(index, elements)
         ran_s, ok = 0.0, None
         try:
@@ -117,6 +127,16 @@ class InstancePool:
                     ran_s = time.perf_counter() - started
         finally:
             self._dispatch.finished(index, elements, ran_s, ok)
+
+    def _choose(self, elements: int) -> int:
+        solo = self._solo
+        if (
+            solo is not None
+            and not priority.in_background()  # its runtime's own threads are not lowered
+            and not any(load.queued_batches for load in self._dispatch.loads)
+        ):
+            return solo  # it would run alone: on every core
+        return self._dispatch.choose(elements, among=self._narrow)
 
     def run_sync(self, feeds: Feeds, into: Mapping[str, str] | None = None) -> dict[str, Array]:
         """Runs on every instance in turn (warm-up), on the calling thread."""

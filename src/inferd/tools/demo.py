@@ -80,6 +80,8 @@ def _minilm_config(max_tokens: int) -> dict[str, Any]:
         # on a machine with more cores
         "instance_count": 3,
         "runtime": {"intra_op_threads": 1},
+        # and a lone request (light traffic) runs on every core instead of one
+        "solo_threads": "auto",
         "dynamic_batching": {
             "max_queue_delay_ms": 2,
             "max_batch_tokens": 4096,

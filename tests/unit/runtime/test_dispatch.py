@@ -165,3 +165,59 @@ def test_expected_completion_counts_backlog_and_speed() -> None:
     fresh.finished(0, 1, 0.001)
     fresh.given(0, 5)
     assert fresh.choose(1, now=0.0) == 1
+
+
+def test_a_lone_batch_runs_on_the_solo_instance_and_a_crowd_on_the_others() -> None:
+    narrow = [SleepingRuntime(0.01), SleepingRuntime(0.01)]
+    solo = SleepingRuntime(0.005)  # all the cores: faster alone
+    pool = InstancePool(
+        [*narrow, solo],
+        placed=[("instance-0", "auto"), ("instance-1", "auto"), ("solo", "cpu")],
+        solo=True,
+    )
+    try:
+        assert pool.concurrency == 2  # the solo instance adds no concurrency
+
+        async def one_at_a_time() -> None:
+            for _ in range(5):
+                await pool.run(_feeds())
+
+        asyncio.run(one_at_a_time())
+        assert (solo.batches, narrow[0].batches, narrow[1].batches) == (5, 0, 0)
+
+        async def together() -> None:  # two at once: one alone first, then one beside it
+            await asyncio.gather(pool.run(_feeds()), pool.run(_feeds()))
+
+        asyncio.run(together())
+        assert solo.batches == 6 and narrow[0].batches + narrow[1].batches == 1
+        loads = {load.name: load.batches for load in pool.loads}
+        assert loads == {
+            "instance-0": narrow[0].batches,
+            "instance-1": narrow[1].batches,
+            "solo": 6,
+        }
+    finally:
+        pool.close()
+
+
+def test_the_solo_instance_is_placed_for_cpu_instances_only() -> None:
+    from inferd.config.model import ModelConfig
+    from inferd.runtime.placement import solo_placement
+
+    wide = solo_placement(
+        ModelConfig(instance_count=3, runtime={"intra_op_threads": 1}, solo_threads="auto"),
+        cores=8,
+    )
+    assert wide is not None and wide.options.intra_op_threads == 8 and wide.kind == "cpu"
+    assert solo_placement(ModelConfig(solo_threads=0)) is None
+    # no wider than its instances: it would add nothing
+    assert (
+        solo_placement(ModelConfig(runtime={"intra_op_threads": 4}, solo_threads=4), cores=4)
+        is None
+    )
+    with pytest.raises(ValueError, match="CPU instances only"):
+        solo_placement(
+            ModelConfig(instance_groups=[{"kind": "gpu", "count": 1}], solo_threads=2), cores=4
+        )
+    with pytest.raises(ValueError, match="solo_threads"):
+        ModelConfig(solo_threads=-1)
