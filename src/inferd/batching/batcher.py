@@ -160,6 +160,8 @@ class DynamicBatcher:
         self._queued_rows = 0
         self._purged_at = 0.0
         self._running = 0
+        self._background_running = 0
+        """Running batches made only of background items (they may not take every runtime)."""
         self._accepting = False
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -368,6 +370,9 @@ class DynamicBatcher:
             batch = self._form_batch()
             if batch:
                 self._launch(batch)
+            else:  # only background items, and no runtime they may take: wait for a change
+                self._wakeup.clear()
+                await self._wakeup.wait()
 
     def _dispatch_wait(self, now: float) -> float:
         """Seconds to wait before dispatching; 0 to dispatch now."""
@@ -417,6 +422,8 @@ class DynamicBatcher:
         foreground = [e for e in candidates if not e.background]
         if foreground:
             candidates = foreground
+        elif self._background_running >= max(1, self._settings.concurrency - 1):
+            return []  # one runtime stays free for the next client's batch
         max_rows = self.max_rows(asyncio.get_running_loop().time()) if self._layout.batched else 0
         chosen = select_batch(
             candidates,
@@ -435,12 +442,14 @@ class DynamicBatcher:
         """Runs the batch in its own task: as background work when all its items are (on
         the runtime's background threads), else at the serving priority."""
         self._running += 1
-        marked = priority.context(all(e.background for e in batch))
-        task = asyncio.get_running_loop().create_task(self._run(batch), context=marked)
+        background = all(e.background for e in batch)
+        self._background_running += background
+        marked = priority.context(background)
+        task = asyncio.get_running_loop().create_task(self._run(batch, background), context=marked)
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 
-    async def _run(self, batch: Sequence[_Entry]) -> None:
+    async def _run(self, batch: Sequence[_Entry], background: bool) -> None:
         try:
             await self._execute(list(batch))
         except asyncio.CancelledError:
@@ -449,6 +458,7 @@ class DynamicBatcher:
             raise
         finally:
             self._running -= 1
+            self._background_running -= background
             self._wakeup.set()
 
     async def _execute(self, batch: list[_Entry]) -> None:

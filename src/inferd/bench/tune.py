@@ -1,8 +1,9 @@
 """Tuning mode: sweep a model's batching settings (a grid of max_batch_size,
-dynamic_batching.max_queue_delay_ms, instance_count, or any other setting) against a p99
-latency budget, each setting served fresh on a temporary copy of the model, each sweep stopped
-at its knee as model_analyzer does; the recommendation is the setting with the highest
-throughput within the budget."""
+dynamic_batching.max_queue_delay_ms, instance_count, solo_threads or any other setting) against
+a p99 latency budget, each setting served fresh on a temporary copy of the model, each sweep
+stopped at its knee as model_analyzer does; the recommendation is the setting with the highest
+throughput within the budget, and among those within 5% of it, the fastest for a lone
+request."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ DEFAULT_GRID: dict[str, list[Any]] = {
     "max_batch_size": [1, 8, 32],
     "dynamic_batching.max_queue_delay_ms": [1, 5],
 }
+
+
+THROUGHPUT_TIE = 0.05
+"""Settings whose throughput in the budget is within this share of the best count as tied."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,21 @@ def tune(
 
 
 def recommend(trials: Sequence[Trial]) -> Trial | None:
-    fitting = [t for t in trials if t.best is not None]
-    return max(fitting, key=lambda t: t.best.requests_per_s if t.best else 0.0, default=None)
+    """The most throughput within the budget; among settings within THROUGHPUT_TIE of it (as
+    good under load, within a sweep's noise), the one that answers a lone request fastest
+    (p50 at the lowest level): light traffic counts too (`solo_threads` wins there)."""
+    fitting = [(t, t.best) for t in trials if t.best is not None]
+    if not fitting:
+        return None
+    top = max(best.requests_per_s for _, best in fitting)
+    close = [t for t, best in fitting if best.requests_per_s >= top * (1 - THROUGHPUT_TIE)]
+    return min(close, key=lambda t: (_lone_p50_ms(t), -(t.best.requests_per_s if t.best else 0)))
+
+
+def _lone_p50_ms(trial: Trial) -> float:
+    answered = [s for s in trial.steps if s.ok]
+    lowest = min(answered, key=lambda s: s.level, default=None)
+    return lowest.p50_ms if lowest is not None else float("inf")
 
 
 def print_trials(console: Console, trials: Sequence[Trial], budget_ms: float) -> None:

@@ -413,7 +413,8 @@ class RolloutConfig(_Strict):
         description="Rolled back when shadowed answers agree less than this on average (top "
         "label for classifiers, cosine for embeddings, tokens equal at each position for "
         "greedy generations, all outputs within `tensor_tolerance` for tensors); judged once "
-        "a window has `min_requests` comparisons.",
+        "a window has `min_requests` comparisons. With shadow_percent on, a step that still "
+        "sends traffic to the stable version holds until it has that many.",
     )
     tensor_tolerance: float = Field(
         1e-3, ge=0, description="Largest difference of two tensor answers that still agree."

@@ -161,8 +161,8 @@ class ServerSettings(BaseModel):
     jobs_concurrency: int = Field(
         1,
         ge=1,
-        description="Jobs this process runs at once. Jobs run only while no interactive "
-        "request waits in a queue, at the runtimes' background priority.",
+        description="Jobs this process runs at once. A job starts only while no interactive "
+        "request waits in a queue, and runs at the runtimes' background priority.",
     )
     jobs_result_ttl_s: float = Field(
         86400.0, gt=0, description="How long a finished job's answer is kept."

@@ -445,6 +445,22 @@ class Rollouts:
         if failure is not None:
             await self._end(rollout, Status.ROLLED_BACK, "rollback", failure)
             return
+        if (
+            config.shadow_percent > 0
+            and rollout.weight < 1
+            and agreement.compared < config.min_requests
+        ):
+            # asked to judge agreement, and the stable version still takes traffic to mirror:
+            # a step does not pass on no evidence (shadows are shed while queues are busy)
+            if rollout.status is not Status.HOLDING:
+                rollout.status = Status.HOLDING
+                self._decide(
+                    rollout,
+                    "hold",
+                    f"not enough shadowed requests to judge agreement: {agreement.compared} "
+                    f"compared in {elapsed:.0f} s, {config.min_requests} needed",
+                )
+            return
         if rollout.step + 1 >= len(rollout.steps):
             await self._promote(rollout, "every step passed")
             return

@@ -23,9 +23,10 @@ class InstancePool:
     """Runs feeds on the instance expected to finish them first; `concurrency` batches may
     run at once (one per instance).
 
-    With a solo instance (the last one, `solo`: a session on every core), a batch that would
-    run alone (no other batch running or given to an instance) runs there; any other batch
-    goes to the other instances by expected completion. Light traffic gets all the cores per
+    With a solo instance (the last one, `solo`: a session on every core), a serving batch that
+    would run alone (no other serving batch running or given to an instance; background work
+    runs only on cores nothing else wants) runs there; any other batch goes to the other
+    instances by expected completion. Light traffic gets all the cores per
     request, heavy traffic the instances side by side."""
 
     def __init__(
@@ -41,6 +42,8 @@ class InstancePool:
         self._instances = list(instances)
         self._solo = len(self._instances) - 1 if solo else None
         self._narrow = len(self._instances) - (1 if solo else 0)
+        self._serving = 0
+        """Serving (not background) batches given to an instance and not finished."""
         self._thread_name = thread_name
         self._executor = self._threads(priority.SERVING_NICENESS, thread_name)
         self._background: ThreadPoolExecutor | None = None
@@ -102,8 +105,11 @@ class InstancePool:
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
         elements = sum(int(array.size) for array in feeds.values())
-        index = self._choose(elements)
+        background = priority.in_background()
+        index = self._choose(elements, background)
         self._dispatch.given(index, elements)
+        if not background:
+            self._serving += 1
         ran_s, ok = 0.0, None
         try:
             async with self._instance_turns()[index]:  # (FIFO: batches run in the order given)
@@ -127,13 +133,16 @@ class InstancePool:
                     ran_s = time.perf_counter() - started
         finally:
             self._dispatch.finished(index, elements, ran_s, ok)
+            if not background:
+                self._serving -= 1
 
-    def _choose(self, elements: int) -> int:
+    def _choose(self, elements: int, background: bool) -> int:
         solo = self._solo
         if (
             solo is not None
-            and not priority.in_background()  # its runtime's own threads are not lowered
-            and not any(load.queued_batches for load in self._dispatch.loads)
+            and not background  # its runtime's own threads are not lowered
+            and self._serving == 0  # background batches run only on cores left idle
+            and not self._dispatch.loads[solo].queued_batches
         ):
             return solo  # it would run alone: on every core
         return self._dispatch.choose(elements, among=self._narrow)

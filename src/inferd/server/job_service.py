@@ -119,6 +119,9 @@ class Jobs:
     # -- the worker's side ---------------------------------------------------------------
 
     def _may_take(self) -> bool:
+        """Ready, not draining, and no client's request waiting in a queue. (Waiting also
+        for no request in flight at all took a third fewer jobs through at half load for no
+        better client p99: benchmarks/jobs_bench.py.)"""
         engine = self._engine
         if not engine.loader.done or engine.admission.draining or not engine.accepting:
             return False

@@ -99,3 +99,38 @@ async def test_background_batches_run_on_the_lowest_threads() -> None:
     finally:
         await batcher.close()
         pool.close()
+
+
+async def test_background_batches_leave_a_runtime_free_for_clients() -> None:
+    started: list[bool] = []  # each run as it starts: background or not
+    gate = threading.Event()
+
+    class Recording(NicenessRuntime):
+        def run(
+            self,
+            feeds: Feeds,
+            output_names: Sequence[str] | None = None,
+            into: Mapping[str, str] | None = None,
+        ) -> dict[str, Array]:
+            started.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) >= 19)
+            gate.wait(5)
+            return {"y": feeds["x"]}
+
+    pool = InstancePool([Recording(), Recording(), Recording()])
+    layout = build_layout([X], [Y], {}, batched=True)
+    batcher = DynamicBatcher(layout, batcher_settings(1, concurrency=3), pool.run)
+    batcher.start()
+    try:
+        jobs = [asyncio.create_task(niceness_of(batcher, background=True)) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        assert started == [True, True]  # two of three runtimes; the third stays free
+        client = asyncio.create_task(niceness_of(batcher, background=False))
+        await asyncio.sleep(0.05)
+        assert started == [True, True, False]  # the client's batch ran at once
+        gate.set()
+        await asyncio.gather(client, *jobs)
+        assert started.count(True) == 4
+    finally:
+        gate.set()
+        await batcher.close()
+        pool.close()

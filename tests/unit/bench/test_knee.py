@@ -85,3 +85,29 @@ def test_settings_are_yaml_values_under_dotted_keys() -> None:
     }
     with pytest.raises(ValueError):
         parse_setting("novalue")
+
+
+def _trial(settings: dict[str, object], rates: list[float], p50s: list[float]) -> object:
+    from inferd.bench.steps import Step
+    from inferd.bench.tune import Trial
+
+    steps = [
+        Step(
+            mode="closed", level=level, requests=100, ok=100, elapsed_s=1.0,
+            requests_per_s=rate, items_per_s=rate, p50_ms=p50, p90_ms=p50, p95_ms=p50,
+            p99_ms=p50 * 2, max_ms=p50 * 3, errors={}, dropped=0, server=None,
+        )
+        for level, rate, p50 in zip([1, 4, 16], rates, p50s, strict=True)
+    ]  # fmt: skip
+    return Trial(settings, steps, max(steps, key=lambda s: s.requests_per_s))
+
+
+def test_tune_prefers_the_faster_lone_request_when_throughput_ties() -> None:
+    from inferd.bench.tune import recommend
+
+    narrow = _trial({"solo_threads": 0}, [60, 130, 160], [16, 30, 90])
+    solo = _trial({"solo_threads": "auto"}, [85, 128, 157], [11, 31, 92])  # -2%: a tie
+    small = _trial({"max_batch_size": 1}, [86, 100, 110], [10, 40, 140])  # much less at load
+    assert recommend([narrow, solo, small]) is solo  # type: ignore[list-item]
+    faster = _trial({"instance_count": 4}, [55, 140, 180], [18, 28, 80])  # +15%: not a tie
+    assert recommend([narrow, solo, faster]) is faster  # type: ignore[list-item]

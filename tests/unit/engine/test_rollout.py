@@ -80,3 +80,28 @@ async def test_a_promotion_outlives_a_restart_with_a_pinned_policy(tmp_path: Pat
     assert sorted(again.registry.versions_map("affine")) == [2]
     assert again.registry.resolve("affine").version == 2
     await again.close()
+
+
+async def test_a_step_asked_to_judge_agreement_holds_without_comparisons(tmp_path: Path) -> None:
+    engine = await rollout_engine(
+        tmp_path,
+        {
+            "steps": [50, 100],
+            "analysis_window_s": 0.2,
+            "min_requests": 5,
+            "shadow_percent": 100,
+            "max_latency_ratio": 1000,
+        },
+    )
+    rollouts = engine.rollouts
+    for _ in range(20):  # candidate traffic enough to judge, but no shadow compared
+        rollouts.record("affine", 2, False, 0.001, 0.0, "canary")
+        rollouts.record("affine", 1, False, 0.001, 0.0, "stable")
+    for _ in range(40):
+        await asyncio.sleep(0.05)
+        if rollouts.status("affine")["status"] != "running":
+            break
+    state = rollouts.status("affine")
+    assert state["status"] == "holding", state["decisions"]
+    assert "not enough shadowed requests to judge agreement: 0 compared" in state["reason"]
+    await engine.close()
