@@ -422,8 +422,13 @@ class DynamicBatcher:
         foreground = [e for e in candidates if not e.background]
         if foreground:
             candidates = foreground
+        elif self._running > self._background_running:
+            return []  # a client's batch runs: background work waits for idle runtimes
         elif self._background_running >= max(1, self._settings.concurrency - 1):
             return []  # one runtime stays free for the next client's batch
+        else:
+            # one item at a time: a client arriving meanwhile shares the cores with little
+            candidates = candidates[:1]
         max_rows = self.max_rows(asyncio.get_running_loop().time()) if self._layout.batched else 0
         chosen = select_batch(
             candidates,

@@ -88,11 +88,12 @@ async def test_background_batches_run_on_the_lowest_threads() -> None:
         runtime.gate.set()
         runtime.runs.clear()
         assert await asyncio.gather(first, *mixed) == [serving, shadow, serving, shadow]
-        # the held serving batch, the waiting serving item alone, then both background items
+        # the held serving batch, the waiting serving item, then each background item alone
         assert [(n, rows) for n, _, rows in runtime.runs] == [
             (serving, 1),
             (serving, 1),
-            (shadow, 2),
+            (shadow, 1),
+            (shadow, 1),
         ]
         background_policy = runtime.runs[-1][1]
         assert background_policy == os.SCHED_IDLE  # only cores nothing else wants
