@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import redis
 
 from tests.integration.server import RunningServer, free_port, start_server
 from tests.models import affine_model, slow_model, write_config
@@ -99,6 +100,16 @@ def wait_state(url: str, job_id: str, state: str, timeout_s: float = 30) -> dict
             return job
         assert time.monotonic() < deadline, job
         time.sleep(0.02)
+
+
+def state_in_redis(redis_url: str, job_id: str) -> str:
+    """The job's state as Redis holds it (no server needed)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        state = client.hget(f"{{survive}}:job:{job_id}", "state")
+    finally:
+        client.close()
+    return state.decode() if isinstance(state, bytes) else str(state)
 
 
 def jobs_counted(url: str, outcome: str) -> float:
@@ -203,9 +214,10 @@ def test_a_job_survives_killing_its_worker_process(
         job_id = submit(first.url, "/v2/models/slow/infer", slow_body(LONG))
         started = wait_state(first.url, job_id, "running")
         assert started["worker"].split("-")[-2] == str(first.process.pid)
-        second = serve(repo, tmp_path, redis_url, "survive", *args)
         first.process.kill()  # mid-job: no drain, no goodbye
         first.process.wait(10)
+        assert state_in_redis(redis_url, job_id) == "running"  # it never finished
+        second = serve(repo, tmp_path, redis_url, "survive", *args)
         job = wait_done(second.url, job_id, timeout_s=60)
         assert job["state"] == "succeeded" and job["attempts"] == 2, job
         assert job["worker"].split("-")[-2] == str(second.process.pid)
