@@ -26,8 +26,8 @@ class InstancePool:
     With a solo instance (the last one, `solo`: a session on every core), a serving batch that
     would run alone (no other serving batch running or given to an instance; background work
     runs only on cores nothing else wants) runs there; any other batch goes to the other
-    instances by expected completion. Light traffic gets all the cores per
-    request, heavy traffic the instances side by side."""
+    instances by expected completion. Light traffic gets all the cores per request, heavy
+    traffic the instances side by side."""
 
     def __init__(
         self,
