@@ -260,7 +260,9 @@ def test_gpt2_optimize_keeps_parity_and_reports_node_counts(
     tmp_path: Path, tiny_gpt2: Path
 ) -> None:
     assert export(tmp_path, "gpt", str(tiny_gpt2)) == 0
-    assert main(["optimize", "--repo", str(tmp_path), "--model", "gpt"]) == 0
+    # --force: on a model this small the fused graph's speed is within the machine's noise
+    # (0.92x to 1.1x a pass), and whether it is worth writing is not what this test checks
+    assert main(["optimize", "--repo", str(tmp_path), "--model", "gpt", "--force"]) == 0
     result = report(tmp_path, "gpt", "optimize-2.json")
     assert result["parity"]["ok"]
     assert result["nodes_after"] < result["nodes_before"]
