@@ -93,7 +93,7 @@ def main() -> int:
         texts, share = workload(base, 40_000)
         host = "127.0.0.1"
         payloads = [request_bytes(host, orjson.dumps({"texts": [t]}), "/embed") for t in texts]
-        raw, raw_batch = raw_best(
+        raw, raw_batch, _ = raw_best(
             repo / "minilm" / "1" / "model.onnx",
             repo / "minilm" / "1" / "tokenizer.json",
             texts[:2000],
