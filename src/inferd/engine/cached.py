@@ -13,6 +13,7 @@ request's trace says how it was answered (`cache`: hit, miss or coalesced).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,6 +34,8 @@ Answer = dict[str, Array] | Embeddings | Classified
 LookupHook = Callable[[str, float], None]
 """Told of every lookup: how it was answered (hit, miss, coalesced) and how long it took."""
 
+OFF_LOOP_BYTES = 1 << 20
+"""Inputs larger than this are hashed on a worker thread (a 64 MB tensor takes tens of ms)."""
 PREDICTION_BYTES = 128
 """What one prediction's labels and scores hold, about, beside its probabilities."""
 
@@ -83,7 +86,11 @@ class CachedServable(Servable):
         deadline: float | None,
         max_rows_per_request: int,
     ) -> dict[str, Array]:
-        key = _digest(b"infer", _feeds_bytes(feeds), *_texts_bytes(output_names or ()))
+        if sum(int(np.asarray(a).nbytes) for a in feeds.values()) > OFF_LOOP_BYTES:
+            hashed = await asyncio.to_thread(_feeds_bytes, feeds)  # the loop keeps serving
+        else:
+            hashed = _feeds_bytes(feeds)
+        key = _digest(b"infer", hashed, *_texts_bytes(output_names or ()))
         outputs, _ = await self._cached(
             key,
             lambda: self.inner.infer(feeds, output_names, deadline, max_rows_per_request),
@@ -101,8 +108,7 @@ class CachedServable(Servable):
         )
         assert isinstance(answer, Embeddings)
         if how != MISS:
-            self._traced_hit(texts, answer.token_counts)
-            self.inner.report_texts(answer.token_counts)
+            self._served_hit(texts, answer.token_counts)
         return answer
 
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
@@ -112,13 +118,9 @@ class CachedServable(Servable):
         )
         assert isinstance(answer, Classified)
         if how != MISS:
-            self._traced_hit(texts, answer.token_counts)
-            predictions = answer.predictions
-            self.inner.report_texts(
-                answer.token_counts,
-                [p.labels[0] for p in predictions],
-                [p.scores[0] for p in predictions],
-            )
+            top = answer.predictions
+            labels, scores = [p.labels[0] for p in top], [p.scores[0] for p in top]
+            self._served_hit(texts, answer.token_counts, labels, scores)
         return answer
 
     async def generate(self, prompt: str | Messages, sampling: SamplingRequest) -> Seq:
@@ -139,11 +141,18 @@ class CachedServable(Servable):
         self._on_lookup(how, time.perf_counter() - started)
         return answer, how
 
-    @staticmethod
-    def _traced_hit(texts: Sequence[str], token_counts: Sequence[int]) -> None:
+    def _served_hit(
+        self,
+        texts: Sequence[str],
+        token_counts: Sequence[int],
+        labels: Sequence[str] | None = None,
+        scores: Sequence[float] | None = None,
+    ) -> None:
+        """What the servable itself does for texts it ran: the trace's counts, the observer."""
         trace = current_trace()
         trace.items = len(texts)
         trace.input_length = sum(token_counts)
+        self.inner.report_texts(token_counts, labels, scores)
 
     # -- life ----------------------------------------------------------------------------
 
