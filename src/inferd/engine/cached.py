@@ -102,7 +102,7 @@ class CachedServable(Servable):
     async def embed(
         self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
     ) -> Embeddings:
-        key = _digest(b"embed", str(dimensions).encode(), *_texts_bytes(texts))
+        key = await _text_key(b"embed", str(dimensions).encode(), texts)
         answer, how = await self._cached(
             key, lambda: self.inner.embed(texts, deadline, dimensions), deadline
         )
@@ -112,7 +112,7 @@ class CachedServable(Servable):
         return answer
 
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
-        key = _digest(b"classify", str(k).encode(), *_texts_bytes(texts))
+        key = await _text_key(b"classify", str(k).encode(), texts)
         answer, how = await self._cached(
             key, lambda: self.inner.classify(texts, k, deadline), deadline
         )
@@ -204,6 +204,14 @@ def _freeze(answer: Answer) -> None:
     for array in arrays:
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
+
+
+async def _text_key(verb: bytes, parameter: bytes, texts: Sequence[str]) -> bytes:
+    """The key of a text request; large texts (a hostile 100k-character batch) are hashed on
+    a worker thread, so the event loop keeps answering."""
+    if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(lambda: _digest(verb, parameter, *_texts_bytes(texts)))
+    return _digest(verb, parameter, *_texts_bytes(texts))
 
 
 def _digest(*parts: bytes) -> bytes:
