@@ -63,6 +63,8 @@ class FakeDecoder:
     def __init__(self) -> None:
         self.steps = 0
         self.rows: list[int] = []
+        self.now_steps = 0
+        """Steps run through `now` (on the caller's thread)."""
 
     async def __call__(
         self,
@@ -73,6 +75,18 @@ class FakeDecoder:
         self.steps += 1
         self.rows.append(int(feeds["input_ids"].shape[0]))
         await asyncio.sleep(0)  # a real step runs on a worker thread: the loop moves on
+        return step(feeds)
+
+    def now(
+        self,
+        feeds: dict[str, Array],
+        output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array] | None:
+        """The scheduler's `run_now`: the step on the calling thread."""
+        self.steps += 1
+        self.now_steps += 1
+        self.rows.append(int(feeds["input_ids"].shape[0]))
         return step(feeds)
 
 

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from inferd.cli.main import main
+from inferd.generation.sampling import top_candidates
 from tests import prep_modules
 
 
@@ -176,7 +177,11 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     names = [i.name for i in session.get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
     assert names[3:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
-    assert [o.name for o in session.get_outputs()][:2] == ["logits", "present.0.key"]
+    presents = [f"present.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    # the last position's best candidates, ranked in the graph (inferd.prep.ranked_logits)
+    outputs = [o.name for o in session.get_outputs()]
+    assert outputs == ["logits", *presents, "top_logits", "top_ids"]
+    assert report(tmp_path, "gpt", "export-1.json")["ranked_rows_wrong"] == 0
     config = yaml.safe_load((tmp_path / "gpt" / "config.yaml").read_text())
     assert config["task"] == "text-generation"
     assert config["generation"] == {"context_length": 64, "eos_token_id": 0}
@@ -201,7 +206,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
             **empty,
         },
     )
-    past = dict(zip(names[3:], first[1:], strict=True))
+    past = dict(zip(names[3:], first[1:5], strict=True))
     step = session.run(
         None,
         {
@@ -212,6 +217,9 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
         },
     )
     np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
+    values, ids = top_candidates(step[0][:, -1], 64)
+    np.testing.assert_array_equal(step[6], ids)
+    np.testing.assert_array_equal(step[5], values)
 
 
 def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export(

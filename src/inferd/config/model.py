@@ -334,6 +334,14 @@ class GenerationConfig(_Strict):
     prefill_chunk: int = Field(
         4, ge=1, description="Most waiting requests admitted (prefilled) at one decode step."
     )
+    inline_step_ms: float = Field(
+        2.0,
+        ge=0,
+        description="Decode steps that take less than this (a small model's) run on the event "
+        "loop's own thread, between its other work, instead of being handed to a runtime "
+        "thread and back: the handoff would cost a quarter of such a step. Other requests then "
+        "wait at most one step. 0: every step on a runtime thread.",
+    )
     scheduling: Literal["continuous", "static"] = Field(
         "continuous",
         description="continuous: requests join and leave the running batch at every step; "

@@ -48,6 +48,7 @@ class GeneratorServable(Servable):
             model=ctx.model,
             version=str(ctx.version),
             observer=ctx.observer,
+            run_now=loaded.pool.run_now,
         )
         self._scheduler.start()
 

@@ -466,11 +466,13 @@ class Rollouts:
             return
         rollout.step += 1
         rollout.status = Status.RUNNING
-        passed = candidate.facts()
-        self._reset_windows(rollout)
+        # recorded with the evidence the step passed on, then the next step starts afresh
         self._decide(
-            rollout, "advance", f"step passed ({passed}); candidate at {rollout.weight:.0%}"
+            rollout,
+            "advance",
+            f"step passed ({candidate.facts()}); candidate at {rollout.weight:.0%}",
         )
+        self._reset_windows(rollout)
 
     @staticmethod
     def _slower(candidate: Window, reference: Window, config: RolloutConfig) -> str | None:

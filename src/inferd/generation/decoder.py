@@ -4,7 +4,11 @@ a row).
 
 Two layouts: *concatenated* (the past goes in, past + new comes out; an attention mask marks
 each row's real positions) and *in place* (inferd.prep.inplace_decoder: a fixed buffer bound as
-both past and present, each row's length given by `seqlens_k`)."""
+both past and present, each row's length given by `seqlens_k`).
+
+A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
+`top_logits` and `top_ids` [batch, width], the width best, best first. A decode step whose rows
+all draw within them asks for those instead of the logits (`ranked_names`)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from inferd.runtime.protocol import Array, TensorSpec
 
 TOKENS, MASK, POSITIONS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 SEQLENS, TOTAL = "seqlens_k", "total_sequence_length"
+TOP_LOGITS, TOP_IDS = "top_logits", "top_ids"
 
 
 class DecoderShapeError(ValueError):
@@ -33,6 +38,8 @@ class DecoderShape:
     past_names: tuple[str, ...]
     present_names: tuple[str, ...]
     inplace: bool = False
+    top_width: int = 0
+    """How many ranked candidates the model gives (`top_logits`, `top_ids`); 0: none."""
 
     @staticmethod
     def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
@@ -63,7 +70,13 @@ class DecoderShape:
             )
         dtype = np.dtype(np.float16) if spec.datatype == "FP16" else np.dtype(np.float32)
         heads, head_dim = spec.shape[1], spec.shape[3]
-        return DecoderShape(layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace)
+        ranked = {s.name: s for s in outputs if s.name in (TOP_LOGITS, TOP_IDS)}
+        width = 0
+        if len(ranked) == 2 and ranked[TOP_LOGITS].shape[-1:] == ranked[TOP_IDS].shape[-1:]:
+            width = max(0, ranked[TOP_LOGITS].shape[-1])  # a fixed width, or none at all
+        return DecoderShape(
+            layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace, width
+        )
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
         return [
@@ -74,6 +87,11 @@ class DecoderShape:
     @property
     def output_names(self) -> list[str]:
         return [LOGITS, *self.present_names]
+
+    @property
+    def ranked_names(self) -> list[str]:
+        """A decode step's outputs when it draws from the ranked candidates."""
+        return [TOP_LOGITS, TOP_IDS, *self.present_names]
 
 
 def prefill_feeds(

@@ -7,7 +7,11 @@ seed gives the same text alone or in a crowd.
 
 With top-k set, the work after the cut is done on the k best candidates, not the vocabulary;
 the cut itself runs on the model's float32 logits (the same order as in float64: the widening is
-exact), and only the candidates are widened for the softmax."""
+exact), and only the candidates are widened for the softmax. A decoder exported by inferd makes
+the cut itself (inferd.prep.ranked_logits: ONNX Runtime's TopK on the last position, in the
+same run): `sample_ranked` draws from its candidates, and gives the same token as
+`sample_batch` on the full logits, because `top_candidates` orders them as the operator does
+(by score, then by the lower token id, ties at the cut included)."""
 
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ def sample_batch(
     seen: Sequence[Collection[int]],
 ) -> list[int]:
     """One token per row of `logits` [rows, vocab]."""
-    rows, _vocab = logits.shape
+    rows, vocab = logits.shape
     scores: Floats = np.asarray(logits, dtype=np.float32)
     penalized = [r for r, p in enumerate(params) if p.repetition_penalty != 1.0]
     if penalized:
@@ -54,30 +58,80 @@ def sample_batch(
         out[greedy] = np.argmax(scores if len(greedy) == rows else scores[greedy], axis=1)
     drawn = [r for r, p in enumerate(params) if not p.greedy]
     if drawn:
-        out[drawn] = _draw(
-            scores if len(drawn) == rows else scores[drawn],
-            [params[r] for r in drawn],
-            [rngs[r] for r in drawn],
-        )
+        chosen = [params[r] for r in drawn]
+        subset = scores if len(drawn) == rows else scores[drawn]
+        values, ids = top_candidates(subset, _widest_cut(chosen, vocab))
+        out[drawn] = _draw(values, ids, chosen, [rngs[r] for r in drawn], vocab)
     return out.tolist()
 
 
-def _draw(scores: Floats, params: list[SamplingParams], rngs: list[np.random.Generator]) -> Array:
-    n, vocab = scores.shape
-    ks = np.array([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
-    kmax = int(ks.max())
-    if kmax < vocab:
-        candidates = np.argpartition(scores, vocab - kmax, axis=1)[:, vocab - kmax :]
-        candidates.sort(axis=1)  # by token id: a tie order that does not depend on kmax
+def fits_ranked(params: SamplingParams, width: int) -> bool:
+    """Whether a row's next token can be drawn from the model's `width` best candidates
+    alone: greedy, or a top-k cut within them, without a repetition penalty (which changes
+    the scores before the cut)."""
+    return params.repetition_penalty == 1.0 and (params.greedy or 0 < params.top_k <= width)
+
+
+def sample_ranked(
+    values: Array, ids: Array, params: Sequence[SamplingParams], rngs: Sequence[np.random.Generator]
+) -> list[int]:
+    """One token per row from its best candidates (`values`, `ids` [rows, width], best first,
+    as ONNX Runtime's TopK gives them); every row must `fits_ranked`."""
+    out: Array = np.array(ids[:, 0], dtype=np.int64)  # greedy: the best
+    drawn = [r for r, p in enumerate(params) if not p.greedy]
+    if drawn:
+        chosen = [params[r] for r in drawn]
+        kmax = _widest_cut(chosen, ids.shape[1])
+        rows = slice(None) if len(drawn) == len(params) else drawn
+        out[drawn] = _draw(
+            values[rows, :kmax], ids[rows, :kmax], chosen, [rngs[r] for r in drawn], None
+        )
+    tokens: list[int] = out.tolist()
+    return tokens
+
+
+def top_candidates(logits: Array, k: int) -> tuple[Array, Array]:
+    """The `k` best of each row [rows, k], best first; equal scores by the lower token id,
+    also where the cut falls among them (the order of ONNX Runtime's TopK)."""
+    scores: Floats = np.asarray(logits, dtype=np.float32)
+    rows, vocab = scores.shape
+    if k < vocab:
+        kth = np.partition(scores, vocab - k, axis=1)[:, vocab - k, None]
+        above = scores > kth
+        tied = scores == kth  # the lowest ids of these fill the cut
+        room = k - above.sum(axis=1, keepdims=True)
+        keep = above | (tied & (np.cumsum(tied, axis=1) <= room))
+        if int(keep.sum()) == rows * k:
+            ids = np.nonzero(keep)[1].reshape(rows, k)  # ascending ids in each row
+        else:  # NaN scores (a broken model) compare to nothing: any k, by id
+            ids = np.sort(np.argpartition(scores, vocab - k, axis=1)[:, vocab - k :], axis=1)
     else:
-        candidates = np.broadcast_to(np.arange(vocab), scores.shape)
-    values = np.take_along_axis(scores, candidates, axis=1).astype(np.float64)
-    order = np.argsort(-values, axis=1, kind="stable")
-    values = np.take_along_axis(values, order, axis=1)
-    candidates = np.take_along_axis(candidates, order, axis=1)
+        ids = np.broadcast_to(np.arange(vocab), scores.shape)
+    values = np.take_along_axis(scores, ids, axis=1)
+    order = np.argsort(-values, axis=1, kind="stable")  # ties keep the lower id first
+    return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+def _widest_cut(params: Sequence[SamplingParams], vocab: int) -> int:
+    return max(p.top_k if 0 < p.top_k < vocab else vocab for p in params)
+
+
+def _draw(
+    values: Array,
+    ids: Array,
+    params: list[SamplingParams],
+    rngs: list[np.random.Generator],
+    vocab: int | None,
+) -> Array:
+    """The draw among each row's candidates (best first, as many as the widest cut): the
+    row's own top-k within them, temperature, top-p, then its generator's next number."""
+    n, kmax = ids.shape
+    full = vocab if vocab is not None else kmax
+    ks = np.array([p.top_k if 0 < p.top_k < full else full for p in params])
+    scores = values.astype(np.float64)
     columns = np.arange(kmax)[None, :]
     temperature = np.array([p.temperature for p in params])[:, None]
-    weights = np.where(columns < ks[:, None], np.exp((values - values[:, :1]) / temperature), 0.0)
+    weights = np.where(columns < ks[:, None], np.exp((scores - scores[:, :1]) / temperature), 0.0)
     cumulative = np.cumsum(weights, axis=1)
     index = np.arange(n)
     total = cumulative[index, ks - 1]
@@ -87,5 +141,5 @@ def _draw(scores: Floats, params: list[SamplingParams], rngs: list[np.random.Gen
     limit = cumulative[index, keep - 1]
     u = np.array([rng.random() for rng in rngs])
     pick = np.minimum((cumulative <= (u * limit)[:, None]).sum(axis=1), keep - 1)
-    picked: Array = np.asarray(candidates[index, pick])
+    picked: Array = np.asarray(ids[index, pick])
     return picked

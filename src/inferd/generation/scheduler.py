@@ -37,10 +37,10 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
-from inferd.generation.decoder import DecoderShape
+from inferd.generation.decoder import LOGITS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.kvstore import kv_store
 from inferd.generation.params import SamplingParams, check_prompt
-from inferd.generation.sampling import sample_batch
+from inferd.generation.sampling import fits_ranked, sample_batch, sample_ranked
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, notify
 from inferd.runtime.protocol import Array
@@ -48,6 +48,8 @@ from inferd.runtime.protocol import Array
 log = logging.getLogger(__name__)
 
 RunStep = Callable[[dict[str, Array], Sequence[str], dict[str, str]], Awaitable[dict[str, Array]]]
+RunNow = Callable[[dict[str, Array], Sequence[str], dict[str, str]], dict[str, Array] | None]
+"""Runs a step on the calling thread when the runtime is free now; None when it is not."""
 
 
 class Scheduler:
@@ -63,8 +65,16 @@ class Scheduler:
         model: str = "",
         version: str = "",
         observer: Observer | None = None,
+        run_now: RunNow | None = None,
     ) -> None:
         self._run = run
+        self._run_now = run_now
+        self._held_loop = False
+        """Whether the last step ran on the event loop's thread (the loop gets a turn)."""
+        self._decode_s: float | None = None
+        """The last decode steps' run time (a moving average; None before the first, which
+        runs on a runtime thread): under `inline_step_ms`, a step runs on the event loop's
+        thread (`run_now`)."""
         self._shape = shape
         self._tokenizer = tokenizer
         self._config = config
@@ -188,10 +198,14 @@ class Scheduler:
             if admitted:
                 await self._guarded(self._prefill, admitted)
                 self._retire()
+            self._held_loop = False
             if self._running:
                 await self._guarded(self._decode, self._rows)
                 self._retire()
-            await asyncio.sleep(0)  # let the streams send what this step produced
+            if self._held_loop or not (admitted or self._running):
+                # the loop's other work, and the streams, between steps; a step on a runtime
+                # thread lets them run while it computes
+                await asyncio.sleep(0)
 
     def _choose(self) -> list[Seq]:
         config = self._config
@@ -250,7 +264,7 @@ class Scheduler:
             else:
                 self._rows.append(seq)
         self._running = [*self._running, *seqs]
-        tokens = _sample(logits, seqs)
+        tokens = self._sample(logits, seqs)
         firsts = []
         for seq, token in zip(seqs, tokens, strict=True):
             seq.cached = len(seq.prompt_ids)
@@ -267,25 +281,45 @@ class Scheduler:
         # its position must stay a valid index
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
+        live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
+        width = self._shape.top_width
+        ranked = width > 0 and all(fits_ranked(rows[r].params, width) for r in live)
+        names = self._shape.ranked_names if ranked else self._shape.output_names
         step = self._kv.decode(tokens, positions)
         started = time.perf_counter()
-        out = await self._run(step.feeds, self._shape.output_names, step.into)
+        out = None
+        quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
+        if quick and self._run_now is not None:
+            out = self._run_now(step.feeds, names, step.into)
+        inline = out is not None
+        if out is None:
+            out = await self._run(step.feeds, names, step.into)
         now = time.perf_counter()
+        took = now - started
+        self._decode_s = took if self._decode_s is None else 0.8 * self._decode_s + 0.2 * took
         self._kv.after_decode(step, out)
-        live = []
-        for row, seq in enumerate(rows):
+        for seq in rows:
             seq.cached += 1
-            if not (seq.done or seq.cancelled):  # a finished row still in the batch: unused
-                live.append(row)
+        live = [r for r in live if not rows[r].cancelled]  # (a client may have left meanwhile)
         gaps = []
         if live:
-            chosen = _sample(out["logits"][live, -1, :], [rows[r] for r in live])
-            for row, token in zip(live, chosen, strict=True):
-                since = rows[row].accept(token, now)
+            seqs = [rows[r] for r in live]
+            if ranked:
+                chosen = sample_ranked(
+                    out[TOP_LOGITS][live],
+                    out[TOP_IDS][live],
+                    [s.params for s in seqs],
+                    [s.rng for s in seqs],
+                )
+            else:
+                chosen = self._sample(out[LOGITS][live, -1, :], seqs)
+            for seq, token in zip(seqs, chosen, strict=True):
+                since = seq.accept(token, now)
                 if since is not None:
                     gaps.append(since)
         notify(self._observer.on_generation_tokens, self._model, (), gaps)
         self._report("decode", len(rows), now - started)
+        self._held_loop = inline
 
     def _retire(self) -> None:
         """Answers what finished (or was cancelled). The KV store compacts the batch when it
@@ -329,6 +363,14 @@ class Scheduler:
                     seq.finish("cancelled", now)
             self._waiting = deque(s for s in self._waiting if not s.cancelled)
 
+    def _sample(self, logits: Array, seqs: list[Seq]) -> list[int]:
+        return sample_batch(
+            logits,
+            [s.params for s in seqs],
+            [s.rng for s in seqs],
+            [s.seen for s in seqs],
+        )
+
     def _report(self, kind: str, rows: int, seconds: float) -> None:
         notify(
             self._observer.on_generation_step,
@@ -342,9 +384,3 @@ class Scheduler:
             self._kv.held_tokens,
             self._config.max_kv_tokens,
         )
-
-
-def _sample(logits: Array, seqs: list[Seq]) -> list[int]:
-    return sample_batch(
-        logits, [s.params for s in seqs], [s.rng for s in seqs], [s.seen for s in seqs]
-    )

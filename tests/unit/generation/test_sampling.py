@@ -9,7 +9,13 @@ import pytest
 from inferd.config.model import GenerationConfig
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.params import SamplingParams, build_params, check_prompt
-from inferd.generation.sampling import apply_repetition_penalty, sample_batch
+from inferd.generation.sampling import (
+    apply_repetition_penalty,
+    fits_ranked,
+    sample_batch,
+    sample_ranked,
+    top_candidates,
+)
 
 LOGITS = np.array([1.0, 3.0, 2.0, 0.5, -1.0], dtype=np.float32)
 
@@ -134,3 +140,62 @@ def test_a_row_samples_the_same_alone_and_in_a_batch() -> None:
             ]
             assert together == alone
         logits = rng.standard_normal((6, 300)).astype(np.float32)
+
+
+def _reference_top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best first, equal scores by the lower id: a full sort, row by row."""
+    ids = np.array([sorted(range(len(row)), key=lambda i: (-row[i], i))[:k] for row in scores])
+    return np.take_along_axis(scores, ids, axis=1), ids
+
+
+def test_top_candidates_break_ties_by_the_lower_id_also_at_the_cut() -> None:
+    rng = np.random.default_rng(3)
+    # few distinct values: most cuts fall among equal scores
+    scores = rng.integers(0, 6, size=(8, 40)).astype(np.float32)
+    for k in (1, 5, 13, 39, 40):
+        values, ids = top_candidates(scores, k)
+        expected_values, expected_ids = _reference_top(scores, k)
+        np.testing.assert_array_equal(ids, expected_ids)
+        np.testing.assert_array_equal(values, expected_values)
+
+
+def test_ranked_candidates_give_the_tokens_the_full_logits_give() -> None:
+    """What a decoder's own TopK outputs lead to equals the draw on its logits, seed for seed."""
+    rng = np.random.default_rng(11)
+    width = 16
+    params = [
+        SamplingParams(5, temperature=0.8, top_k=10, seed=1),
+        SamplingParams(5, temperature=0.0),
+        SamplingParams(5, temperature=1.3, top_k=16, top_p=0.7, seed=2),
+        SamplingParams(5, temperature=0.5, top_k=1, seed=3),
+        SamplingParams(5, temperature=1.0, top_k=4, seed=4),
+    ]
+    assert all(fits_ranked(p, width) for p in params)
+    full_rngs = [np.random.default_rng(p.seed) for p in params]
+    ranked_rngs = [np.random.default_rng(p.seed) for p in params]
+    for _ in range(200):
+        logits = rng.standard_normal((5, 300)).astype(np.float32)
+        logits[:, :20] = np.round(logits[:, :20])  # ties among the best
+        values, ids = top_candidates(logits, width)
+        full = sample_batch(logits, params, full_rngs, [()] * 5)
+        assert sample_ranked(values, ids, params, ranked_rngs) == full
+    # only some rows drawn
+    values, ids = top_candidates(logits, width)
+    mixed = [SamplingParams(5, temperature=0.0), params[0]]
+    ranked = sample_ranked(values[:2], ids[:2], mixed, [np.random.default_rng(9)] * 2)
+    assert ranked == sample_batch(logits[:2], mixed, [np.random.default_rng(9)] * 2, [(), ()])
+
+
+def test_what_the_ranked_candidates_cannot_serve() -> None:
+    assert not fits_ranked(SamplingParams(5, temperature=0.8), 64)  # no cut: the vocabulary
+    assert not fits_ranked(SamplingParams(5, temperature=0.8, top_k=65), 64)
+    assert not fits_ranked(SamplingParams(5, temperature=0.0, repetition_penalty=1.2), 64)
+    assert fits_ranked(SamplingParams(5, temperature=0.8, top_k=64, top_p=0.9), 64)
+
+
+def test_nan_scores_still_give_a_token() -> None:
+    logits = np.full((2, 50), np.nan, dtype=np.float32)
+    logits[1, 7] = 3.0
+    params = [SamplingParams(5, temperature=0.8, top_k=5, seed=1)] * 2
+    tokens = sample_batch(logits, params, [np.random.default_rng(1)] * 2, [(), ()])
+    assert all(0 <= t < 50 for t in tokens)

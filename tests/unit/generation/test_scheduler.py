@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from inferd.engine.loading import load_instances
 from inferd.errors import InputTooLongError, QueueFullError
 from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
-from inferd.generation.scheduler import RunStep, Scheduler
+from inferd.generation.scheduler import RunNow, RunStep, Scheduler
 from inferd.generation.sequence import Finished
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
@@ -33,13 +33,15 @@ from tests.generator_model import MODEL, build_generator_repo
 class Decoder:
     run: RunStep
     parts: GenerationParts
+    run_now: RunNow | None = None
 
 
 def _fake() -> Decoder:
     parts = GenerationParts(
         fake_decoder.SHAPE, fake_decoder.tokenizer(), 0, 0, load_chat_template([], None, "")
     )
-    return Decoder(fake_decoder.FakeDecoder(), parts)
+    fake = fake_decoder.FakeDecoder()
+    return Decoder(fake, parts, fake.now)
 
 
 def _exported(root: Path, kv_cache: str) -> Decoder:
@@ -50,21 +52,34 @@ def _exported(root: Path, kv_cache: str) -> Decoder:
     config = entry.config
     loaded = load_instances(config, lambda options: OnnxSession(path, options), path.parent)
     assert loaded.generation is not None
-    return Decoder(loaded.pool.run, loaded.generation)
+    return Decoder(loaded.pool.run, loaded.generation, loaded.pool.run_now)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Decoder]:
+    """Each layout exported once for the module (a GPT-2 with torch)."""
+    made: dict[str, Decoder] = {}
+
+    def get(layout: str) -> Decoder:
+        if layout not in made:
+            made[layout] = _exported(tmp_path_factory.mktemp(layout), layout)
+        return made[layout]
+
+    return get
 
 
 @pytest.fixture(
     scope="module",
     params=[
         "fake",
-        pytest.param("concat", marks=pytest.mark.slow),  # exports a GPT-2 with torch
+        pytest.param("concat", marks=pytest.mark.slow),
         pytest.param("inplace", marks=pytest.mark.slow),
     ],
 )
-def decoder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Decoder:
+def decoder(request: pytest.FixtureRequest, exports: Callable[[str], Decoder]) -> Decoder:
     if request.param == "fake":
         return _fake()
-    return _exported(tmp_path_factory.mktemp("gen"), request.param)
+    return exports(request.param)
 
 
 Make = Callable[..., Scheduler]
@@ -74,7 +89,9 @@ Make = Callable[..., Scheduler]
 async def make(decoder: Decoder) -> AsyncIterator[Make]:
     made: list[Scheduler] = []
 
-    def build(observer: Observer | None = None, **overrides: Any) -> Scheduler:
+    def build(
+        observer: Observer | None = None, run_now: RunNow | None = None, **overrides: Any
+    ) -> Scheduler:
         parts = decoder.parts
         settings = {"max_running": 8, "max_kv_tokens": 4096, **overrides}
         config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, **settings)
@@ -86,6 +103,7 @@ async def make(decoder: Decoder) -> AsyncIterator[Make]:
             parts.eos_id,
             parts.pad_id,
             observer=observer,
+            run_now=run_now or decoder.run_now,
         )
         scheduler.start()
         made.append(scheduler)
@@ -202,3 +220,75 @@ async def test_a_failing_observer_strands_no_sequence(make: Make) -> None:
     assert [d.completion_tokens for d in done] == [6, 6, 6]
     later = await asyncio.wait_for(run(scheduler, "w9", greedy(3)), 10)  # the loop lives on
     assert later.completion_tokens == 3
+
+
+async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
+    decoder: Decoder, make: Make
+) -> None:
+    """After the first (measured) step, a decode step under `inline_step_ms` goes through
+    `run_now` (every decoder here steps in well under 2 ms); with 0 none does, and the text
+    is the same either way."""
+    assert decoder.run_now is not None
+    texts = []
+    for inline_ms in (2.0, 0.0):
+        calls = 0
+
+        def counted(*args: Any, now: RunNow = decoder.run_now) -> dict[str, Any] | None:
+            nonlocal calls
+            calls += 1
+            return now(*args)
+
+        scheduler = make(inline_step_ms=inline_ms, run_now=counted)
+        texts.append((await run(scheduler, "w3 w4", greedy(30))).text)
+        if inline_ms:
+            assert calls >= 25, calls  # all but the prefill and the first, measured, step
+        else:
+            assert calls == 0
+    assert texts[0] == texts[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["concat", "inplace"])
+async def test_ranked_candidates_give_the_text_the_logits_give(
+    exports: Callable[[str], Decoder], layout: str
+) -> None:
+    """`inferd export` ranks the last position's candidates in the graph; sampling from them
+    gives, seed for seed, the text that sampling from the full logits gives."""
+    decoder = exports(layout)
+    shape = decoder.parts.shape
+    assert shape.top_width == 64
+    cases = [
+        SamplingParams(40, temperature=0.9, top_k=k, top_p=p, seed=i, ignore_eos=True)
+        for i, (k, p) in enumerate([(50, 1.0), (5, 1.0), (64, 0.8), (20, 0.95), (1, 1.0)])
+    ]
+    texts = {}
+    for width in (shape.top_width, 0):
+        asked: list[str] = []
+
+        async def recorded(
+            feeds: dict[str, Any],
+            names: Sequence[str],
+            into: dict[str, str],
+            asked: list[str] = asked,
+        ) -> dict[str, Any]:
+            asked.extend(names)
+            return await decoder.run(feeds, names, into)
+
+        parts = decoder.parts
+        scheduler = Scheduler(
+            recorded,
+            replace(shape, top_width=width),
+            parts.tokenizer,
+            GenerationConfig(context_length=512, max_new_tokens_limit=1000, inline_step_ms=0),
+            parts.eos_id,
+            parts.pad_id,
+        )
+        scheduler.start()
+        try:
+            seqs = [scheduler.submit(scheduler.encode("the quick brown"), p) for p in cases]
+            texts[width] = [(await s.result()).text for s in seqs]
+        finally:
+            await scheduler.close()
+        assert ("top_ids" in asked) == (width > 0)  # each path was the one taken
+    assert texts[shape.top_width] == texts[0]
+    assert len(set(texts[0])) == len(cases)  # five different draws, not one text

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
+from inferd.runtime import priority
 from inferd.runtime.dispatch import LeastCompletion
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
@@ -221,3 +222,27 @@ def test_the_solo_instance_is_placed_for_cpu_instances_only() -> None:
         )
     with pytest.raises(ValueError, match="solo_threads"):
         ModelConfig(solo_threads=-1)
+
+
+def test_run_now_runs_on_the_calling_thread_only_when_the_instance_is_free() -> None:
+    runtime = SleepingRuntime(0.05)
+    pool = InstancePool([runtime])
+
+    async def steps() -> None:
+        out = pool.run_now(_feeds(2))
+        assert out is not None and out["y"].shape == (2, 4)
+        busy = asyncio.create_task(pool.run(_feeds()))
+        await asyncio.sleep(0.01)  # the instance is running `busy` on its thread
+        assert pool.run_now(_feeds()) is None  # nothing ran: the caller awaits run()
+        await busy
+        assert pool.loads[0].queued_batches == 0
+        priority.background()  # background work never takes the loop's thread
+        assert pool.run_now(_feeds()) is None
+
+    try:
+        asyncio.run(steps())
+    finally:
+        pool.close()
+    assert runtime.batches == 2
+    load = pool.loads[0]
+    assert load.queued_batches == 0 and load.batches == 2
