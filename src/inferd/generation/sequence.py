@@ -25,7 +25,12 @@ class Finished:
     total_s: float
 
 
-Event = str | Finished | BaseException
+class _Pending:
+    """An event: tokens appended for the reader to decode (at most one waits in the queue)."""
+
+
+PENDING = _Pending()
+Event = str | _Pending | Finished | BaseException
 
 
 class Sequence:
@@ -57,6 +62,8 @@ class Sequence:
         self._whole = False
         """Set when the client waits for the whole answer: no text events are queued, and
         without stop sequences the text is decoded once, at the end."""
+        self._pending = False
+        """Whether a PENDING event waits in the queue for the reader."""
 
     @property
     def done(self) -> bool:
@@ -87,12 +94,17 @@ class Sequence:
             return since
         self.generated.append(token)
         self.seen.add(token)
-        if self._whole and not self.params.stop:
-            self._text.append(token)  # nobody reads the text before the end: decoded then
-        else:
+        if self.params.stop:  # the text decides where it ends: decoded here, token by token
             delta = self._text.push(token)
             if delta and not self._whole:
                 self.events.put_nowait(delta)
+        else:
+            # decoded by the reader (`stream`), not on the step loop: at the end for a whole
+            # answer, at each wake-up for a stream (the tokens since the last one together)
+            self._text.append(token)
+            if not self._whole and not self._pending:
+                self._pending = True
+                self.events.put_nowait(PENDING)
         if self._text.stopped:
             self.finish("stop", now)
         else:
@@ -133,20 +145,34 @@ class Sequence:
         while True:
             event: Event | None = await self.events.get()
             parts: list[str] = []
-            while isinstance(event, str):
-                parts.append(event)
-                if self.events.empty() or not joined:
+            while isinstance(event, (str, _Pending)):
+                parts.extend(self._texts(event, joined))
+                if self.events.empty():
                     event = None
                     break
                 event = self.events.get_nowait()
-            if parts:
+            if joined and parts:
                 yield "".join(parts)
+            elif not joined:
+                for part in parts:
+                    yield part
             if event is None:
                 continue
             if isinstance(event, BaseException):
                 raise event
             yield event
             return
+
+    def _texts(self, event: str | _Pending, joined: bool) -> list[str]:
+        """An event's text: itself, or the tokens appended since the last read, decoded now
+        (together, or each token's on its own)."""
+        if isinstance(event, str):
+            return [event]
+        self._pending = False
+        if joined:
+            delta = self._text.advance()
+            return [delta] if delta else []
+        return self._text.advance_each()
 
     async def result(self) -> Finished:
         self._whole = True  # one wake-up at the end, not one per token

@@ -3,12 +3,16 @@ byte-level BPE tokenizer, the padded KV batch (join, advance, keep) and the in-p
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.kvcache import KVBatch
+from inferd.generation.params import SamplingParams
+from inferd.generation.sequence import Finished, Sequence
 from inferd.generation.slots import SlotKV
 from inferd.generation.text import IncrementalText
 from inferd.tools.corpus import docstrings
@@ -53,6 +57,61 @@ def test_tokens_appended_undecoded_come_out_whole_at_the_end(tokenizer: Tokenize
     for token in ids[5:]:
         inc.append(token)
     assert pushed + inc.flush() == inc.text == text
+
+
+def test_tokens_appended_together_decode_together_or_each_on_its_own(
+    tokenizer: Tokenizer,
+) -> None:
+    text = "naïve café 😀 東京: read in groups by a stream's reader"
+    ids = tokenizer.encode(text).ids
+    together, each = IncrementalText(tokenizer, ()), IncrementalText(tokenizer, ())
+    joined: list[str] = []
+    single: list[str] = []
+    for start in range(0, len(ids), 4):  # the reader wakes every 4 tokens
+        for token in ids[start : start + 4]:
+            together.append(token)
+            each.append(token)
+        joined.append(together.advance())
+        single += each.advance_each()
+    joined.append(together.flush())
+    single.append(each.flush())
+    assert "".join(joined) == "".join(single) == together.text == text
+    assert not any("\ufffd" in d for d in joined + single)
+    # each token's text on its own, as pushing them one by one gives
+    assert [d for d in single if d] == [d for d in feed(tokenizer, text)[0] if d]
+
+
+def test_a_streamed_sequence_is_decoded_by_its_reader_not_the_step(
+    tokenizer: Tokenizer,
+) -> None:
+    calls = 0
+
+    class Counting:
+        def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+            nonlocal calls
+            calls += 1
+            return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    text = "Return the number of items in the container."
+    ids = tokenizer.encode(text).ids
+
+    async def scenario() -> tuple[str, int]:
+        seq = Sequence([1], SamplingParams(100), Counting(), None, 512)  # type: ignore[arg-type]
+        for token in ids:
+            seq.accept(token, 0.0)  # what a step does: no decoding
+        assert calls == 0
+        stream = seq.stream()
+        first = await anext(stream)  # the reader decodes the tokens so far, together
+        assert isinstance(first, str)
+        read_calls = calls
+        seq.finish("stop", 0.0)
+        rest = [event async for event in stream]
+        assert isinstance(rest[-1], Finished) and rest[-1].text == text
+        return first + "".join(e for e in rest if isinstance(e, str)), read_calls
+
+    streamed, read_calls = asyncio.run(scenario())
+    assert streamed == text
+    assert read_calls == 2  # one decode of the window before, one after: for all the tokens
 
 
 def test_a_stop_sequence_ends_the_text_before_it(tokenizer: Tokenizer) -> None:

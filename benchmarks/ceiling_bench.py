@@ -1,0 +1,156 @@
+"""inferd's generation against ONNX Runtime's own decode ceiling, in the steady state.
+
+The decoders of benchmarks/generate_bench.py (GPT-2 architecture, random weights, `ignore_eos`,
+the in-place KV cache that `inferd export --kv-cache inplace` writes): the demo generator's shape
+(4 layers, hidden 128) and a 21M-parameter one (6 layers, hidden 512). For each, rounds of:
+
+1. the raw ceiling: ONNX Runtime in this process, decode steps of 16 rows over a 128-token
+   cache, no sampling, no server (tokens/s; the server idle meanwhile);
+2. inferd (`inferd serve`, continuous batching, max_running 16) under a closed loop that keeps
+   16 requests in flight without end (prompts 8-64 tokens, max_new_tokens uniform over 8-256,
+   temperature 0.8, top-k 50, whole answers): after a warm-up, the tokens the server made
+   in a fixed window, read from its own counters (`inferd_generation_time_to_first_token_
+   seconds_count` + `inferd_generation_inter_token_seconds_count`: one per token), so a round's
+   drain (the last requests finishing with fewer than 16 in flight) is not counted;
+3. the same with 1 request in flight.
+
+Reported: each load's tokens/s and its ratio to the ceiling measured beside it, medians of the
+rounds (the ceiling itself moves between minutes on a shared machine; each ratio is taken
+within its round).
+
+    python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
+    python benchmarks/ceiling_bench.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import Server, machine_description, median_of, publish
+from generate_bench import CASES, MODEL, Case, build_repo, raw_ceiling, set_scheduling, workload
+
+LOADS = (16, 1)
+TOKEN_COUNTS = re.compile(
+    r'^inferd_generation_(?:time_to_first_token|inter_token)_seconds_count\{model="'
+    + MODEL
+    + r'"\} ([0-9.e+]+)$',
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Round:
+    ceiling: float
+    tokens_per_s: dict[int, float]
+
+
+def tokens_made(url: str) -> float:
+    """Tokens the server has generated so far, by its own counters."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(float(v) for v in TOKEN_COUNTS.findall(text))
+
+
+async def steady(url: str, concurrency: int, warm_s: float, window_s: float) -> float:
+    """Tokens/s the server makes while `concurrency` requests stay in flight."""
+    bodies = itertools.cycle(workload(400, seed=concurrency))
+    stop = False
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while not stop:
+            response = await http.post("/generate", content=orjson.dumps(next(bodies)))
+            response.raise_for_status()
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+        tasks = [asyncio.create_task(client(http)) for _ in range(concurrency)]
+        await asyncio.sleep(warm_s)
+        before, started = await asyncio.to_thread(tokens_made, url), time.perf_counter()
+        await asyncio.sleep(window_s)
+        after, ended = await asyncio.to_thread(tokens_made, url), time.perf_counter()
+        stop = True
+        await asyncio.gather(*tasks)
+    return (after - before) / (ended - started)
+
+
+def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="inferd-ceiling-") as tmp:
+        root = build_repo(Path(tmp) / "inplace", case.shape, "inplace")
+        set_scheduling(root, "continuous")
+        model_file = root / MODEL / "1" / "model.onnx"
+        server = Server(root)
+        try:
+            for _ in range(rounds):
+                ceiling = raw_ceiling(model_file, case.shape, "inplace")
+                made = {
+                    load: asyncio.run(steady(server.url, load, 3.0, window_s)) for load in LOADS
+                }
+                results.append(Round(ceiling, made))
+                print(case.name, f"ceiling {ceiling:.0f}", made, flush=True)
+        finally:
+            server.stop()
+    return results
+
+
+def report(case: Case, results: list[Round], window_s: float) -> str:
+    ceiling = median_of([r.ceiling for r in results])
+    rows = []
+    for load in LOADS:
+        made = median_of([r.tokens_per_s[load] for r in results])
+        ratio = median_of([r.tokens_per_s[load] / r.ceiling for r in results])
+        spread = [f"{r.tokens_per_s[load] / r.ceiling:.0%}" for r in results]
+        rows.append(f"| {load} | {made:.0f} | **{ratio:.0%}** | {', '.join(spread)} |")
+    return "\n".join(
+        [
+            f"### {case.name}",
+            "",
+            f"{len(results)} rounds, {window_s:.0f} s windows; raw ceiling (median) "
+            f"{ceiling:.0f} tokens/s.",
+            "",
+            "| requests in flight | inferd tokens/s | of the ceiling (median) | each round |",
+            "|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--window", type=float, default=15.0, help="seconds counted per load")
+    args = parser.parse_args()
+    rounds, window = (1, 5.0) if args.quick else (args.rounds, args.window)
+    sections = [
+        "## Generation against the runtime's decode ceiling (issue 20)",
+        "",
+        f"Machine: {machine_description()}",
+        "",
+        "Command: `python benchmarks/ceiling_bench.py` (GPT-2 architecture, random weights, "
+        "in-place KV cache, `ignore_eos`; closed loops of 16 and 1 requests in flight without "
+        "end, prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k "
+        "50; tokens counted by the server over a window after a 3 s warm-up; each round's ratio "
+        "to the raw ceiling measured just before it: ONNX Runtime in process, decode steps of "
+        "16 rows over a 128-token cache, no sampling, no server).",
+    ]
+    for case in CASES:
+        sections += ["", report(case, run_case(case, rounds, window), window)]
+    publish("ceiling", "\n".join(sections), args.quick)
+
+
+if __name__ == "__main__":
+    main()
