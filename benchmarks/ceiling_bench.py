@@ -16,7 +16,10 @@ the in-place KV cache that `inferd export --kv-cache inplace` writes): the demo 
 
 Reported: each load's tokens/s and its ratio to the ceiling measured beside it, medians of the
 rounds (the ceiling itself moves between minutes on a shared machine; each ratio is taken
-within its round).
+within its round); and, from the server's step metrics, the share of the window spent in decode
+steps (the rest: prefills, sampling, bookkeeping, HTTP) and a decode step's mean time and rows,
+to set beside the raw step's (the difference: the load's other work on the same two cores, and
+rows of other lengths than the raw step's 128).
 
     python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
     python benchmarks/ceiling_bench.py --quick
@@ -52,20 +55,54 @@ TOKEN_COUNTS = re.compile(
 )
 
 
+DECODE = re.compile(
+    r'^inferd_generation_step_(seconds|rows)_(sum|count)\{[^}]*kind="decode"[^}]*\} ([0-9.e+]+)$',
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Load:
+    tokens_per_s: float
+    step_share: float
+    """The window's time spent in decode steps (the runtime's calls), by the server's clock."""
+    step_ms: float
+    """A decode step's mean time."""
+    rows: float
+    """A decode step's mean rows."""
+
+
 @dataclass(frozen=True)
 class Round:
     ceiling: float
-    tokens_per_s: dict[int, float]
+    ceiling_step_ms: float
+    loads: dict[int, Load]
 
 
-def tokens_made(url: str) -> float:
-    """Tokens the server has generated so far, by its own counters."""
+@dataclass(frozen=True)
+class Counters:
+    tokens: float
+    step_s: float
+    steps: float
+    rows: float
+
+
+def counters(url: str) -> Counters:
+    """Tokens the server has generated so far, and its decode steps, by its own counters."""
     text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(float(v) for v in TOKEN_COUNTS.findall(text))
+    decode: dict[tuple[str, str], float] = {}
+    for kind, part, value in DECODE.findall(text):
+        decode[(kind, part)] = decode.get((kind, part), 0.0) + float(value)
+    return Counters(
+        sum(float(v) for v in TOKEN_COUNTS.findall(text)),
+        decode.get(("seconds", "sum"), 0.0),
+        decode.get(("seconds", "count"), 0.0),
+        decode.get(("rows", "sum"), 0.0),
+    )
 
 
-async def steady(url: str, concurrency: int, warm_s: float, window_s: float) -> float:
-    """Tokens/s the server makes while `concurrency` requests stay in flight."""
+async def steady(url: str, concurrency: int, warm_s: float, window_s: float) -> Load:
+    """What the server makes while `concurrency` requests stay in flight."""
     bodies = itertools.cycle(workload(400, seed=concurrency))
     stop = False
 
@@ -78,12 +115,18 @@ async def steady(url: str, concurrency: int, warm_s: float, window_s: float) -> 
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
         tasks = [asyncio.create_task(client(http)) for _ in range(concurrency)]
         await asyncio.sleep(warm_s)
-        before, started = await asyncio.to_thread(tokens_made, url), time.perf_counter()
+        before, started = await asyncio.to_thread(counters, url), time.perf_counter()
         await asyncio.sleep(window_s)
-        after, ended = await asyncio.to_thread(tokens_made, url), time.perf_counter()
+        after, ended = await asyncio.to_thread(counters, url), time.perf_counter()
         stop = True
         await asyncio.gather(*tasks)
-    return (after - before) / (ended - started)
+    steps = max(after.steps - before.steps, 1.0)
+    return Load(
+        (after.tokens - before.tokens) / (ended - started),
+        (after.step_s - before.step_s) / (ended - started),
+        (after.step_s - before.step_s) / steps * 1000,
+        (after.rows - before.rows) / steps,
+    )
 
 
 def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
@@ -99,7 +142,7 @@ def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
                 made = {
                     load: asyncio.run(steady(server.url, load, 3.0, window_s)) for load in LOADS
                 }
-                results.append(Round(ceiling, made))
+                results.append(Round(ceiling, 16 / ceiling * 1000, made))
                 print(case.name, f"ceiling {ceiling:.0f}", made, flush=True)
         finally:
             server.stop()
@@ -108,21 +151,29 @@ def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
 
 def report(case: Case, results: list[Round], window_s: float) -> str:
     ceiling = median_of([r.ceiling for r in results])
+    step = median_of([r.ceiling_step_ms for r in results])
     rows = []
     for load in LOADS:
-        made = median_of([r.tokens_per_s[load] for r in results])
-        ratio = median_of([r.tokens_per_s[load] / r.ceiling for r in results])
-        spread = [f"{r.tokens_per_s[load] / r.ceiling:.0%}" for r in results]
-        rows.append(f"| {load} | {made:.0f} | **{ratio:.0%}** | {', '.join(spread)} |")
+
+        def med(field: str, load: int = load) -> float:
+            return median_of([getattr(r.loads[load], field) for r in results])
+
+        ratio = median_of([r.loads[load].tokens_per_s / r.ceiling for r in results])
+        spread = ", ".join(f"{r.loads[load].tokens_per_s / r.ceiling:.0%}" for r in results)
+        rows.append(
+            f"| {load} | {med('tokens_per_s'):.0f} | **{ratio:.0%}** ({spread}) | "
+            f"{med('step_share'):.0%} | {med('step_ms'):.2f} | {med('rows'):.1f} |"
+        )
     return "\n".join(
         [
             f"### {case.name}",
             "",
             f"{len(results)} rounds, {window_s:.0f} s windows; raw ceiling (median) "
-            f"{ceiling:.0f} tokens/s.",
+            f"{ceiling:.0f} tokens/s, a raw step of 16 rows {step:.2f} ms.",
             "",
-            "| requests in flight | inferd tokens/s | of the ceiling (median) | each round |",
-            "|---|---|---|---|",
+            "| requests in flight | inferd tokens/s | of the ceiling: median (each round) "
+            "| time in decode steps | decode step ms | rows a step |",
+            "|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 import redis
 
@@ -182,6 +183,33 @@ def test_a_full_job_queue_answers_429(repo: Path, redis_url: str, tmp_path: Path
         )
         assert refused.status_code == 429, refused.text
         assert refused.json()["code"] == 4290 and refused.headers["retry-after"] == "1"
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_the_job_queue_is_bounded_by_the_bytes_of_its_bodies_too(
+    repo: Path, redis_url: str, tmp_path: Path
+) -> None:
+    """Redis keeps the bodies' total beside the stream: a body that would take it over the
+    bound is refused (4290), and a finished job's body no longer counts."""
+    size = len(orjson.dumps(slow_body(LONG)))
+    bound_mb = f"{size * 1.5 / 1e6:.6f}"  # one long job's body fits, two do not
+    server = serve(repo, tmp_path, redis_url, "bytes", "--jobs-max-queued-mb", bound_mb)
+    try:
+        running = submit(server.url, "/v2/models/slow/infer", slow_body(LONG))
+        wait_state(server.url, running, "running")
+        refused = httpx.post(
+            f"{server.url}/v1/jobs",
+            json={"route": "/v2/models/slow/infer", "body": slow_body(LONG)},
+            timeout=10,
+        )
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["code"] == 4290 and "MB" in refused.json()["error"]
+        small = submit(server.url, "/v2/models/slow/infer", slow_body(1))  # fits beside it
+        assert wait_done(server.url, running)["state"] == "succeeded"
+        assert wait_done(server.url, small)["state"] == "succeeded"
+        again = submit(server.url, "/v2/models/slow/infer", slow_body(LONG))  # room again
+        assert wait_done(server.url, again)["state"] == "succeeded"
     finally:
         assert server.stop() == 0, server.log()
 

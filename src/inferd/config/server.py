@@ -158,6 +158,12 @@ class ServerSettings(BaseModel):
     jobs_max_queued: int = Field(
         10000, ge=1, description="Jobs waiting and running at most; over it, 429 (code 4290)."
     )
+    jobs_max_queued_mb: float = Field(
+        256.0,
+        gt=0,
+        description="The bodies of the jobs waiting and running, in MB, at most; over it, 429 "
+        "(code 4290).",
+    )
     jobs_concurrency: int = Field(
         1,
         ge=1,

@@ -1,8 +1,9 @@
 """Jobs on Redis Streams, shared by every inferd process pointed at the same Redis.
 
 Keys, all under one hash tag so that a Redis Cluster keeps them in one slot:
-`{prefix}:stream`, the queue (one entry per job waiting or running, holding its id), read by
-the consumer group `inferd`; and `{prefix}:job:<id>`, a hash with the job's record, which
+`{prefix}:stream`, the queue (one entry per job waiting or running, holding its id and the
+size of its body), read by the consumer group `inferd`; `{prefix}:bytes`, the bodies' total
+(the queue's second bound); and `{prefix}:job:<id>`, a hash with the job's record, which
 expires `result_ttl_s` after the job finished.
 
 Nothing is lost: an entry is acknowledged and deleted only with the job's answer written (one
@@ -10,7 +11,7 @@ transaction). A worker that stops mid-job (killed, its machine gone) leaves its 
 after `claim_after_s` without news from it, the next worker to look claims the entry
 (XAUTOCLAIM) and runs the job again. A worker running a job tells the stream so every third of
 that time (`keep`: XCLAIM to itself, which resets the entry's idle time), so a long job is
-never taken from a live worker. The queue's bound is checked and the job added in one script:
+never taken from a live worker. The queue's bounds are checked and the job added in one script:
 two processes cannot both take the last place.
 """
 
@@ -22,17 +23,21 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from inferd.errors import QueueFullError
 from inferd.jobs.record import Job, JobState
-from inferd.jobs.store import Delivery
+from inferd.jobs.store import Delivery, QueueBound
 
 GROUP = "inferd"
 
 _SUBMIT = """
-if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-redis.call('XADD', KEYS[1], '*', 'id', ARGV[2])
-return 1
+local jobs = redis.call('XLEN', KEYS[1])
+local held = tonumber(redis.call('GET', KEYS[3]) or '0')
+if jobs >= tonumber(ARGV[1]) or held + tonumber(ARGV[3]) > tonumber(ARGV[2]) then
+  return {0, jobs, held}
+end
+redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('XADD', KEYS[1], '*', 'id', ARGV[4], 'bytes', ARGV[3])
+redis.call('INCRBY', KEYS[3], ARGV[3])
+return {1, jobs, held}
 """
 
 
@@ -43,14 +48,15 @@ class RedisJobStore:
         self,
         url: str,
         prefix: str,
-        max_queued: int,
+        bound: QueueBound,
         result_ttl_s: float,
         claim_after_s: float,
     ) -> None:
         self._client: aioredis.Redis = aioredis.from_url(url)
         self._stream = f"{{{prefix}}}:stream"
+        self._bytes = f"{{{prefix}}}:bytes"
         self._prefix = prefix
-        self._max_queued = max_queued
+        self._bound = bound
         self._ttl_ms = int(result_ttl_s * 1000)
         self._claim_ms = int(claim_after_s * 1000)
         self._submit = self._client.register_script(_SUBMIT)
@@ -73,13 +79,13 @@ class RedisJobStore:
         fields: list[Any] = []
         for name, value in job.to_fields().items():
             fields += [name, value]
-        added = await self._submit(
-            keys=[self._stream, self._key(job.id)], args=[self._max_queued, job.id, *fields]
+        bound, size = self._bound, len(job.body)
+        added, jobs, held = await self._submit(
+            keys=[self._stream, self._key(job.id), self._bytes],
+            args=[bound.jobs, bound.body_bytes, size, job.id, *fields],
         )
         if not added:
-            raise QueueFullError(
-                f"the job queue is full ({self._max_queued} jobs); retry later", retry_after_s=1.0
-            )
+            raise bound.refusal(int(jobs), int(held), size) or RuntimeError("refused in Redis")
 
     async def get(self, job_id: str) -> Job | None:
         fields: Any = await self._client.hgetall(self._key(job_id))
@@ -111,7 +117,7 @@ class RedisJobStore:
             *_, record = await pipe.execute()
         if "route" not in {k.decode() for k in record}:  # its record is gone: nothing to run
             await self._client.delete(key)
-            await self._drop(ticket)
+            await self._drop(ticket, int(fields.get(b"bytes", b"0")))
             return None
         return Delivery(Job.from_fields(record), ticket)
 
@@ -144,6 +150,7 @@ class RedisJobStore:
             pipe.pexpire(key, self._ttl_ms)
             pipe.xack(self._stream, GROUP, delivery.ticket)
             pipe.xdel(self._stream, delivery.ticket)
+            pipe.decrby(self._bytes, len(delivery.job.body))
             await pipe.execute()
 
     async def requeue(self, delivery: Delivery) -> None:
@@ -152,13 +159,14 @@ class RedisJobStore:
             pipe.hset(self._key(job.id), "state", JobState.QUEUED.value)
             pipe.xack(self._stream, GROUP, delivery.ticket)
             pipe.xdel(self._stream, delivery.ticket)
-            pipe.xadd(self._stream, {"id": job.id})
+            pipe.xadd(self._stream, {"id": job.id, "bytes": len(job.body)})
             await pipe.execute()
 
-    async def _drop(self, ticket: str) -> None:
+    async def _drop(self, ticket: str, size: int) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.xack(self._stream, GROUP, ticket)
             pipe.xdel(self._stream, ticket)
+            pipe.decrby(self._bytes, size)
             await pipe.execute()
 
     async def depth(self) -> int:

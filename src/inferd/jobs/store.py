@@ -20,6 +20,30 @@ from inferd.jobs.record import Job, JobState
 
 
 @dataclass(frozen=True)
+class QueueBound:
+    """The queue's bound: jobs waiting and running, and the bytes of their bodies (a body is
+    at most the server's `max_body_bytes`, so a count alone would let a queue hold that many
+    times as much)."""
+
+    jobs: int
+    body_bytes: int
+
+    def refusal(self, jobs: int, held_bytes: int, adding: int) -> QueueFullError | None:
+        """The 4290 for one more job of `adding` bytes, or None when it fits."""
+        if jobs >= self.jobs:
+            return QueueFullError(
+                f"the job queue is full ({self.jobs} jobs); retry later", retry_after_s=1.0
+            )
+        if held_bytes + adding > self.body_bytes:
+            return QueueFullError(
+                f"the job queue is full: its jobs' bodies hold {held_bytes / 1e6:.1f} MB of "
+                f"{self.body_bytes / 1e6:.1f} MB; retry later",
+                retry_after_s=1.0,
+            )
+        return None
+
+
+@dataclass(frozen=True)
 class Delivery:
     job: Job
     """The job as it was when taken (state running, attempts counted)."""
@@ -34,7 +58,7 @@ class JobStore(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def submit(self, job: Job) -> None:
-        """Queues it; 4290 when the queue holds `max_queued` jobs (waiting and running)."""
+        """Queues it; 4290 when the queue is at its bound (`QueueBound`)."""
 
     async def get(self, job_id: str) -> Job | None: ...
     async def take(self, worker: str, wait_s: float) -> Delivery | None:
@@ -57,8 +81,10 @@ class ProcessJobStore:
 
     kind = "process"
 
-    def __init__(self, max_queued: int, result_ttl_s: float) -> None:
-        self._max_queued = max_queued
+    def __init__(self, bound: QueueBound, result_ttl_s: float) -> None:
+        self._bound = bound
+        self._bytes = 0
+        """The bodies of the jobs waiting and running."""
         self._ttl_s = result_ttl_s
         self._jobs: dict[str, Job] = {}
         self._waiting: deque[str] = deque()
@@ -75,10 +101,12 @@ class ProcessJobStore:
 
     async def submit(self, job: Job) -> None:
         self._expire()
-        if len(self._waiting) + self._running >= self._max_queued:
-            raise QueueFullError(
-                f"the job queue is full ({self._max_queued} jobs); retry later", retry_after_s=1.0
-            )
+        refusal = self._bound.refusal(
+            len(self._waiting) + self._running, self._bytes, len(job.body)
+        )
+        if refusal is not None:
+            raise refusal
+        self._bytes += len(job.body)
         self._jobs[job.id] = job
         self._waiting.append(job.id)
         self._arrived.set()
@@ -113,6 +141,7 @@ class ProcessJobStore:
 
     async def finish(self, delivery: Delivery, job: Job) -> None:
         self._running -= 1
+        self._bytes -= len(delivery.job.body)
         self._jobs[job.id] = job
         self._finished.append((job.finished_at or time.time(), job.id))
 

@@ -21,7 +21,7 @@ from inferd.engine import Engine
 from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job
-from inferd.jobs.store import JobStore, ProcessJobStore
+from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound
 from inferd.jobs.worker import JobWorker
 from inferd.observability.observer import Observer
 from inferd.observability.trace import RequestTrace, tracing
@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def open_store(settings: ServerSettings) -> JobStore:
+    bound = QueueBound(settings.jobs_max_queued, int(settings.jobs_max_queued_mb * 1e6))
     if settings.jobs_redis_url is None:
-        return ProcessJobStore(settings.jobs_max_queued, settings.jobs_result_ttl_s)
+        return ProcessJobStore(bound, settings.jobs_result_ttl_s)
     try:
         from inferd.jobs.redis_store import RedisJobStore
     except ImportError as exc:
@@ -43,7 +44,7 @@ def open_store(settings: ServerSettings) -> JobStore:
     return RedisJobStore(
         settings.jobs_redis_url,
         settings.jobs_redis_prefix,
-        settings.jobs_max_queued,
+        bound,
         settings.jobs_result_ttl_s,
         settings.jobs_claim_after_s,
     )

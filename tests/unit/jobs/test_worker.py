@@ -13,7 +13,7 @@ import pytest
 from inferd.errors import QueueFullError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job, JobState
-from inferd.jobs.store import ProcessJobStore
+from inferd.jobs.store import ProcessJobStore, QueueBound
 from inferd.jobs.worker import JobWorker
 from inferd.observability.observer import Observer
 
@@ -59,7 +59,7 @@ async def rig() -> AsyncIterator[Callable[..., tuple[ProcessJobStore, JobWorker,
         max_attempts: int = 3,
         max_queued: int = 100,
     ) -> tuple[ProcessJobStore, JobWorker, Outcomes]:
-        store = ProcessJobStore(max_queued, 60)
+        store = ProcessJobStore(QueueBound(max_queued, 10**9), 60)
         outcomes = Outcomes()
         worker = JobWorker(
             store, routes, may_take, outcomes, concurrency, max_attempts, 1.0, Callbacks([])
@@ -152,7 +152,7 @@ async def test_at_most_concurrency_jobs_run_at_once(rig: Callable[..., tuple]) -
 
 
 async def test_the_queue_bound_counts_waiting_and_running_jobs() -> None:
-    store = ProcessJobStore(2, 60)
+    store = ProcessJobStore(QueueBound(2, 10**9), 60)
     await store.submit(job(1))
     await store.submit(job(2))
     with pytest.raises(QueueFullError):
@@ -163,6 +163,21 @@ async def test_the_queue_bound_counts_waiting_and_running_jobs() -> None:
         await store.submit(job(4))
     await store.finish(taken, taken.job)
     await store.submit(job(5))
+
+
+async def test_the_queue_bound_counts_the_bytes_of_the_bodies_waiting_and_running() -> None:
+    store = ProcessJobStore(QueueBound(100, 1000), 60)
+    big = Job("/embed", b"x" * 600)
+    await store.submit(big)
+    with pytest.raises(QueueFullError, match="bodies hold"):
+        await store.submit(Job("/embed", b"y" * 500))  # 1,100 bytes would be held
+    await store.submit(Job("/embed", b"z" * 400))  # exactly the bound
+    taken = await store.take("w", 0.1)
+    assert taken is not None and taken.job.id == big.id
+    with pytest.raises(QueueFullError):
+        await store.submit(Job("/embed", b"w"))  # running bodies count too
+    await store.finish(taken, taken.job)
+    await store.submit(Job("/embed", b"w" * 600))  # its 600 bytes are free again
 
 
 def test_a_callback_goes_only_to_an_allowed_host() -> None:
