@@ -30,14 +30,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import re
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,31 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, publish
 from generate_bench import CASES, MODEL, Case, build_repo, raw_ceiling, set_scheduling, workload
+from steady import Load, steady_load
 
 LOADS = (16, 1)
-TOKEN_COUNTS = re.compile(
-    r'^inferd_generation_(?:time_to_first_token|inter_token)_seconds_count\{model="'
-    + MODEL
-    + r'"\} ([0-9.e+]+)$',
-    re.MULTILINE,
-)
-
-
-DECODE = re.compile(
-    r'^inferd_generation_step_(seconds|rows)_(sum|count)\{[^}]*kind="decode"[^}]*\} ([0-9.e+]+)$',
-    re.MULTILINE,
-)
-
-
-@dataclass(frozen=True)
-class Load:
-    tokens_per_s: float
-    step_share: float
-    """The window's time spent in decode steps (the runtime's calls), by the server's clock."""
-    step_ms: float
-    """A decode step's mean time."""
-    rows: float
-    """A decode step's mean rows."""
 
 
 @dataclass(frozen=True)
@@ -77,56 +52,6 @@ class Round:
     ceiling: float
     ceiling_step_ms: float
     loads: dict[int, Load]
-
-
-@dataclass(frozen=True)
-class Counters:
-    tokens: float
-    step_s: float
-    steps: float
-    rows: float
-
-
-def counters(url: str) -> Counters:
-    """Tokens the server has generated so far, and its decode steps, by its own counters."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    decode: dict[tuple[str, str], float] = {}
-    for kind, part, value in DECODE.findall(text):
-        decode[(kind, part)] = decode.get((kind, part), 0.0) + float(value)
-    return Counters(
-        sum(float(v) for v in TOKEN_COUNTS.findall(text)),
-        decode.get(("seconds", "sum"), 0.0),
-        decode.get(("seconds", "count"), 0.0),
-        decode.get(("rows", "sum"), 0.0),
-    )
-
-
-async def steady(url: str, concurrency: int, warm_s: float, window_s: float) -> Load:
-    """What the server makes while `concurrency` requests stay in flight."""
-    bodies = itertools.cycle(workload(400, seed=concurrency))
-    stop = False
-
-    async def client(http: httpx.AsyncClient) -> None:
-        while not stop:
-            response = await http.post("/generate", content=orjson.dumps(next(bodies)))
-            response.raise_for_status()
-
-    limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
-        tasks = [asyncio.create_task(client(http)) for _ in range(concurrency)]
-        await asyncio.sleep(warm_s)
-        before, started = await asyncio.to_thread(counters, url), time.perf_counter()
-        await asyncio.sleep(window_s)
-        after, ended = await asyncio.to_thread(counters, url), time.perf_counter()
-        stop = True
-        await asyncio.gather(*tasks)
-    steps = max(after.steps - before.steps, 1.0)
-    return Load(
-        (after.tokens - before.tokens) / (ended - started),
-        (after.step_s - before.step_s) / (ended - started),
-        (after.step_s - before.step_s) / steps * 1000,
-        (after.rows - before.rows) / steps,
-    )
 
 
 def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
@@ -139,9 +64,14 @@ def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
         try:
             for _ in range(rounds):
                 ceiling = raw_ceiling(model_file, case.shape, "inplace")
-                made = {
-                    load: asyncio.run(steady(server.url, load, 3.0, window_s)) for load in LOADS
-                }
+                made = {}
+                for load in LOADS:
+                    bodies = itertools.cycle(workload(400, seed=load))
+                    made[load] = asyncio.run(
+                        steady_load(
+                            server.url, load, lambda b=bodies: orjson.dumps(next(b)), 3.0, window_s
+                        )
+                    )
                 results.append(Round(ceiling, 16 / ceiling * 1000, made))
                 print(case.name, f"ceiling {ceiling:.0f}", made, flush=True)
         finally:

@@ -18,6 +18,7 @@ steps of 16 rows over a 128-token cache, no server, no sampling.
     python benchmarks/generate_bench.py            # writes the "generate" section of RESULTS.md
     python benchmarks/generate_bench.py --quick
     python benchmarks/generate_bench.py --kv-cache inplace
+    python benchmarks/generate_bench.py --anchor  # beside onnxruntime-genai: genai_anchor.py
 """
 
 from __future__ import annotations
@@ -268,12 +269,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
     parser.add_argument(
+        "--anchor",
+        action="store_true",
+        help="only the anchor: onnxruntime-genai's own loop beside inferd (the `anchor` extra)",
+    )
+    parser.add_argument(
         "--kv-cache",
         choices=[*LAYOUTS, "both"],
         default="both",
         help="the decoders' KV cache layout(s)",
     )
     args = parser.parse_args()
+    if args.anchor:
+        import genai_anchor
+
+        rounds, window = (1, 5.0) if args.quick else (3, 15.0)
+        results = genai_anchor.run(rounds, window)
+        text = "\n".join(
+            [
+                "## Text generation: inferd beside onnxruntime-genai (issue 20)",
+                "",
+                f"Machine: {machine_description()}",
+                "",
+                genai_anchor.report(results, rounds, window),
+            ]
+        )
+        publish("generate-anchor", text, args.quick)
+        return
     layouts = LAYOUTS if args.kv_cache == "both" else (args.kv_cache,)
     sections = [
         "## Text generation: continuous vs static batching (issue 8)",

@@ -275,3 +275,66 @@ def test_gpt2_optimize_keeps_parity_and_reports_node_counts(
     assert result["parity"]["ok"]
     assert result["nodes_after"] < result["nodes_before"]
     assert result["speedup"] > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("llama")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention: the cache has 2 heads
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=0,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
+    tmp_path: Path, tiny_llama: Path
+) -> None:
+    """Prompts of different lengths prefilled together (left-padded) and decoded through the
+    KV store that serves the export give, position for position, the logits the PyTorch model
+    gives each sequence alone."""
+    from transformers import LlamaForCausalLM
+
+    from inferd.config.model import GenerationConfig, RuntimeOptions
+    from inferd.generation.decoder import LOGITS, DecoderShape
+    from inferd.generation.kvstore import kv_store
+    from inferd.runtime.onnx_session import OnnxSession
+
+    assert export(tmp_path, "llama", str(tiny_llama)) == 0
+    result = report(tmp_path, "llama", "export-1.json")
+    assert result["parity"]["ok"] and result["ranked_rows_wrong"] == 0
+    session = OnnxSession(tmp_path / "llama" / "1" / "model.onnx", RuntimeOptions())
+    shape = DecoderShape.of(session.inputs, session.outputs)
+    assert (shape.layers, shape.heads, shape.head_dim, shape.top_width) == (2, 2, 8, 64)
+    store = kv_store(shape, GenerationConfig(context_length=64, max_kv_tokens=128))
+    prompts = [[5, 6, 7], [11, 12, 13, 14, 15, 16]]
+    fed = [[21, 22, 23], [31, 32, 33]]
+    step = store.prefill(prompts, [0, 1], 0)
+    seen = [[row] for row in store.after_prefill(step, session.run(step.feeds, shape.output_names))]
+    for n in range(3):
+        tokens = np.array([fed[0][n], fed[1][n]], dtype=np.int64)
+        positions = np.array([len(prompts[0]) + n, len(prompts[1]) + n], dtype=np.int64)
+        step = store.decode(tokens, positions)
+        out = session.run(step.feeds, shape.output_names)
+        store.after_decode(step, out)
+        for r in range(2):
+            seen[r].append(out[LOGITS][r, -1])
+    model = LlamaForCausalLM.from_pretrained(tiny_llama).eval()
+    for r in range(2):
+        ids = torch.tensor([prompts[r] + fed[r]])
+        with torch.no_grad():
+            logits = model(ids).logits[0].numpy()
+        expected = logits[len(prompts[r]) - 1 : len(prompts[r]) + 3]
+        np.testing.assert_allclose(np.stack(seen[r]), expected, atol=1e-4)

@@ -1,4 +1,5 @@
-"""GPT-2-style decoders exported with their KV cache as plain tensors.
+"""Decoders (GPT-2, and Llama and the models that follow its config) exported with their KV
+cache as plain tensors.
 
 Inputs: `input_ids [batch, sequence]`, `attention_mask [batch, past + sequence]`,
 `position_ids [batch, sequence]`, and per layer `past_key_values.{i}.key|value
@@ -11,6 +12,7 @@ tools use), so per-sequence masks and positions keep sequences independent insid
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,49 @@ def wrap_decoder(model: Any, layers: int) -> Any:
     return DecoderExport()
 
 
+@dataclass(frozen=True)
+class DecoderConfig:
+    """What the export needs of a decoder's config.json, under GPT-2's names or the names of
+    Llama and the models that follow it (`num_hidden_layers`, grouped key/value heads)."""
+
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    """Heads of the KV cache (fewer than `heads` with grouped-query attention)."""
+    head_dim: int
+    hidden: int
+    vocab: int
+    context: int
+
+    @staticmethod
+    def of(raw: dict[str, Any]) -> DecoderConfig:
+        vocab = int(raw["vocab_size"])
+        if raw.get("model_type") == "gpt2":
+            heads, hidden = int(raw["n_head"]), int(raw["n_embd"])
+            return DecoderConfig(
+                "GPT-2",
+                int(raw["n_layer"]),
+                heads,
+                heads,
+                hidden // heads,
+                hidden,
+                vocab,
+                int(raw.get("n_positions", 1024)),
+            )
+        heads, hidden = int(raw["num_attention_heads"]), int(raw["hidden_size"])
+        return DecoderConfig(
+            "Llama",
+            int(raw["num_hidden_layers"]),
+            heads,
+            int(raw.get("num_key_value_heads") or heads),
+            int(raw.get("head_dim") or hidden // heads),
+            hidden,
+            vocab,
+            int(raw.get("max_position_embeddings", 2048)),
+        )
+
+
 def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     from transformers import AutoModelForCausalLM
 
@@ -73,10 +118,9 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     except (OSError, ValueError) as exc:
         raise SourceError(f"{folder}: cannot load the model: {exc}") from exc
     model.eval()  # type: ignore[no-untyped-call]
-    layers, heads = int(raw["n_layer"]), int(raw["n_head"])
-    hidden, vocab = int(raw["n_embd"]), int(raw["vocab_size"])
-    head_dim = hidden // heads
-    context = int(raw.get("n_positions", 1024))
+    shape = DecoderConfig.of(raw)
+    layers, heads, head_dim = shape.layers, shape.kv_heads, shape.head_dim
+    hidden, vocab, context = shape.hidden, shape.vocab, shape.context
     past_names = cache_names(layers, PAST)
     present_names = cache_names(layers, PRESENT)
     inputs = ["input_ids", "attention_mask", "position_ids", *past_names]
@@ -115,13 +159,15 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
         return build_inplace_decoder(weights, raw)
 
+    architecture = str(raw["model_type"])
+
     return Source(
         module=wrap_decoder(model, layers),
         input_names=inputs,
         output_names=outputs,
         dynamic_axes=dynamic,
         plan=plan,
-        description=f"GPT-2 decoder, {layers} layers, hidden {hidden}, vocab {vocab}, "
+        description=f"{shape.name} decoder, {layers} layers, hidden {hidden}, vocab {vocab}, "
         f"context {context}",
         # decode steps run back to back: idle ORT threads spinning between them pays (+25% here)
         config={
@@ -131,9 +177,9 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         },
         tokenizer_dir=tokenizer_dir(folder),
         metadata={
-            "inferd.architecture": "gpt2",
-            "inferd.num_heads": str(heads),
+            "inferd.architecture": architecture,
+            "inferd.num_heads": str(shape.heads),
             "inferd.hidden_size": str(hidden),
         },
-        inplace=inplace,
+        inplace=inplace if architecture == "gpt2" else None,  # (the in-place graph is GPT-2's)
     )

@@ -42,7 +42,7 @@ ENCODER_TYPES = {
     "deberta",
     "deberta-v2",
 }
-DECODER_TYPES = {"gpt2"}
+DECODER_TYPES = {"gpt2", "llama"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 Feeds = dict[str, np.ndarray]
