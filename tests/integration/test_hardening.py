@@ -172,10 +172,18 @@ def health_while(server: RunningServer, path: str, body: object) -> httpx.Respon
 
 
 def test_huge_requests_are_refused_before_any_work(demo: RunningServer) -> None:
+    # bodies no text request can need (over max_text_body_bytes, 8 MiB): refused from the
+    # head, never read or parsed
     texts = ["word " * 20_000] * 128  # 128 texts of 100k characters: 12.8M together
     answer = health_while(demo, "/predict", {"texts": texts})
-    assert "characters together; the limit is 1000000" in coded(answer, 400, 4002)
+    assert "over the limit of 8388608 bytes" in coded(answer, 413, 4002)
     answer = health_while(demo, "/generate", {"prompt": "x" * 20_000_000})  # a 20 MB prompt
+    assert "over the limit of 8388608 bytes" in coded(answer, 413, 4002)
+    # under it, the character limits refuse before any tokenization
+    texts = ["word " * 2_000] * 128  # 1.28M characters together
+    answer = health_while(demo, "/predict", {"texts": texts})
+    assert "characters together; the limit is 1000000" in coded(answer, 400, 4002)
+    answer = health_while(demo, "/generate", {"prompt": "x" * 2_000_000})
     assert "characters; the limit is 100000" in coded(answer, 400, 4002)
 
 

@@ -82,6 +82,15 @@ class ServerSettings(BaseModel):
         description="Largest request body accepted (413 above); over gRPC, the largest message "
         "received or sent (RESOURCE_EXHAUSTED above).",
     )
+    max_text_body_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description="Largest body of a text route (/predict, /embed, /v1/embeddings, "
+        "/generate, /v1/completions, /v1/chat/completions), refused with 413 from its head: "
+        "their texts are bounded by characters (tokenizer.max_request_chars, 1M by default: at "
+        "most 6 bytes each in JSON), so a larger body cannot be valid. Raise it with "
+        "max_request_chars.",
+    )
     max_in_flight: int = Field(
         4096,
         ge=1,

@@ -130,7 +130,12 @@ def create_app(
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
     jobs = Jobs(settings, engine, app, routes, app.exception_handlers, metrics or Observer())
     app.state.jobs = jobs
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        text_max_bytes=settings.max_text_body_bytes,
+        text_paths=frozenset(path for path, _, purpose in DATA_ROUTES if purpose is not None),
+    )
     app.add_middleware(
         AuthMiddleware,
         api_keys=read_keys(settings.api_keys_file),

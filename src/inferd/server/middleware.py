@@ -45,21 +45,36 @@ class RequestIdMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 (code 4002) for a body over `max_bytes`, declared or streamed."""
+    """413 (code 4002) for a body over `max_bytes`, declared or streamed; on the text routes
+    (`text_paths`), over `text_max_bytes`. A text request is bounded by its characters
+    (`tokenizer.max_request_chars`), so a body far larger cannot be valid: it is refused from
+    its head, before it is read and parsed (parsing tens of megabytes of JSON holds the event
+    loop for longer than a health probe may wait)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        text_max_bytes: int | None = None,
+        text_paths: frozenset[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.text_max_bytes = (
+            max_bytes if text_max_bytes is None else min(text_max_bytes, max_bytes)
+        )
+        self.text_paths = text_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.text_max_bytes if scope.get("path") in self.text_paths else self.max_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
-                if value.isdigit() and int(value) > self.max_bytes:
+                if value.isdigit() and int(value) > limit:
                     request_id = str(scope.get("state", {}).get("request_id", ""))
-                    response = error_response(413, 4002, self._message(), request_id)
+                    response = error_response(413, 4002, _message(limit), request_id)
                     await response(scope, receive, send)
                     return
                 break
@@ -70,11 +85,12 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise PayloadTooLargeError(self._message())
+                if seen > limit:
+                    raise PayloadTooLargeError(_message(limit))
             return message
 
         await self.app(scope, limited_receive, send)
 
-    def _message(self) -> str:
-        return f"request body over the limit of {self.max_bytes} bytes"
+
+def _message(limit: int) -> str:
+    return f"request body over the limit of {limit} bytes"
