@@ -432,14 +432,11 @@ class Rollouts:
         if elapsed < config.analysis_window_s:
             return
         if candidate.requests < config.min_requests:
-            if rollout.status is not Status.HOLDING:
-                rollout.status = Status.HOLDING
-                self._decide(
-                    rollout,
-                    "hold",
-                    f"not enough traffic to judge: {candidate.requests} candidate requests in "
-                    f"{elapsed:.0f} s, {config.min_requests} needed",
-                )
+            self._hold(
+                rollout,
+                f"not enough traffic to judge: {candidate.requests} candidate requests in "
+                f"{elapsed:.0f} s, {config.min_requests} needed",
+            )
             return
         failure = self._slower(candidate, reference, config)
         if failure is not None:
@@ -452,14 +449,11 @@ class Rollouts:
         ):
             # asked to judge agreement, and the stable version still takes traffic to mirror:
             # a step does not pass on no evidence (shadows are shed while queues are busy)
-            if rollout.status is not Status.HOLDING:
-                rollout.status = Status.HOLDING
-                self._decide(
-                    rollout,
-                    "hold",
-                    f"not enough shadowed requests to judge agreement: {agreement.compared} "
-                    f"compared in {elapsed:.0f} s, {config.min_requests} needed",
-                )
+            self._hold(
+                rollout,
+                f"not enough shadowed requests to judge agreement: {agreement.compared} "
+                f"compared in {elapsed:.0f} s, {config.min_requests} needed",
+            )
             return
         if rollout.step + 1 >= len(rollout.steps):
             await self._promote(rollout, "every step passed")
@@ -492,6 +486,12 @@ class Rollouts:
                 f"(allowed +{config.max_queue_increase_ms:g} ms)"
             )
         return None
+
+    def _hold(self, rollout: Rollout, reason: str) -> None:
+        """The step waits for evidence; the decision is recorded once, when it starts to."""
+        if rollout.status is not Status.HOLDING:
+            rollout.status = Status.HOLDING
+            self._decide(rollout, "hold", reason)
 
     async def _promote(self, rollout: Rollout, reason: str) -> None:
         rollout.status = Status.PROMOTED
