@@ -226,11 +226,11 @@ async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
     decoder: Decoder, make: Make
 ) -> None:
     """After the first (measured) step, a decode step under `inline_step_ms` goes through
-    `run_now` (every decoder here steps in well under 2 ms); with 0 none does, and the text
-    is the same either way."""
+    `run_now`; with 0 none does, and the text is the same either way. (The bound here is far
+    above any step, so a busy machine's slow steps do not change what is tested.)"""
     assert decoder.run_now is not None
     texts = []
-    for inline_ms in (2.0, 0.0):
+    for inline_ms in (1000.0, 0.0):
         calls = 0
 
         def counted(*args: Any, now: RunNow = decoder.run_now) -> dict[str, Any] | None:
