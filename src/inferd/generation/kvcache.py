@@ -110,10 +110,15 @@ class PaddedKV:
         return rows * (max(self.batch.length, longest_prompt) + 1)
 
     def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
-        return Step(prefill_feeds(self._shape, prompts, pad_id), slots=tuple(slots))
+        # left-padded: every prompt ends at the last position
+        feeds = prefill_feeds(self._shape, prompts, pad_id)
+        return Step(feeds, slots=tuple(slots), last_aligned=True)
+
+    def take_prefill(self, step: Step, out: dict[str, Array]) -> None:
+        self.batch.place(step.slots, [out[n] for n in self._shape.present_names], step.feeds[MASK])
 
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
-        self.batch.place(step.slots, [out[n] for n in self._shape.present_names], step.feeds[MASK])
+        self.take_prefill(step, out)
         return out[LOGITS][:, -1, :]
 
     def decode(self, tokens: Array, positions: Array) -> Step:

@@ -23,6 +23,9 @@ class Step:
     """A prefill's rows in the batch, one per prompt."""
     lengths: tuple[int, ...] = ()
     """A prefill's prompt lengths."""
+    last_aligned: bool = False
+    """A prefill whose prompts all end at its last position: the position the graph ranks
+    candidates at (inferd.prep.ranked_logits), so they are each prompt's next-token ones."""
 
 
 class KVStore(Protocol):
@@ -44,8 +47,12 @@ class KVStore(Protocol):
         """The prompts' step; their rows go to `slots` (free rows, or the next new ones)."""
         ...
 
+    def take_prefill(self, step: Step, out: dict[str, Array]) -> None:
+        """Takes the prompts' cache (from `out`, or as written in place)."""
+        ...
+
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
-        """Takes the prompts' cache; returns each prompt's last-token logits [rows, vocab]."""
+        """`take_prefill`, then each prompt's last-token logits [rows, vocab]."""
         ...
 
     def decode(self, tokens: Array, positions: Array) -> Step:

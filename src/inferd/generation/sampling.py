@@ -127,19 +127,20 @@ def _draw(
     row's own top-k within them, temperature, top-p, then its generator's next number."""
     n, kmax = ids.shape
     full = vocab if vocab is not None else kmax
-    ks = np.array([p.top_k if 0 < p.top_k < full else full for p in params])
+    ks = np.fromiter((p.top_k if 0 < p.top_k < full else full for p in params), np.int64, n)
+    temperature = np.fromiter((p.temperature for p in params), np.float64, n)
     scores = values.astype(np.float64)
-    columns = np.arange(kmax)[None, :]
-    temperature = np.array([p.temperature for p in params])[:, None]
-    weights = np.where(columns < ks[:, None], np.exp((scores - scores[:, :1]) / temperature), 0.0)
+    weights = np.exp((scores - scores[:, :1]) / temperature[:, None])
+    if ks.min() < kmax:  # each row's own cut
+        weights[np.arange(kmax)[None, :] >= ks[:, None]] = 0.0
     cumulative = np.cumsum(weights, axis=1)
     index = np.arange(n)
     total = cumulative[index, ks - 1]
-    top_p = np.array([p.top_p for p in params])
+    top_p = np.fromiter((p.top_p for p in params), np.float64, n)
     # the smallest set of most likely tokens whose mass reaches top_p
     keep = np.minimum((cumulative < (top_p * total)[:, None]).sum(axis=1) + 1, ks)
     limit = cumulative[index, keep - 1]
-    u = np.array([rng.random() for rng in rngs])
+    u = np.fromiter((rng.random() for rng in rngs), np.float64, n)
     pick = np.minimum((cumulative <= (u * limit)[:, None]).sum(axis=1), keep - 1)
     picked: Array = np.asarray(ids[index, pick])
     return picked

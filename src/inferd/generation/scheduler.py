@@ -254,17 +254,22 @@ class Scheduler:
         free = [i for i, s in enumerate(self._rows) if s.done]
         slots = (free + list(range(len(self._rows), len(self._rows) + len(seqs))))[: len(seqs)]
         step = self._kv.prefill([s.prompt_ids for s in seqs], slots, self._pad)
+        ranked = step.last_aligned and self._ranked(seqs)
+        names = self._shape.ranked_names if ranked else self._shape.output_names
         started = time.perf_counter()
-        out = await self._run(step.feeds, self._shape.output_names, step.into)
+        out = await self._run(step.feeds, names, step.into)
         now = time.perf_counter()
-        logits = self._kv.after_prefill(step, out)
+        if ranked:
+            self._kv.take_prefill(step, out)
+            tokens = self._sample_ranked(out, slice(None), seqs)
+        else:
+            tokens = self._sample(self._kv.after_prefill(step, out), seqs)
         for slot, seq in zip(slots, seqs, strict=True):
             if slot < len(self._rows):
                 self._rows[slot] = seq
             else:
                 self._rows.append(seq)
         self._running = [*self._running, *seqs]
-        tokens = self._sample(logits, seqs)
         firsts = []
         for seq, token in zip(seqs, tokens, strict=True):
             seq.cached = len(seq.prompt_ids)
@@ -282,8 +287,7 @@ class Scheduler:
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
         live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
-        width = self._shape.top_width
-        ranked = width > 0 and all(fits_ranked(rows[r].params, width) for r in live)
+        ranked = self._ranked([rows[r] for r in live])
         names = self._shape.ranked_names if ranked else self._shape.output_names
         step = self._kv.decode(tokens, positions)
         started = time.perf_counter()
@@ -305,12 +309,7 @@ class Scheduler:
         if live:
             seqs = [rows[r] for r in live]
             if ranked:
-                chosen = sample_ranked(
-                    out[TOP_LOGITS][live],
-                    out[TOP_IDS][live],
-                    [s.params for s in seqs],
-                    [s.rng for s in seqs],
-                )
+                chosen = self._sample_ranked(out, live, seqs)
             else:
                 chosen = self._sample(out[LOGITS][live, -1, :], seqs)
             for seq, token in zip(seqs, chosen, strict=True):
@@ -362,6 +361,22 @@ class Scheduler:
                 if seq.cancelled:
                     seq.finish("cancelled", now)
             self._waiting = deque(s for s in self._waiting if not s.cancelled)
+
+    def _ranked(self, seqs: list[Seq]) -> bool:
+        """Whether the next tokens of `seqs` can all be drawn from the graph's ranked
+        candidates (a decoder exported by inferd), not the whole vocabulary's logits."""
+        width = self._shape.top_width
+        return width > 0 and all(fits_ranked(s.params, width) for s in seqs)
+
+    def _sample_ranked(
+        self, out: dict[str, Array], rows: list[int] | slice, seqs: list[Seq]
+    ) -> list[int]:
+        return sample_ranked(
+            out[TOP_LOGITS][rows],
+            out[TOP_IDS][rows],
+            [s.params for s in seqs],
+            [s.rng for s in seqs],
+        )
 
     def _sample(self, logits: Array, seqs: list[Seq]) -> list[int]:
         return sample_batch(

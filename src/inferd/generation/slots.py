@@ -58,7 +58,9 @@ class SlotKV:
         feeds.update(self._views(start, stop))
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
         slots = tuple(range(start, stop)) if prompt_lengths else ()
-        return Step(feeds, into, slots, prompt_lengths)
+        # right-padded: every prompt ends at the last position only when all are as long
+        aligned = len(set(prompt_lengths)) == 1
+        return Step(feeds, into, slots, prompt_lengths, aligned)
 
     def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
         """Right-padded prompts, written into the rows right after the running ones."""
@@ -80,11 +82,14 @@ class SlotKV:
         }
         return self._step(feeds, start, start + len(prompts), tuple(lengths))
 
-    def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
+    def take_prefill(self, step: Step, out: dict[str, Array]) -> None:
         rows = np.array(step.slots)
         self._lengths[rows] = step.lengths
         self._rows = max(self._rows, int(rows.max()) + 1)
-        return out[LOGITS][np.arange(len(rows)), np.array(step.lengths) - 1, :]
+
+    def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
+        self.take_prefill(step, out)
+        return out[LOGITS][np.arange(len(step.slots)), np.array(step.lengths) - 1, :]
 
     def decode(self, tokens: Array, positions: Array) -> Step:
         """`positions` are the rows' real lengths (where each new token goes); a finished row

@@ -249,11 +249,16 @@ async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["concat", "inplace"])
+@pytest.mark.parametrize(
+    "prompts", [["the quick brown"], ["the quick brown", "the quick brown fox jumps over"]]
+)
 async def test_ranked_candidates_give_the_text_the_logits_give(
-    exports: Callable[[str], Decoder], layout: str
+    exports: Callable[[str], Decoder], layout: str, prompts: list[str]
 ) -> None:
     """`inferd export` ranks the last position's candidates in the graph; sampling from them
-    gives, seed for seed, the text that sampling from the full logits gives."""
+    gives, seed for seed, the text that sampling from the full logits gives: in decode steps,
+    and in prefills whose prompts all end at the last position (left-padded ones; right-padded
+    ones of one length); prompts of two lengths make an in-place prefill take the logits."""
     decoder = exports(layout)
     shape = decoder.parts.shape
     assert shape.top_width == 64
@@ -285,7 +290,10 @@ async def test_ranked_candidates_give_the_text_the_logits_give(
         )
         scheduler.start()
         try:
-            seqs = [scheduler.submit(scheduler.encode("the quick brown"), p) for p in cases]
+            seqs = [
+                scheduler.submit(scheduler.encode(prompts[i % len(prompts)]), p)
+                for i, p in enumerate(cases)
+            ]
             texts[width] = [(await s.result()).text for s in seqs]
         finally:
             await scheduler.close()
