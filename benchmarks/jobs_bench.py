@@ -5,9 +5,10 @@ The demo's /embed (all-MiniLM-L6-v2, one text of 8-128 tokens a request) in an o
 (Poisson arrivals) at half the capacity measured first (a closed loop of 32 connections);
 rounds alternate between no jobs and a backlog of /embed jobs of 4 texts each, queued
 through `POST /v1/jobs` just before the round (more than the round can drain), on Redis
-Streams (Debian's redis-server on a free port). Reported: interactive p50/p99 each way
-(medians of the rounds), the change in p99, and the texts per second the jobs got through
-meanwhile (the capacity they took from idle time).
+Streams (Debian's redis-server on a free port). One server for each `jobs_max_share` asked
+(the share of the time jobs may take while clients come). Reported for each: interactive
+p50/p99 each way (medians of the rounds), the change in p99, and the texts per second the
+jobs got through meanwhile (the capacity they took from idle time).
 
     python benchmarks/jobs_bench.py           # writes the "jobs" section of RESULTS.md
     python benchmarks/jobs_bench.py --quick
@@ -20,7 +21,9 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -52,14 +55,79 @@ def p50_p99(values: list[float]) -> tuple[float, float]:
     return float(p50), float(p99)
 
 
+@dataclass
+class Measured:
+    share: float
+    rate: float
+    capacity: float
+    backlog: int
+    results: dict[str, list[tuple[float, float]]]
+    drained: list[float]
+
+    def med(self, mode: str, index: int) -> float:
+        return statistics.median(r[index] for r in self.results[mode])
+
+    @property
+    def change(self) -> float:
+        return self.med("jobs", 1) / self.med("no jobs", 1) - 1
+
+
+def measure(repo: Path, redis_url: str, texts: list[str], share: float, args: Any) -> Measured:
+    """One server with `jobs_max_share` = `share`: its capacity, then rounds without and with
+    a job backlog at half of it."""
+    server = Server(repo, "--jobs-redis-url", redis_url, "--jobs-max-share", str(share))
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        payloads = [request_bytes(host, orjson.dumps({"texts": [t]}), "/embed") for t in texts]
+        probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
+        capacity = sum(o.status == 200 for o in probe.outcomes) / 10
+        rate = capacity / 2
+        # a round not counted: the first open loop after the probe runs slower
+        run_loop(open_loop(host, int(port), payloads, rate, args.seconds / 2, 30))
+        backlog = int(capacity / JOB_TEXTS * args.seconds)  # more than a round drains
+        results: dict[str, list[tuple[float, float]]] = {"no jobs": [], "jobs": []}
+        drained: list[float] = []
+        for _ in range(args.rounds):
+            for mode in ("no jobs", "jobs"):
+                submitted_from = jobs_done(server.url)
+                if mode == "jobs":
+                    with httpx.Client(base_url=server.url, timeout=30) as client:
+                        for i in range(backlog):
+                            group = [texts[(i * JOB_TEXTS + k) % len(texts)] for k in range(4)]
+                            body = {"route": "/embed", "body": {"texts": group}}
+                            client.post("/v1/jobs", json=body).raise_for_status()
+                before = jobs_done(server.url)
+                tally = run_loop(open_loop(host, int(port), payloads, rate, args.seconds, 30))
+                finished = jobs_done(server.url) - before
+                ok = [o.client_s for o in tally.outcomes if o.status == 200]
+                assert len(ok) == len(tally.outcomes) and not tally.lost
+                results[mode].append(p50_p99(ok))
+                if mode == "jobs":
+                    drained.append(finished * JOB_TEXTS / args.seconds)
+                print(share, mode, results[mode][-1], f"jobs finished {finished:.0f}", flush=True)
+                deadline = time.monotonic() + 300
+                expected = backlog if mode == "jobs" else 0
+                while jobs_done(server.url) - submitted_from < expected:
+                    assert time.monotonic() < deadline, "the backlog did not drain"
+                    time.sleep(0.5)
+                time.sleep(1)
+    finally:
+        server.stop()
+    return Measured(share, rate, capacity, backlog, results, drained)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--shares", default="1,0.3,0.1", help="jobs_max_share values, one server each"
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rounds = 6, 1
+    shares = [float(x) for x in args.shares.split(",")]
     with tempfile.TemporaryDirectory(prefix="inferd-jobs-") as name:
         tmp = Path(name)
         repo = build_demo(tmp / "demo")
@@ -67,71 +135,32 @@ def main() -> int:
         tokenizer.no_padding()
         texts = make_texts(tokenizer, 600)
         with redis_server(tmp / "redis") as url:
-            server = Server(repo, "--jobs-redis-url", url)
-            try:
-                host, port = server.url.removeprefix("http://").split(":")
-                payloads = [
-                    request_bytes(host, orjson.dumps({"texts": [t]}), "/embed") for t in texts
-                ]
-                probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
-                capacity = sum(o.status == 200 for o in probe.outcomes) / 10
-                rate = capacity / 2
-                # a round not counted: the first open loop after the probe runs slower
-                run_loop(open_loop(host, int(port), payloads, rate, args.seconds / 2, 30))
-                backlog = int(capacity / JOB_TEXTS * args.seconds)  # more than a round drains
-                results: dict[str, list[tuple[float, float]]] = {"no jobs": [], "jobs": []}
-                drained: list[float] = []
-                for _ in range(args.rounds):
-                    for mode in ("no jobs", "jobs"):
-                        submitted_from = jobs_done(server.url)
-                        if mode == "jobs":
-                            with httpx.Client(base_url=server.url, timeout=30) as client:
-                                for i in range(backlog):
-                                    group = [texts[(i * JOB_TEXTS + k) % 600] for k in range(4)]
-                                    body = {"route": "/embed", "body": {"texts": group}}
-                                    client.post("/v1/jobs", json=body).raise_for_status()
-                        before = jobs_done(server.url)
-                        tally = run_loop(
-                            open_loop(host, int(port), payloads, rate, args.seconds, 30)
-                        )
-                        finished = jobs_done(server.url) - before
-                        ok = [o.client_s for o in tally.outcomes if o.status == 200]
-                        assert len(ok) == len(tally.outcomes) and not tally.lost
-                        results[mode].append(p50_p99(ok))
-                        if mode == "jobs":
-                            drained.append(finished * JOB_TEXTS / args.seconds)
-                        print(mode, results[mode][-1], f"jobs finished {finished:.0f}", flush=True)
-                        deadline = time.monotonic() + 300
-                        expected = backlog if mode == "jobs" else 0
-                        while jobs_done(server.url) - submitted_from < expected:
-                            assert time.monotonic() < deadline, "the backlog did not drain"
-                            time.sleep(0.5)
-                        time.sleep(1)
-            finally:
-                server.stop()
+            measured = [measure(repo, url, texts, share, args) for share in shares]
 
-    def med(mode: str, index: int) -> float:
-        return statistics.median(r[index] for r in results[mode])
-
-    change = med("jobs", 1) / med("no jobs", 1) - 1
     command = ("python benchmarks/jobs_bench.py " + " ".join(sys.argv[1:])).strip()
+    rows = [
+        f"| {m.share:g} | {m.rate:.0f} | {m.med('no jobs', 0):.1f} / {m.med('no jobs', 1):.1f} | "
+        f"{m.med('jobs', 0):.1f} / {m.med('jobs', 1):.1f} | {m.change:+.0%} | "
+        f"{statistics.median(m.drained):.0f} |"
+        for m in measured
+    ]
     lines = [
         "## Jobs: interactive latency at half load while a job backlog drains",
         "",
         f"Machine: {machine_description()}.",
-        f"Interactive: /embed on the demo, one text a request, open loop at {rate:.0f} req/s "
-        f"(half the {capacity:.0f} req/s measured with 32 connections). Jobs: a backlog of "
-        f"{backlog} /embed jobs of {JOB_TEXTS} texts, queued on Redis Streams before each "
-        f"'jobs' round. {args.rounds} rounds of {args.seconds:g} s each way, medians; the "
-        "client shares the two cores.",
+        "Interactive: /embed on the demo, one text a request, in an open loop at half the "
+        "capacity measured with 32 connections (each server measures its own). Jobs: a "
+        f"backlog of /embed jobs of {JOB_TEXTS} texts (more than a round drains), queued on "
+        f"Redis Streams before each 'jobs' round. One server per `jobs_max_share`; "
+        f"{args.rounds} rounds of {args.seconds:g} s each way, medians; the client shares "
+        "the two cores.",
         "",
         f"Command: `{command}`",
         "",
-        "| interactive traffic | p50 ms | p99 ms | jobs' texts/s meanwhile |",
-        "| --- | --- | --- | --- |",
-        f"| alone | {med('no jobs', 0):.1f} | {med('no jobs', 1):.1f} | |",
-        f"| with a job backlog draining | {med('jobs', 0):.1f} | {med('jobs', 1):.1f} "
-        f"({change:+.0%}) | {statistics.median(drained):.0f} |",
+        "| jobs_max_share | interactive req/s | alone: p50 / p99 ms | with a job backlog "
+        "draining: p50 / p99 ms | p99 change | jobs' texts/s meanwhile |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
     ]
     publish("jobs", "\n".join(lines), args.quick)
     return 0

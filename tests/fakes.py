@@ -17,6 +17,16 @@ from inferd.runtime.protocol import Array
 
 
 @dataclass
+class Clock:
+    """A clock a test sets by hand (`now`)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class FakeRunner:
     """`run_batch` for a DynamicBatcher: y = 2x (+ pooled sums), after an optional delay.
 

@@ -179,6 +179,15 @@ class ServerSettings(BaseModel):
         description="Jobs this process runs at once. A job starts only while no interactive "
         "request waits in a queue, and runs at the runtimes' background priority.",
     )
+    jobs_max_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="The share of the time jobs may work while clients' requests come: a job "
+        "whose work (preprocessing, inference, postprocessing) took t seconds is followed by "
+        "t * (1/share - 1) seconds without one. With no client request for a second, jobs run "
+        "back to back. 1: no limit.",
+    )
     jobs_result_ttl_s: float = Field(
         86400.0, gt=0, description="How long a finished job's answer is kept."
     )

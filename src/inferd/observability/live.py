@@ -48,8 +48,14 @@ class LiveWindow:
         self._clock = clock
         self._started = clock()
         self._samples: dict[str, deque[tuple[float, float, bool]]] = {}
+        self._last: float | None = None
+
+    def idle_s(self) -> float:
+        """Seconds since a request last finished (since the start, before any)."""
+        return self._clock() - (self._started if self._last is None else self._last)
 
     def record(self, model: str, seconds: float, failed: bool) -> None:
+        self._last = self._clock()
         samples = self._samples.get(model)
         if samples is None:
             samples = self._samples[model] = deque(maxlen=self._max)

@@ -128,7 +128,7 @@ def create_app(
     # added first, so innermost: every middleware below still applies to the data plane
     routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
-    jobs = Jobs(settings, engine, app, routes, app.exception_handlers, metrics or Observer())
+    jobs = Jobs(settings, engine, app, routes, app.exception_handlers, metrics or Observer(), live)
     app.state.jobs = jobs
     app.add_middleware(
         BodyLimitMiddleware,

@@ -21,14 +21,19 @@ from inferd.engine import Engine
 from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job
+from inferd.jobs.share import JobShare
 from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound
 from inferd.jobs.worker import JobWorker
+from inferd.observability.live import LiveWindow
 from inferd.observability.observer import Observer
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.dataplane import DataPlane
 from inferd.server.errors import error_response
 
 log = logging.getLogger(__name__)
+
+CLIENTS_QUIET_S = 1.0
+"""With no client request for this long, jobs are not held to their share."""
 
 
 def open_store(settings: ServerSettings) -> JobStore:
@@ -59,6 +64,7 @@ class Jobs:
         routes: Sequence[Route],
         handlers: Any,
         observer: Observer,
+        live: LiveWindow,
     ) -> None:
         self._settings = settings
         self._engine = engine
@@ -68,6 +74,7 @@ class Jobs:
         self.store = open_store(settings)
         hosts = [h for h in settings.jobs_callback_hosts.split(",") if h.strip()]
         self.callbacks = Callbacks(hosts)
+        self._share = JobShare(settings.jobs_max_share, live.idle_s, CLIENTS_QUIET_S)
         self.worker = JobWorker(
             self.store,
             self._run_route,
@@ -120,13 +127,16 @@ class Jobs:
     # -- the worker's side ---------------------------------------------------------------
 
     def _may_take(self) -> bool:
-        """Ready, not draining, and no client's request waiting in a queue. (Waiting also
-        for no request in flight at all took a third fewer jobs through at half load for no
-        better client p99: benchmarks/jobs_bench.py.)"""
+        """Ready, not draining, no client's request waiting in a queue, and, while clients
+        come, within the jobs' share of the time (`JobShare`). (Waiting also for no request
+        in flight at all took a third fewer jobs through at half load for no better client
+        p99: benchmarks/jobs_bench.py.)"""
         engine = self._engine
         if not engine.loader.done or engine.admission.draining or not engine.accepting:
             return False
-        return not any(depth for _, _, depth in engine.queue_depths())
+        if any(depth for _, _, depth in engine.queue_depths()):
+            return False
+        return self._share.ready()
 
     async def _run_route(self, route: str, body: bytes, job_id: str) -> tuple[int, bytes]:
         scope: Scope = {
@@ -169,8 +179,10 @@ class Jobs:
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
 
-        with tracing(RequestTrace(request_id=f"job-{job_id}")):
+        with tracing(RequestTrace(request_id=f"job-{job_id}")) as trace:
             await self._plane(scope, receive, send)
+        # its work, not its waits: what the share counts
+        self._share.spent(trace.preprocess_s + trace.inference_s + trace.postprocess_s)
         return status, b"".join(chunks)
 
 

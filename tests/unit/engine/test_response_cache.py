@@ -10,14 +10,7 @@ import pytest
 
 from inferd.engine.response_cache import COALESCED, HIT, MISS, ResponseCache
 from inferd.errors import DeadlineExceededError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import Clock
 
 
 def counting(value: str) -> tuple[list[int], Callable[[], Awaitable[str]]]:
