@@ -41,10 +41,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, publish
-from generate_bench import CASES, MODEL, Case, build_repo, raw_ceiling, set_scheduling, workload
+from generate_bench import (
+    CASES,
+    MODEL,
+    Case,
+    build_repo,
+    raw_ceiling,
+    set_generation,
+    set_scheduling,
+    workload,
+)
 from steady import Load, steady_load
 
 LOADS = (16, 1)
+DECODERS = dict(zip(("demo", "21m"), CASES, strict=True))
 
 
 @dataclass(frozen=True)
@@ -54,11 +64,13 @@ class Round:
     loads: dict[int, Load]
 
 
-def run_case(case: Case, rounds: int, window_s: float) -> list[Round]:
+def run_case(case: Case, rounds: int, window_s: float, inline_step_ms: float | None) -> list[Round]:
     results = []
     with tempfile.TemporaryDirectory(prefix="inferd-ceiling-") as tmp:
         root = build_repo(Path(tmp) / "inplace", case.shape, "inplace")
         set_scheduling(root, "continuous")
+        if inline_step_ms is not None:
+            set_generation(root, "inline_step_ms", inline_step_ms)
         model_file = root / MODEL / "1" / "model.onnx"
         server = Server(root)
         try:
@@ -114,23 +126,40 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--window", type=float, default=15.0, help="seconds counted per load")
+    parser.add_argument(
+        "--decoder", choices=["both", *DECODERS], default="both", help="which decoder(s)"
+    )
+    parser.add_argument(
+        "--inline-step-ms",
+        type=float,
+        default=None,
+        help="generation.inline_step_ms for the server (default: the setting's default); "
+        "its own RESULTS.md section",
+    )
     args = parser.parse_args()
     rounds, window = (1, 5.0) if args.quick else (args.rounds, args.window)
+    cases = [c for key, c in DECODERS.items() if args.decoder in ("both", key)]
+    inline = args.inline_step_ms
+    command = ("python benchmarks/ceiling_bench.py " + " ".join(sys.argv[1:])).strip()
+    title = "## Generation against the runtime's decode ceiling (issue 20)"
+    if inline is not None:
+        title += f", steps inline under {inline:g} ms"
     sections = [
-        "## Generation against the runtime's decode ceiling (issue 20)",
+        title,
         "",
         f"Machine: {machine_description()}",
         "",
-        "Command: `python benchmarks/ceiling_bench.py` (GPT-2 architecture, random weights, "
+        f"Command: `{command}` (GPT-2 architecture, random weights, "
         "in-place KV cache, `ignore_eos`; closed loops of 16 and 1 requests in flight without "
         "end, prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k "
         "50; tokens counted by the server over a window after a 3 s warm-up; each round's ratio "
         "to the raw ceiling measured just before it: ONNX Runtime in process, decode steps of "
         "16 rows over a 128-token cache, no sampling, no server).",
     ]
-    for case in CASES:
-        sections += ["", report(case, run_case(case, rounds, window), window)]
-    publish("ceiling", "\n".join(sections), args.quick)
+    for case in cases:
+        sections += ["", report(case, run_case(case, rounds, window, inline), window)]
+    key = "ceiling" if inline is None else f"ceiling-inline-{inline:g}ms"
+    publish(key, "\n".join(sections), args.quick)
 
 
 if __name__ == "__main__":

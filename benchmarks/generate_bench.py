@@ -229,11 +229,16 @@ def build_repo(root: Path, shape: GeneratorShape, layout: str) -> Path:
     return root
 
 
-def set_scheduling(root: Path, mode: str) -> None:
+def set_generation(root: Path, key: str, value: object) -> None:
+    """One `generation` setting of the benchmark model's config.yaml."""
     path = root / MODEL / "config.yaml"
     config = yaml.safe_load(path.read_text())
-    config["generation"]["scheduling"] = mode
+    config["generation"][key] = value
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def set_scheduling(root: Path, mode: str) -> None:
+    set_generation(root, "scheduling", mode)
 
 
 Results = dict[tuple[str, str, str], list[RoundResult]]
