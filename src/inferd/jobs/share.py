@@ -1,11 +1,11 @@
 """How much of the machine jobs may take while clients are being served.
 
-A background run beside a serving one slows the client's request even on the lowest thread
-priority: on a two-core machine the client's p50 rose by half beside a lone idle-priority
-ONNX Runtime loop (benchmarks/jobs_bench.py records the cost of jobs). So, besides starting
-only when no client request waits, jobs keep to a share of the time while clients come: a job
-whose work took t seconds (its preprocessing, inference and postprocessing, not its waits) is
-followed by t * (1/share - 1) seconds without one. When no client request has come for a
+Jobs start only when no client request waits and run on the runtimes' lowest-priority
+threads, yet a job running beside a client's request still slows it on a small machine
+(`python benchmarks/jobs_bench.py`, two cores, half load: without a share, interactive p99
++13% while a backlog drains). So, while clients come, jobs also keep to a share of the time: a
+job whose work took t seconds (its preprocessing, inference and postprocessing, not its waits)
+is followed by t * (1/share - 1) seconds without one. When no client request has come for a
 while, jobs run back to back."""
 
 from __future__ import annotations
