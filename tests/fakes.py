@@ -16,7 +16,6 @@ from inferd.errors import InferdError
 from inferd.runtime.protocol import Array
 
 
-@dataclass
 class Clock:
     """A clock a test sets by hand (`now`)."""
 
@@ -27,6 +26,7 @@ class Clock:
         return self.now
 
 
+@dataclass
 class FakeRunner:
     """`run_batch` for a DynamicBatcher: y = 2x (+ pooled sums), after an optional delay.
 
