@@ -48,7 +48,6 @@ from generate_bench import (
     build_repo,
     raw_ceiling,
     set_generation,
-    set_scheduling,
     workload,
 )
 from steady import Load, steady_load
@@ -68,7 +67,7 @@ def run_case(case: Case, rounds: int, window_s: float, inline_step_ms: float | N
     results = []
     with tempfile.TemporaryDirectory(prefix="inferd-ceiling-") as tmp:
         root = build_repo(Path(tmp) / "inplace", case.shape, "inplace")
-        set_scheduling(root, "continuous")
+        set_generation(root, "scheduling", "continuous")
         if inline_step_ms is not None:
             set_generation(root, "inline_step_ms", inline_step_ms)
         model_file = root / MODEL / "1" / "model.onnx"

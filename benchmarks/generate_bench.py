@@ -237,10 +237,6 @@ def set_generation(root: Path, key: str, value: object) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def set_scheduling(root: Path, mode: str) -> None:
-    set_generation(root, "scheduling", mode)
-
-
 Results = dict[tuple[str, str, str], list[RoundResult]]
 """(layout, mix, mode) -> the rounds."""
 
@@ -257,7 +253,7 @@ def run_case(case: Case, quick: bool, layouts: tuple[str, ...]) -> tuple[Results
         for _ in range(1 if quick else case.rounds):
             for kv, root in roots.items():
                 for mode in MODES:
-                    set_scheduling(root, mode)
+                    set_generation(root, "scheduling", mode)
                     server = Server(root)
                     try:
                         asyncio.run(closed_loop(server.url, bodies["uniform"][:16]))  # warm-up
