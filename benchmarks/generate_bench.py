@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, publish
+from inferd.generation.decoder import DRAW_UNIFORM, idle_draw_feeds
+from inferd.prep.ranked_logits import TOP_WIDTH
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
@@ -176,6 +178,9 @@ def raw_ceiling(
         binding.bind_cpu_input("seqlens_k", np.full(rows, past, dtype=np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(past + 1, dtype=np.int32))
         binding.bind_output("logits")
+        if DRAW_UNIFORM in {i.name for i in session.get_inputs()}:
+            for name, value in idle_draw_feeds(rows, TOP_WIDTH).items():
+                binding.bind_cpu_input(name, value)  # the graph's own draw, greedy: it runs too
         presents = cache_names(shape.layers, PRESENT)
         for (name, array), present in zip(cache.items(), presents, strict=True):
             value = ort.OrtValue.ortvalue_from_numpy(array)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from inferd.cli.main import main
+from inferd.generation.decoder import DRAW_INPUTS, idle_draw_feeds
 from inferd.generation.sampling import top_candidates
 from tests import prep_modules
 
@@ -176,12 +177,17 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     session = ort.InferenceSession(str(tmp_path / "gpt" / "1" / "model.onnx"))
     names = [i.name for i in session.get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
-    assert names[3:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    assert names[3:7] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    # the draw of the next token in the graph (inferd.prep.graph_draw)
+    assert names[7:] == list(DRAW_INPUTS)
+    names = names[:7]
     presents = [f"present.{i}.{k}" for i in range(2) for k in ("key", "value")]
     # the last position's best candidates, ranked in the graph (inferd.prep.ranked_logits)
     outputs = [o.name for o in session.get_outputs()]
-    assert outputs == ["logits", *presents, "top_logits", "top_ids"]
-    assert report(tmp_path, "gpt", "export-1.json")["ranked_rows_wrong"] == 0
+    assert outputs == ["logits", *presents, "top_logits", "top_ids", "next_ids"]
+    written = report(tmp_path, "gpt", "export-1.json")
+    assert written["ranked_rows_wrong"] == 0 and written["graph_draws_differing"] == 0
+    idle = idle_draw_feeds(1, 64)
     config = yaml.safe_load((tmp_path / "gpt" / "config.yaml").read_text())
     assert config["task"] == "text-generation"
     assert config["generation"] == {"context_length": 64, "eos_token_id": 0}
@@ -195,6 +201,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
             "attention_mask": np.ones_like(ids),
             "position_ids": np.arange(4)[None],
             **empty,
+            **idle,
         },
     )
     first = session.run(
@@ -204,6 +211,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
             "attention_mask": np.ones((1, 3), np.int64),
             "position_ids": np.arange(3)[None],
             **empty,
+            **idle,
         },
     )
     past = dict(zip(names[3:], first[1:5], strict=True))
@@ -214,6 +222,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
             "attention_mask": np.ones((1, 4), np.int64),
             "position_ids": np.array([[3]]),
             **past,
+            **idle,
         },
     )
     np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
@@ -232,7 +241,9 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     assert names[:4] == ["input_ids", "position_ids", "seqlens_k", "total_sequence_length"]
-    assert names[4:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    assert names[4:8] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+    assert names[8:] == list(DRAW_INPUTS)
+    names = names[:8]
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert "GroupQueryAttention" in ops and "Concat" not in ops
     # one pass over a whole text equals a prefill then a decode step into the same buffer
@@ -246,6 +257,8 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
         binding.bind_cpu_input("position_ids", np.arange(start, length)[None])
         binding.bind_cpu_input("seqlens_k", np.array([length - 1], np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(length, np.int32))
+        for name, value in idle_draw_feeds(1, 64).items():
+            binding.bind_cpu_input(name, value)
         binding.bind_output("logits")
         for i, name in enumerate(names[4:]):
             value = ort.OrtValue.ortvalue_from_numpy(

@@ -8,7 +8,8 @@ both past and present, each row's length given by `seqlens_k`).
 
 A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
 `top_logits` and `top_ids` [batch, width], the width best, best first. A decode step whose rows
-all draw within them asks for those instead of the logits (`ranked_names`)."""
+all draw within them asks for those instead of the logits (`ranked_names`), and, where the graph
+draws too (inferd.prep.graph_draw: `draws`), for the drawn token alone (`drawn_names`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from inferd.runtime.protocol import Array, TensorSpec
 TOKENS, MASK, POSITIONS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 SEQLENS, TOTAL = "seqlens_k", "total_sequence_length"
 TOP_LOGITS, TOP_IDS = "top_logits", "top_ids"
+DRAW_TEMPERATURE, DRAW_TOP_K = "draw_temperature", "draw_top_k"
+DRAW_TOP_P, DRAW_UNIFORM = "draw_top_p", "draw_uniform"
+DRAW_INPUTS = (DRAW_TEMPERATURE, DRAW_TOP_K, DRAW_TOP_P, DRAW_UNIFORM)
+NEXT_IDS = "next_ids"
 
 
 class DecoderShapeError(ValueError):
@@ -40,6 +45,9 @@ class DecoderShape:
     inplace: bool = False
     top_width: int = 0
     """How many ranked candidates the model gives (`top_logits`, `top_ids`); 0: none."""
+    draws: bool = False
+    """Whether the graph also draws the next token from them (inferd.prep.graph_draw): its
+    draw inputs are fed on every run (`idle_draw` where nothing is drawn)."""
 
     @staticmethod
     def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
@@ -74,8 +82,9 @@ class DecoderShape:
         width = 0
         if len(ranked) == 2 and ranked[TOP_LOGITS].shape[-1:] == ranked[TOP_IDS].shape[-1:]:
             width = max(0, ranked[TOP_LOGITS].shape[-1])  # a fixed width, or none at all
+        draws = width > 0 and NEXT_IDS in out_names and all(n in names for n in DRAW_INPUTS)
         return DecoderShape(
-            layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace, width
+            layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace, width, draws
         )
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
@@ -93,6 +102,24 @@ class DecoderShape:
         """A decode step's outputs when it draws from the ranked candidates."""
         return [TOP_LOGITS, TOP_IDS, *self.present_names]
 
+    def idle_draw(self, feeds: dict[str, Array]) -> dict[str, Array]:
+        """`feeds` with the draw inputs a drawing graph needs on every run (greedy: the output
+        unused unless the caller sets them); unchanged for any other graph."""
+        if self.draws:
+            feeds.update(idle_draw_feeds(feeds[TOKENS].shape[0], self.top_width))
+        return feeds
+
+
+def idle_draw_feeds(rows: int, width: int) -> dict[str, Array]:
+    """The draw inputs of a graph that draws (inferd.prep.graph_draw), for a run that draws
+    nothing: greedy rows."""
+    return {
+        DRAW_TEMPERATURE: np.zeros(rows, np.float64),
+        DRAW_TOP_K: np.full(rows, max(width, 1), np.int64),
+        DRAW_TOP_P: np.ones(rows, np.float64),
+        DRAW_UNIFORM: np.zeros(rows, np.float64),
+    }
+
 
 def prefill_feeds(
     shape: DecoderShape, prompts: Sequence[Sequence[int]], pad_id: int
@@ -107,7 +134,7 @@ def prefill_feeds(
     positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
     feeds: dict[str, Array] = {TOKENS: ids, MASK: mask, POSITIONS: positions}
     feeds.update(zip(shape.past_names, shape.empty_cache(len(prompts)), strict=True))
-    return feeds
+    return shape.idle_draw(feeds)
 
 
 def decode_feeds(
@@ -121,4 +148,4 @@ def decode_feeds(
         POSITIONS: positions.reshape(rows, 1).astype(np.int64),
     }
     feeds.update(zip(shape.past_names, cache, strict=True))
-    return feeds
+    return shape.idle_draw(feeds)

@@ -128,6 +128,13 @@ class PaddedKV:
     def after_decode(self, step: Step, out: dict[str, Array]) -> None:
         self.batch.advance([out[n] for n in self._shape.present_names], step.feeds[MASK])
 
+    @property
+    def advances(self) -> bool:
+        return False  # the cache grows by a column a step: each step's feeds are new
+
+    def advance(self, step: Step) -> None:
+        raise NotImplementedError("a concatenating cache's steps are not run back to back")
+
     def compact(self, live: list[int]) -> list[int] | None:
         """When half of the rows are free, or a quarter of the columns unused (at least 16)."""
         batch = self.batch

@@ -61,6 +61,17 @@ class KVStore(Protocol):
 
     def after_decode(self, step: Step, out: dict[str, Array]) -> None: ...
 
+    @property
+    def advances(self) -> bool:
+        """Whether a decode step's own feeds can become the next step's (`advance`)."""
+        ...
+
+    def advance(self, step: Step) -> None:
+        """After a decode step whose drawn tokens were written into its own `input_ids`: takes
+        the step (`after_decode`), then moves its feeds one position on, in place, so they
+        are the next step's."""
+        ...
+
     def compact(self, live: list[int]) -> list[int] | None:
         """When the store chooses to: keeps only the `live` rows, returning their new order
         (old row indices); None when it leaves the batch as it is."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.generation.decoder import DRAW_TEMPERATURE, DRAW_TOP_K, DRAW_TOP_P, DRAW_UNIFORM
 from inferd.generation.params import SamplingParams
 from inferd.runtime.protocol import Array
 
@@ -88,6 +89,21 @@ def sample_ranked(
         )
     tokens: list[int] = out.tolist()
     return tokens
+
+
+def draw_inputs(params: Sequence[SamplingParams], uniforms: Array, width: int) -> dict[str, Array]:
+    """The inputs of the draw in the graph (inferd.prep.graph_draw) for rows that all
+    `fits_ranked`: each row's temperature (0: greedy), top-k, top-p and its uniform number
+    (unused by a greedy row)."""
+    n = len(params)
+    return {
+        DRAW_TEMPERATURE: np.fromiter((p.temperature for p in params), np.float64, n),
+        DRAW_TOP_K: np.fromiter(
+            (p.top_k if 0 < p.top_k < width else width for p in params), np.int64, n
+        ),
+        DRAW_TOP_P: np.fromiter((p.top_p for p in params), np.float64, n),
+        DRAW_UNIFORM: np.array(uniforms, dtype=np.float64),
+    }
 
 
 def top_candidates(logits: Array, k: int) -> tuple[Array, Array]:

@@ -37,10 +37,18 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
-from inferd.generation.decoder import LOGITS, TOP_IDS, TOP_LOGITS, DecoderShape
+from inferd.generation.decoder import (
+    DRAW_UNIFORM,
+    LOGITS,
+    NEXT_IDS,
+    TOKENS,
+    TOP_IDS,
+    TOP_LOGITS,
+    DecoderShape,
+)
 from inferd.generation.kvstore import kv_store
 from inferd.generation.params import SamplingParams, check_prompt
-from inferd.generation.sampling import fits_ranked, sample_batch, sample_ranked
+from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, notify
 from inferd.runtime.protocol import Array
@@ -279,6 +287,10 @@ class Scheduler:
         self._report("prefill", len(seqs), now - started)
 
     async def _decode(self, rows: list[Seq]) -> None:
+        live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
+        if self._blocks(rows, live):
+            await self._decode_block(rows)
+            return
         tokens = np.array(
             [s.last_token if s.generated else self._pad for s in rows], dtype=np.int64
         )
@@ -286,21 +298,12 @@ class Scheduler:
         # its position must stay a valid index
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
-        live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
         ranked = self._ranked([rows[r] for r in live])
         names = self._shape.ranked_names if ranked else self._shape.output_names
         step = self._kv.decode(tokens, positions)
         started = time.perf_counter()
-        out = None
-        quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
-        if quick and self._run_now is not None:
-            out = self._run_now(step.feeds, names, step.into)
-        inline = out is not None
-        if out is None:
-            out = await self._run(step.feeds, names, step.into)
+        out = await self._step(step.feeds, names, step.into)
         now = time.perf_counter()
-        took = now - started
-        self._decode_s = took if self._decode_s is None else 0.8 * self._decode_s + 0.2 * took
         self._kv.after_decode(step, out)
         for seq in rows:
             seq.cached += 1
@@ -318,7 +321,86 @@ class Scheduler:
                     gaps.append(since)
         notify(self._observer.on_generation_tokens, self._model, (), gaps)
         self._report("decode", len(rows), now - started)
-        self._held_loop = inline
+
+    async def _step(
+        self, feeds: dict[str, Array], names: Sequence[str], into: dict[str, str]
+    ) -> dict[str, Array]:
+        """One decode step: on the event loop's thread when the last steps took under
+        `inline_step_ms` and the runtime is free (the loop then gets a turn after the
+        scheduler's work), else on a runtime thread."""
+        started = time.perf_counter()
+        out = None
+        quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
+        if quick and self._run_now is not None:
+            out = self._run_now(feeds, names, into)
+        inline = out is not None
+        if out is None:
+            out = await self._run(feeds, names, into)
+        took = time.perf_counter() - started
+        self._decode_s = took if self._decode_s is None else 0.8 * self._decode_s + 0.2 * took
+        self._held_loop = self._held_loop or inline
+        return out
+
+    def _blocks(self, rows: list[Seq], live: list[int]) -> bool:
+        """Whether the next steps draw in the graph, each step's tokens fed straight to the
+        next (`_decode_block`): a drawing in-place decoder, every row live and drawing within
+        the graph's candidates."""
+        return (
+            self._config.block_steps > 0
+            and self._shape.draws
+            and self._kv.advances
+            and len(live) == len(rows)
+            and self._ranked(rows)
+        )
+
+    def _block_length(self, rows: list[Seq]) -> int:
+        """Steps in the next block: at most `block_steps`; none past a sequence's last token
+        (so no row outgrows its window); one while a request waits for a free row; and, when
+        steps run on the loop's thread, only as many as fit in `inline_step_ms`."""
+        config = self._config
+        steps = min(config.block_steps, *(s.params.max_new_tokens - len(s.generated) for s in rows))
+        if self._decode_s is not None and self._decode_s * 1000 < config.inline_step_ms:
+            steps = min(steps, int(config.inline_step_ms / 1000 / self._decode_s))
+        return max(1, steps)
+
+    async def _decode_block(self, rows: list[Seq]) -> None:
+        """Steps back to back, each drawing in the graph and writing its tokens into its own
+        `input_ids`, which the next step reads (the KV store moves the positions on); then
+        the tokens are taken, row by row, each at the time its step ended. A row that ends
+        within the block (its EOS, a stop sequence) keeps computing to the block's end; what
+        it draws after its end is dropped. Draws use each row's own generator, one number a
+        step, as the single-step path does: a seed gives the same text either way."""
+        steps = self._block_length(rows)
+        tokens = np.array([s.last_token for s in rows], dtype=np.int64)
+        step = self._kv.decode(tokens, np.array([s.cached for s in rows], dtype=np.int64))
+        uniforms = np.zeros((steps, len(rows)))
+        for r, seq in enumerate(rows):
+            if not seq.params.greedy:
+                uniforms[:, r] = seq.rng.random(steps)
+        feeds = step.feeds
+        feeds.update(draw_inputs([s.params for s in rows], uniforms[0], self._shape.top_width))
+        into = {**step.into, NEXT_IDS: TOKENS}
+        drawn = np.empty((steps, len(rows)), dtype=np.int64)
+        ended = []
+        for k in range(steps):
+            feeds[DRAW_UNIFORM][:] = uniforms[k]
+            started = time.perf_counter()
+            await self._step(feeds, (), into)
+            now = time.perf_counter()
+            drawn[k] = feeds[TOKENS][:, 0]
+            ended.append(now)
+            self._kv.advance(step)
+            self._report("decode", len(rows), now - started)
+        gaps = []
+        for r, seq in enumerate(rows):
+            seq.cached += steps
+            for k in range(steps):
+                if seq.done or seq.cancelled:
+                    break
+                since = seq.accept(int(drawn[k, r]), ended[k])
+                if since is not None:
+                    gaps.append(since)
+        notify(self._observer.on_generation_tokens, self._model, (), gaps)
 
     def _retire(self) -> None:
         """Answers what finished (or was cancelled). The KV store compacts the batch when it

@@ -29,6 +29,9 @@ class SlotKV:
         self._buffers: list[Array] = []
         self._lengths = np.zeros(max_rows, dtype=np.int64)
         """Real tokens in each row's cache."""
+        self._tokens = np.zeros((max_rows, 1), dtype=np.int64)
+        """A decode step's input tokens (the rows' first ones): the same memory every step, so
+        a binding of it as the graph's drawn output is kept (inferd.runtime.onnx_session)."""
         self._rows = 0
 
     @property
@@ -55,6 +58,7 @@ class SlotKV:
         self, feeds: dict[str, Array], start: int, stop: int, prompt_lengths: tuple[int, ...] = ()
     ) -> Step:
         """The step on rows [start, stop): their buffer views as past, written as present."""
+        self._shape.idle_draw(feeds)
         feeds.update(self._views(start, stop))
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
         slots = tuple(range(start, stop)) if prompt_lengths else ()
@@ -96,8 +100,10 @@ class SlotKV:
         that keeps running (static batching) is held at the last position."""
         rows = tokens.shape[0]
         at = np.minimum(positions.astype(np.int64), self.capacity - 1)
+        ids = self._tokens[:rows]  # one buffer: a drawing step writes its tokens in (advance)
+        ids[:, 0] = tokens
         feeds: dict[str, Array] = {
-            TOKENS: tokens.reshape(rows, 1).astype(np.int64),
+            TOKENS: ids,
             POSITIONS: at.reshape(rows, 1),
             SEQLENS: at.astype(np.int32),
             TOTAL: np.array(int(at.max()) + 1, dtype=np.int32),
@@ -107,6 +113,15 @@ class SlotKV:
     def after_decode(self, step: Step, out: dict[str, Array]) -> None:
         rows = step.feeds[TOKENS].shape[0]
         self._lengths[:rows] = np.minimum(step.feeds[SEQLENS] + 1, self.capacity)
+
+    @property
+    def advances(self) -> bool:
+        return True
+
+    def advance(self, step: Step) -> None:
+        self.after_decode(step, {})
+        for name in (POSITIONS, SEQLENS, TOTAL):
+            np.add(step.feeds[name], 1, out=step.feeds[name])
 
     def compact(self, live: list[int]) -> list[int] | None:
         """Always, at once: each hole among the first len(live) rows takes a live row from the

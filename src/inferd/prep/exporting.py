@@ -123,6 +123,15 @@ def run_export(
                     f"the ranked candidates differ from the logits in {wrong} rows; nothing written"
                 )
                 return 1
+            differ = _add_draw(onnx_path, reporter)
+            result["graph_draws_differing"] = differ
+            write_report(folder, f"export-{target_version}.json", result)
+            if differ:
+                reporter.fail(
+                    f"the graph's draw differs from inferd's sampling in {differ} of "
+                    f"{DRAW_CHECK_ROWS} rows; nothing written"
+                )
+                return 1
         tokenizer = (
             copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
             if source.tokenizer_dir is not None
@@ -164,6 +173,20 @@ def _add_ranked(source: Source, onnx_path: Path, reporter: Reporter) -> int:
         if not add_to_file(onnx_path):
             return 0  # (logits not float32 [batch, sequence, vocab]: served without them)
         return check_ranked(onnx_path, source.plan.vocab, source.plan.max_length)
+
+
+DRAW_CHECK_ROWS = 4096
+
+
+def _add_draw(onnx_path: Path, reporter: Reporter) -> int:
+    """Adds the draw of the next token to the graph (inferd.prep.graph_draw), after the ranked
+    candidates, and checks it against inferd's own sampling; returns the rows that differ."""
+    from inferd.prep.graph_draw import add_to_file, check_draw
+
+    with reporter.step("drawing the next token in the graph (temperature, top-k, top-p)"):
+        if not add_to_file(onnx_path):
+            return 0  # (no ranked candidates of a fixed width: served without it)
+        return check_draw(onnx_path, DRAW_CHECK_ROWS)
 
 
 def _to_inplace(source: Source, onnx_path: Path, reporter: Reporter) -> float:

@@ -34,6 +34,9 @@ class FeedPlan:
     head_dim: int = 0
     max_length: int = 128
     specs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    draw_width: int = 0
+    """A decoder that draws its next token in the graph (inferd.prep.graph_draw) from this
+    many candidates: its draw inputs are fed too (greedy)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -53,7 +56,9 @@ class FeedPlan:
         if self.kind == "encoder":
             return encoder_feeds(list(self.input_names), self.vocab)
         if self.kind == "decoder":
-            return decoder_feeds(self.layers, self.heads, self.head_dim, self.vocab)
+            return decoder_feeds(
+                self.layers, self.heads, self.head_dim, self.vocab, self.draw_width
+            )
         return spec_feeds([InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in self.specs])
 
     def cases(self, shapes: tuple[tuple[int, int], ...], seed: int = 0) -> list[Feeds]:
@@ -76,7 +81,10 @@ def encoder_feeds(input_names: list[str], vocab: int) -> Callable[..., Feeds]:
     return make
 
 
-def decoder_feeds(layers: int, heads: int, head_dim: int, vocab: int) -> Callable[..., Feeds]:
+def decoder_feeds(
+    layers: int, heads: int, head_dim: int, vocab: int, draw_width: int = 0
+) -> Callable[..., Feeds]:
+    from inferd.generation.decoder import idle_draw_feeds
     from inferd.runtime.kv_names import PAST, cache_names
 
     past_names = cache_names(layers, PAST)
@@ -89,13 +97,15 @@ def decoder_feeds(layers: int, heads: int, head_dim: int, vocab: int) -> Callabl
         for row in range(1, batch):  # left padding, as in a batch of unequal prompts
             mask[row, : int(rng.integers(0, max(1, total - length)))] = 0
         positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:]
-        feeds = {
+        feeds: Feeds = {
             "input_ids": rng.integers(0, vocab, (batch, length)).astype(np.int64),
             "attention_mask": mask,
             "position_ids": positions.astype(np.int64),
         }
         for name in past_names:
             feeds[name] = rng.standard_normal((batch, heads, past, head_dim)).astype(np.float32)
+        if draw_width:
+            feeds.update(idle_draw_feeds(batch, draw_width))
         return feeds
 
     return make

@@ -4,13 +4,13 @@ and copying its side files (tokenizer) to the version a step writes."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from inferd.generation.decoder import SEQLENS
+from inferd.generation.decoder import DRAW_UNIFORM, SEQLENS, TOP_LOGITS
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.sources import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
@@ -77,6 +77,9 @@ def read_version(path: Path) -> VersionModel:
         if METADATA_KEY in metadata
         else _graph_plan(model)
     )
+    if plan.kind == "decoder" and any(v.name == DRAW_UNIFORM for v in model.graph.input):
+        ranked = next(v for v in model.graph.output if v.name == TOP_LOGITS)
+        plan = replace(plan, draw_width=ranked.type.tensor_type.shape.dim[1].dim_value)
     return VersionModel(path, model, metadata, plan)
 
 

@@ -225,11 +225,13 @@ class OnnxSession:
         for name in returned:  # bound again: each run gets its own arrays
             binding.bind_output(name)
         self._session.run_with_iobinding(binding)
-        # in the order first bound (binding a name again keeps its place)
-        outputs = dict(zip([*into, *returned], binding.get_outputs(), strict=True))
         self._bindings[key] = (binding, arrays)
         while len(self._bindings) > KEPT_BINDINGS:
             self._bindings.pop(next(iter(self._bindings)))
+        if not returned:
+            return {}
+        # in the order first bound (binding a name again keeps its place)
+        outputs = dict(zip([*into, *returned], binding.get_outputs(), strict=True))
         return {name: outputs[name].numpy() for name in returned}
 
     def close(self) -> None:

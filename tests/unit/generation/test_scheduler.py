@@ -22,6 +22,7 @@ from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import RunNow, RunStep, Scheduler
 from inferd.generation.sequence import Finished
+from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
 from inferd.runtime.onnx_session import OnnxSession
@@ -247,56 +248,131 @@ async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
     assert texts[0] == texts[1]
 
 
+@dataclass
+class Recorded:
+    """The calls a scheduler made to the runtime: their outputs asked, and their feeds."""
+
+    names: list[tuple[str, ...]]
+    feeds: list[int]
+
+    def longest_block(self) -> int:
+        """The most decode steps run on one feeds dict in a row (a block's steps share it)."""
+        longest = run = 0
+        for i, feeds in enumerate(self.feeds):
+            run = run + 1 if i and feeds == self.feeds[i - 1] else 1
+            longest = max(longest, run)
+        return longest
+
+
+async def generate(
+    decoder: Decoder,
+    cases: list[tuple[str, SamplingParams]],
+    width: int | None = None,
+    eos_id: int | None = None,
+    **settings: Any,
+) -> tuple[list[Seq], Recorded]:
+    """The cases submitted at once to a scheduler on `decoder` (its ranked width replaced by
+    `width`, its EOS by `eos_id` where given), each run to its end; and the runtime calls."""
+    recorded = Recorded([], [])
+
+    async def run_step(
+        feeds: dict[str, Any], names: Sequence[str], into: dict[str, str]
+    ) -> dict[str, Any]:
+        recorded.names.append(tuple(names))
+        recorded.feeds.append(id(feeds))
+        return await decoder.run(feeds, names, into)
+
+    parts = decoder.parts
+    shape = parts.shape if width is None else replace(parts.shape, top_width=width)
+    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, **settings)
+    scheduler = Scheduler(
+        run_step,
+        shape,
+        parts.tokenizer,
+        config,
+        parts.eos_id if eos_id is None else eos_id,
+        parts.pad_id,
+    )
+    scheduler.start()
+    try:
+        seqs = [scheduler.submit(scheduler.encode(prompt), p) for prompt, p in cases]
+        for seq in seqs:
+            await seq.result()
+        return seqs, recorded
+    finally:
+        await scheduler.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["concat", "inplace"])
 @pytest.mark.parametrize(
     "prompts", [["the quick brown"], ["the quick brown", "the quick brown fox jumps over"]]
 )
-async def test_ranked_candidates_give_the_text_the_logits_give(
+async def test_every_draw_path_gives_the_same_text(
     exports: Callable[[str], Decoder], layout: str, prompts: list[str]
 ) -> None:
-    """`inferd export` ranks the last position's candidates in the graph; sampling from them
-    gives, seed for seed, the text that sampling from the full logits gives: in decode steps,
-    and in prefills whose prompts all end at the last position (left-padded ones; right-padded
-    ones of one length); prompts of two lengths make an in-place prefill take the logits."""
+    """`inferd export` ranks the last position's candidates in the graph and draws there too.
+    Seed for seed, the text is the same whichever draws: the graph, in blocks of steps back to
+    back (in place: each step's token fed straight to the next) or a step at a time; Python
+    from the ranked candidates; Python from the full logits (in prefills whose prompts do not
+    all end at the last position: right-padded ones of two lengths)."""
     decoder = exports(layout)
     shape = decoder.parts.shape
-    assert shape.top_width == 64
+    assert (shape.top_width, shape.draws) == (64, True)
     cases = [
-        SamplingParams(40, temperature=0.9, top_k=k, top_p=p, seed=i, ignore_eos=True)
+        (prompts[i % len(prompts)], SamplingParams(40, 0.9, k, p, seed=i, ignore_eos=True))
         for i, (k, p) in enumerate([(50, 1.0), (5, 1.0), (64, 0.8), (20, 0.95), (1, 1.0)])
     ]
+    cases.append((prompts[0], SamplingParams(25, temperature=0.0, ignore_eos=True)))
     texts = {}
-    for width in (shape.top_width, 0):
-        asked: list[str] = []
+    for label, width, steps in [
+        ("graph blocks", None, 8),
+        ("graph steps", None, 1),
+        ("python ranked", None, 0),
+        ("python logits", 0, 8),
+    ]:
+        done, recorded = await generate(decoder, cases, width, inline_step_ms=0, block_steps=steps)
+        texts[label] = [s.generated for s in done]
+        asked = {n for names in recorded.names for n in names}
+        drawn_in_graph = () in recorded.names  # a step that returns nothing: its draw stays in
+        assert drawn_in_graph == (layout == "inplace" and steps > 0 and width is None), label
+        assert recorded.longest_block() == (8 if drawn_in_graph and steps == 8 else 1), label
+        if not drawn_in_graph:  # Python draws: from the ranked candidates, or the logits
+            assert ("top_ids" in asked) == (width is None), label
+    assert all(tokens == texts["graph blocks"] for tokens in texts.values()), texts
+    assert len({tuple(t) for t in texts["graph blocks"]}) == len(cases)  # six texts, not one
 
-        async def recorded(
-            feeds: dict[str, Any],
-            names: Sequence[str],
-            into: dict[str, str],
-            asked: list[str] = asked,
-        ) -> dict[str, Any]:
-            asked.extend(names)
-            return await decoder.run(feeds, names, into)
 
-        parts = decoder.parts
-        scheduler = Scheduler(
-            recorded,
-            replace(shape, top_width=width),
-            parts.tokenizer,
-            GenerationConfig(context_length=512, max_new_tokens_limit=1000, inline_step_ms=0),
-            parts.eos_id,
-            parts.pad_id,
+@pytest.mark.slow
+async def test_a_sequence_that_ends_within_a_block_ends_where_it_would_alone(
+    exports: Callable[[str], Decoder],
+) -> None:
+    """A block runs on past a sequence's end (its EOS, a stop sequence) to the block's last
+    step; what it drew after the end is dropped: the text, the token count and the reason are
+    those of a step at a time, and a sequence beside it goes on unchanged."""
+    decoder = exports("inplace")
+    free = SamplingParams(30, temperature=0.7, top_k=40, seed=3, ignore_eos=True)
+    (alone,), _ = await generate(decoder, [("the quick brown", free)], block_steps=0)
+    ids = alone.generated
+    eos = next(t for i, t in enumerate(ids) if i >= 10 and ids.index(t) == i)  # first seen late
+    text = decoder.parts.tokenizer.decode(ids)
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    cases = [
+        ("the quick brown", replace(free, ignore_eos=False)),
+        ("the quick brown", replace(free, stop=(stop,))),
+        ("a different prompt", replace(free, seed=4, max_new_tokens=40)),
+    ]
+    results = {}
+    for steps in (8, 0):
+        done, recorded = await generate(
+            decoder, cases, eos_id=eos, inline_step_ms=0, block_steps=steps
         )
-        scheduler.start()
-        try:
-            seqs = [
-                scheduler.submit(scheduler.encode(prompts[i % len(prompts)]), p)
-                for i, p in enumerate(cases)
-            ]
-            texts[width] = [(await s.result()).text for s in seqs]
-        finally:
-            await scheduler.close()
-        assert ("top_ids" in asked) == (width > 0)  # each path was the one taken
-    assert texts[shape.top_width] == texts[0]
-    assert len(set(texts[0])) == len(cases)  # five different draws, not one text
+        assert all(s.finished is not None for s in done)
+        results[steps] = [(s.generated, s.finished.reason, s.finished.text) for s in done]  # type: ignore[union-attr]
+        if steps:
+            assert recorded.longest_block() == 8
+    assert results[8] == results[0]
+    (by_eos, eos_reason, _), (by_stop, stop_reason, stop_text), (other, _, _) = results[8]
+    assert eos_reason == "stop" and by_eos == ids[: ids.index(eos)]
+    assert stop_reason == "stop" and by_stop == ids[: len(by_stop)] and stop not in stop_text
+    assert len(other) == 40
