@@ -28,8 +28,6 @@ rows of other lengths than the raw step's 128).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import itertools
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -77,12 +75,8 @@ def run_case(case: Case, rounds: int, window_s: float, inline_step_ms: float | N
                 ceiling = raw_ceiling(model_file, case.shape, "inplace")
                 made = {}
                 for load in LOADS:
-                    bodies = itertools.cycle(workload(400, seed=load))
-                    made[load] = asyncio.run(
-                        steady_load(
-                            server.url, load, lambda b=bodies: orjson.dumps(next(b)), 3.0, window_s
-                        )
-                    )
+                    bodies = [orjson.dumps(b) for b in workload(400, seed=load)]
+                    made[load] = steady_load(server.url, load, bodies, 3.0, window_s)
                 results.append(Round(ceiling, 16 / ceiling * 1000, made))
                 print(case.name, f"ceiling {ceiling:.0f}", made, flush=True)
         finally:

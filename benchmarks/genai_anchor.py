@@ -19,8 +19,6 @@ Needs the `anchor` extra: pip install -e ".[anchor]"
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import subprocess
 import sys
@@ -136,20 +134,18 @@ def genai_tokens_per_s(genai: Path, batch: list[list[int]], rounds: int) -> floa
 
 
 def inferd_load(url: str, texts: list[str], load: int, window_s: float) -> Load:
-    bodies = itertools.cycle(
-        [
-            {
-                "prompt": text,
-                "max_length": NEW_TOKENS,
-                "temperature": 0.8,
-                "top_k": 50,
-                "seed": i,
-                "ignore_eos": True,
-            }
-            for i, text in enumerate(texts)
-        ]
-    )
-    return asyncio.run(steady_load(url, load, lambda: orjson.dumps(next(bodies)), 3.0, window_s))
+    bodies = [
+        {
+            "prompt": text,
+            "max_length": NEW_TOKENS,
+            "temperature": 0.8,
+            "top_k": 50,
+            "seed": i,
+            "ignore_eos": True,
+        }
+        for i, text in enumerate(texts)
+    ]
+    return steady_load(url, load, [orjson.dumps(b) for b in bodies], 3.0, window_s)
 
 
 @dataclass(frozen=True)
