@@ -55,6 +55,9 @@ from inferd.runtime.protocol import Array
 
 log = logging.getLogger(__name__)
 
+GREEDY = SamplingParams(1, temperature=0.0)
+"""What a row that draws nothing (finished, cancelled) is given for the graph's draw."""
+
 RunStep = Callable[[dict[str, Array], Sequence[str], dict[str, str]], Awaitable[dict[str, Array]]]
 RunNow = Callable[[dict[str, Array], Sequence[str], dict[str, str]], dict[str, Array] | None]
 """Runs a step on the calling thread when the runtime is free now; None when it is not."""
@@ -299,8 +302,14 @@ class Scheduler:
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
         ranked = self._ranked([rows[r] for r in live])
-        names = self._shape.ranked_names if ranked else self._shape.output_names
+        in_graph = ranked and self._shape.draws and self._config.block_steps > 0
+        if in_graph:
+            names = [NEXT_IDS, *self._shape.present_names]
+        else:
+            names = self._shape.ranked_names if ranked else self._shape.output_names
         step = self._kv.decode(tokens, positions)
+        if in_graph:
+            self._set_draw(step.feeds, rows, set(live), 1)
         started = time.perf_counter()
         out = await self._step(step.feeds, names, step.into)
         now = time.perf_counter()
@@ -311,7 +320,9 @@ class Scheduler:
         gaps = []
         if live:
             seqs = [rows[r] for r in live]
-            if ranked:
+            if in_graph:
+                chosen = out[NEXT_IDS][live, 0].tolist()
+            elif ranked:
                 chosen = self._sample_ranked(out, live, seqs)
             else:
                 chosen = self._sample(out[LOGITS][live, -1, :], seqs)
@@ -373,12 +384,8 @@ class Scheduler:
         steps = self._block_length(rows)
         tokens = np.array([s.last_token for s in rows], dtype=np.int64)
         step = self._kv.decode(tokens, np.array([s.cached for s in rows], dtype=np.int64))
-        uniforms = np.zeros((steps, len(rows)))
-        for r, seq in enumerate(rows):
-            if not seq.params.greedy:
-                uniforms[:, r] = seq.rng.random(steps)
         feeds = step.feeds
-        feeds.update(draw_inputs([s.params for s in rows], uniforms[0], self._shape.top_width))
+        uniforms = self._set_draw(feeds, rows, set(range(len(rows))), steps)
         into = {**step.into, NEXT_IDS: TOKENS}
         drawn = np.empty((steps, len(rows)), dtype=np.int64)
         ended = []
@@ -443,6 +450,21 @@ class Scheduler:
                 if seq.cancelled:
                     seq.finish("cancelled", now)
             self._waiting = deque(s for s in self._waiting if not s.cancelled)
+
+    def _set_draw(
+        self, feeds: dict[str, Array], rows: list[Seq], live: set[int], steps: int
+    ) -> Array:
+        """Puts the graph's draw inputs for `rows` in `feeds` (rows not `live`: greedy, drawing
+        nothing); returns the uniform numbers of `steps` steps [steps, rows], the first step's
+        fed: one a step from each live drawing row's own generator, as Python's draw takes."""
+        uniforms = np.zeros((steps, len(rows)))
+        params = []
+        for r, seq in enumerate(rows):
+            if r in live and not seq.params.greedy:
+                uniforms[:, r] = seq.rng.random(steps)
+            params.append(seq.params if r in live else GREEDY)
+        feeds.update(draw_inputs(params, uniforms[0], self._shape.top_width))
+        return uniforms
 
     def _ranked(self, seqs: list[Seq]) -> bool:
         """Whether the next tokens of `seqs` can all be drawn from the graph's ranked

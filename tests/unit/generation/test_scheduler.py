@@ -312,10 +312,11 @@ async def test_every_draw_path_gives_the_same_text(
     exports: Callable[[str], Decoder], layout: str, prompts: list[str]
 ) -> None:
     """`inferd export` ranks the last position's candidates in the graph and draws there too.
-    Seed for seed, the text is the same whichever draws: the graph, in blocks of steps back to
-    back (in place: each step's token fed straight to the next) or a step at a time; Python
-    from the ranked candidates; Python from the full logits (in prefills whose prompts do not
-    all end at the last position: right-padded ones of two lengths)."""
+    Seed for seed, the tokens are the same whichever draws: the graph, in blocks of steps back
+    to back (in place: each step's token fed straight to the next) or a step at a time (the
+    concatenated cache: always); Python from the ranked candidates; Python from the full logits
+    (also in prefills whose prompts do not all end at the last position: right-padded ones of
+    two lengths)."""
     decoder = exports(layout)
     shape = decoder.parts.shape
     assert (shape.top_width, shape.draws) == (64, True)
@@ -334,9 +335,11 @@ async def test_every_draw_path_gives_the_same_text(
         done, recorded = await generate(decoder, cases, width, inline_step_ms=0, block_steps=steps)
         texts[label] = [s.generated for s in done]
         asked = {n for names in recorded.names for n in names}
-        drawn_in_graph = () in recorded.names  # a step that returns nothing: its draw stays in
-        assert drawn_in_graph == (layout == "inplace" and steps > 0 and width is None), label
-        assert recorded.longest_block() == (8 if drawn_in_graph and steps == 8 else 1), label
+        # steps that return the drawn tokens, or (in place, in a block) nothing at all
+        drawn_in_graph = any(not n or "next_ids" in n for n in recorded.names)
+        assert drawn_in_graph == (steps > 0 and width is None), label
+        blocks = layout == "inplace" and drawn_in_graph and steps == 8
+        assert recorded.longest_block() == (8 if blocks else 1), label
         if not drawn_in_graph:  # Python draws: from the ranked candidates, or the logits
             assert ("top_ids" in asked) == (width is None), label
     assert all(tokens == texts["graph blocks"] for tokens in texts.values()), texts
