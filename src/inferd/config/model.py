@@ -347,13 +347,14 @@ class GenerationConfig(_Strict):
         8,
         ge=0,
         description="Decode steps run back to back without Python in between, where the "
-        "decoder draws in its own graph (`inferd export` adds the draw) and every running "
-        "sequence's draw fits it (top-k within the graph's candidates, no repetition "
-        "penalty): each step's token goes straight back in as the next step's input, and "
-        "the tokens are taken, streamed and counted once per block. A block ends early for a "
-        "sequence's last token, for a request waiting to join, and within inline_step_ms when "
-        "its steps run on the event loop's thread. 1: a step at a time, drawn in the graph; "
-        "0: a step at a time, drawn in Python (the graph's draw unused).",
+        "decoder draws in its own graph (`inferd export` adds the draw), its KV cache is in "
+        "place (`--kv-cache inplace`) and every running sequence's draw fits the graph's "
+        "(top-k within its candidates, no repetition penalty): each step's tokens go straight "
+        "back in as the next step's input, and are taken, streamed and counted once per "
+        "block. A block ends early for a sequence's last token, and within inline_step_ms "
+        "when its steps run on the event loop's thread (a request waiting for a row waits for "
+        "the block). 1: a step at a time, drawn in the graph; 0: a step at a time, drawn in "
+        "Python (the graph's draw unused).",
     )
     scheduling: Literal["continuous", "static"] = Field(
         "continuous",

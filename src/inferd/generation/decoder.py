@@ -9,7 +9,7 @@ both past and present, each row's length given by `seqlens_k`).
 A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
 `top_logits` and `top_ids` [batch, width], the width best, best first. A decode step whose rows
 all draw within them asks for those instead of the logits (`ranked_names`), and, where the graph
-draws too (inferd.prep.graph_draw: `draws`), for the drawn token alone (`drawn_names`)."""
+draws too (inferd.prep.graph_draw: `draws`), for the drawn token alone (`next_ids`)."""
 
 from __future__ import annotations
 

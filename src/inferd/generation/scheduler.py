@@ -366,8 +366,8 @@ class Scheduler:
 
     def _block_length(self, rows: list[Seq]) -> int:
         """Steps in the next block: at most `block_steps`; none past a sequence's last token
-        (so no row outgrows its window); one while a request waits for a free row; and, when
-        steps run on the loop's thread, only as many as fit in `inline_step_ms`."""
+        (so no row outgrows its window); and, when steps run on the loop's thread, only as
+        many as fit in `inline_step_ms` (a request waiting for a row waits for the block)."""
         config = self._config
         steps = min(config.block_steps, *(s.params.max_new_tokens - len(s.generated) for s in rows))
         if self._decode_s is not None and self._decode_s * 1000 < config.inline_step_ms:
