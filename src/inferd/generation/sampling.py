@@ -92,9 +92,9 @@ def sample_ranked(
 
 
 def draw_inputs(params: Sequence[SamplingParams], uniforms: Array, width: int) -> dict[str, Array]:
-    """The inputs of the draw in the graph (inferd.prep.graph_draw) for rows that all
-    `fits_ranked`: each row's temperature (0: greedy), top-k, top-p and its uniform number
-    (unused by a greedy row)."""
+    """Each row's draw, as the graph takes it (inferd.prep.graph_draw) and `_draw` uses it:
+    temperature (0: greedy), top-k cut among `width` candidates (all of them without one),
+    top-p, and its uniform number (unused by a greedy row)."""
     n = len(params)
     return {
         DRAW_TEMPERATURE: np.fromiter((p.temperature for p in params), np.float64, n),
@@ -142,9 +142,11 @@ def _draw(
     """The draw among each row's candidates (best first, as many as the widest cut): the
     row's own top-k within them, temperature, top-p, then its generator's next number."""
     n, kmax = ids.shape
-    full = vocab if vocab is not None else kmax
-    ks = np.fromiter((p.top_k if 0 < p.top_k < full else full for p in params), np.int64, n)
-    temperature = np.fromiter((p.temperature for p in params), np.float64, n)
+    u = np.fromiter((rng.random() for rng in rngs), np.float64, n)
+    rows = draw_inputs(params, u, vocab if vocab is not None else kmax)
+    ks = np.asarray(rows[DRAW_TOP_K], dtype=np.int64)
+    temperature: Floats = np.asarray(rows[DRAW_TEMPERATURE], dtype=np.float64)
+    top_p: Floats = np.asarray(rows[DRAW_TOP_P], dtype=np.float64)
     scores = values.astype(np.float64)
     weights = np.exp((scores - scores[:, :1]) / temperature[:, None])
     if ks.min() < kmax:  # each row's own cut
@@ -152,11 +154,9 @@ def _draw(
     cumulative = np.cumsum(weights, axis=1)
     index = np.arange(n)
     total = cumulative[index, ks - 1]
-    top_p = np.fromiter((p.top_p for p in params), np.float64, n)
     # the smallest set of most likely tokens whose mass reaches top_p
     keep = np.minimum((cumulative < (top_p * total)[:, None]).sum(axis=1) + 1, ks)
     limit = cumulative[index, keep - 1]
-    u = np.fromiter((rng.random() for rng in rngs), np.float64, n)
     pick = np.minimum((cumulative <= (u * limit)[:, None]).sum(axis=1), keep - 1)
     picked: Array = np.asarray(ids[index, pick])
     return picked

@@ -302,7 +302,7 @@ class Scheduler:
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
         ranked = self._ranked([rows[r] for r in live])
-        in_graph = ranked and self._shape.draws and self._config.block_steps > 0
+        in_graph = ranked and self._draws_in_graph()
         if in_graph:
             names = [NEXT_IDS, *self._shape.present_names]
         else:
@@ -357,12 +357,15 @@ class Scheduler:
         next (`_decode_block`): a drawing in-place decoder, every row live and drawing within
         the graph's candidates."""
         return (
-            self._config.block_steps > 0
-            and self._shape.draws
+            self._draws_in_graph()
             and self._kv.advances
             and len(live) == len(rows)
             and self._ranked(rows)
         )
+
+    def _draws_in_graph(self) -> bool:
+        """Whether ranked draws are the graph's (inferd.prep.graph_draw), not Python's."""
+        return self._config.block_steps > 0 and self._shape.draws
 
     def _block_length(self, rows: list[Seq]) -> int:
         """Steps in the next block: at most `block_steps`; none past a sequence's last token

@@ -30,6 +30,7 @@ from inferd.generation.decoder import (
     TOP_IDS,
     TOP_LOGITS,
 )
+from inferd.prep.ranked_logits import ranked_width
 
 
 def add_graph_draw(model: Any) -> bool:
@@ -38,14 +39,11 @@ def add_graph_draw(model: Any) -> bool:
     from onnx import TensorProto, helper
 
     graph = model.graph
-    outputs = {o.name: o for o in graph.output}
-    if TOP_LOGITS not in outputs or TOP_IDS not in outputs or NEXT_IDS in outputs:
+    width = ranked_width(model)
+    if width == 0 or any(o.name == NEXT_IDS for o in graph.output):
         return False
-    dims = outputs[TOP_LOGITS].type.tensor_type.shape.dim
-    if len(dims) != 2 or not dims[1].HasField("dim_value"):
-        return False
-    width = dims[1].dim_value
-    batch = dims[0].dim_param or dims[0].dim_value or "batch"
+    batch_dim = next(o for o in graph.output if o.name == TOP_LOGITS).type.tensor_type.shape.dim[0]
+    batch = batch_dim.dim_param or batch_dim.dim_value or "batch"
 
     def name(part: str) -> str:
         return f"inferd_draw_{part}"
@@ -139,8 +137,7 @@ def check_draw(path: Path, rows: int = 4096, seed: int = 0) -> int:
     from inferd.generation.sampling import draw_inputs, sample_ranked
 
     model = onnx.load(str(path))
-    ranked = next(o for o in model.graph.output if o.name == TOP_LOGITS)
-    width = ranked.type.tensor_type.shape.dim[1].dim_value
+    width = ranked_width(model)
     part = onnx.utils.Extractor(model).extract_model(
         [TOP_LOGITS, TOP_IDS, DRAW_TEMPERATURE, DRAW_TOP_K, DRAW_TOP_P, DRAW_UNIFORM], [NEXT_IDS]
     )

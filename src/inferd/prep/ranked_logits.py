@@ -70,6 +70,16 @@ def add_ranked_logits(model: Any, width: int = TOP_WIDTH) -> bool:
     return True
 
 
+def ranked_width(model: Any) -> int:
+    """How many candidates an onnx.ModelProto's ranked outputs hold: their fixed width; 0
+    when it has none, or not of a fixed width."""
+    outputs = {o.name: o for o in model.graph.output}
+    if TOP_LOGITS not in outputs or TOP_IDS not in outputs:
+        return 0
+    dims = outputs[TOP_LOGITS].type.tensor_type.shape.dim
+    return dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else 0
+
+
 def add_to_file(path: Path, width: int = TOP_WIDTH) -> bool:
     import onnx
 

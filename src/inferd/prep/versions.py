@@ -10,8 +10,9 @@ from typing import Any
 
 import onnx
 
-from inferd.generation.decoder import DRAW_UNIFORM, SEQLENS, TOP_LOGITS
+from inferd.generation.decoder import DRAW_UNIFORM, SEQLENS
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
+from inferd.prep.ranked_logits import ranked_width
 from inferd.prep.sources import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
 from inferd.prep.writer import copy_beside
@@ -78,8 +79,7 @@ def read_version(path: Path) -> VersionModel:
         else _graph_plan(model)
     )
     if plan.kind == "decoder" and any(v.name == DRAW_UNIFORM for v in model.graph.input):
-        ranked = next(v for v in model.graph.output if v.name == TOP_LOGITS)
-        plan = replace(plan, draw_width=ranked.type.tensor_type.shape.dim[1].dim_value)
+        plan = replace(plan, draw_width=ranked_width(model))
     return VersionModel(path, model, metadata, plan)
 
 
