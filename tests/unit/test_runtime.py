@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InvalidInputError
@@ -54,3 +56,34 @@ def test_an_instance_placed_on_a_gpu_never_falls_back_to_the_cpu(tmp_path: Path)
     )
     with pytest.raises(ModelLoadError, match="GPU 1 needs a GPU provider"):
         OnnxSession(path, options)
+
+
+def test_outputs_written_into_inputs_are_not_returned_and_none_asked_means_none(
+    tmp_path: Path,
+) -> None:
+    # x -> (y = x + 1, z = 2x); y written into x's own array, as a decoder's step writes its
+    # cache and its drawn tokens: asking for no outputs returns none (not all of them)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 2])
+    one = numpy_helper.from_array(np.ones((1, 2), np.float32), "one")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"]), helper.make_node("Add", ["x", "x"], ["z"])],
+        "into",
+        [x],
+        [y, z],
+        [one],
+    )
+    path = tmp_path / "into.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    session = OnnxSession(path, RuntimeOptions())
+    state = np.zeros((3, 2), np.float32)
+    assert session.run({"x": state}, [], {"y": "x"}) == {}
+    assert session.run({"x": state}, [], {"y": "x"}) == {}
+    np.testing.assert_array_equal(state, np.full((3, 2), 2.0))  # written in place, twice
+    returned = session.run({"x": state}, ["z"], {"y": "x"})
+    assert list(returned) == ["z"]
+    np.testing.assert_array_equal(returned["z"], np.full((3, 2), 4.0))  # from x before the step
+    np.testing.assert_array_equal(state, np.full((3, 2), 3.0))
+    everything = session.run({"x": np.zeros((1, 2), np.float32)})
+    assert sorted(everything) == ["y", "z"]

@@ -172,7 +172,8 @@ class OnnxSession:
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
-        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        # None: every output; an empty list: none (a step whose outputs all go `into` its inputs)
+        names = [o.name for o in self._outputs] if output_names is None else list(output_names)
         run_options = None
         if (
             self._shrink_above is not None

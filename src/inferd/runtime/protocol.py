@@ -50,8 +50,10 @@ class Runtime(Protocol):
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
-        """`into` maps outputs to inputs whose arrays they are written into, in place (a
-        decoder's KV cache); those outputs are not returned."""
+        """`output_names`: the outputs wanted (None: all of them). `into` maps outputs to
+        inputs whose arrays they are written into, in place (a decoder's KV cache); those
+        outputs are not returned, so a step whose outputs all go `into` its inputs asks for
+        none (an empty list) and gets an empty dict."""
         ...
 
     def close(self) -> None: ...
