@@ -131,7 +131,8 @@ class RuntimeOptions(_Strict):
     allow_spinning: bool = Field(
         False,
         description="Let ONNX Runtime's idle threads spin for work. Off by default: in a server "
-        "the event loop and the load share the cores, and spinning burns the CPU they need.",
+        "the event loop and the load share the cores, and spinning burns the CPU they need. "
+        "The solo instance (solo_threads) spins unless this is set.",
     )
     device_id: int | None = Field(
         None,
@@ -504,7 +505,9 @@ class ModelConfig(_Strict):
         description="An extra CPU instance with this many intra-op threads (auto: the cores "
         "this process may use) that takes a batch when it would run alone: no other batch "
         "running or waiting. A lone request then has every core, while under load the "
-        "instances run side by side as configured. 0: none. CPU instances only.",
+        "instances run side by side as configured. Its threads spin between runs (it runs "
+        "only when nothing else does) unless runtime.allow_spinning is set. 0: none. CPU "
+        "instances only.",
     )
     runtime: RuntimeOptions = RuntimeOptions()
     version_policy: VersionPolicy = VersionPolicy()

@@ -77,10 +77,16 @@ def solo_placement(config: ModelConfig, cores: int | None = None) -> Placement |
     narrow = max(p.options.intra_op_threads for p in placed)
     if narrow != 0 and wanted <= narrow:
         return None  # no wider than the instances: it would add nothing
-    options = config.runtime.model_copy(
-        update={"providers": (CPU_PROVIDER,), "intra_op_threads": wanted, "device_id": None}
-    )
-    return Placement("solo", "cpu", options)
+    update: dict[str, object] = {
+        "providers": (CPU_PROVIDER,),
+        "intra_op_threads": wanted,
+        "device_id": None,
+    }
+    if "allow_spinning" not in config.runtime.model_fields_set:
+        # it runs only when no other batch does, so its threads' spin between runs takes no
+        # core that other work wants, and a lone request does not wait for them to wake
+        update["allow_spinning"] = True
+    return Placement("solo", "cpu", config.runtime.model_copy(update=update))
 
 
 def available_cores() -> int:

@@ -210,6 +210,14 @@ def test_the_solo_instance_is_placed_for_cpu_instances_only() -> None:
         cores=8,
     )
     assert wide is not None and wide.options.intra_op_threads == 8 and wide.kind == "cpu"
+    # it runs only when nothing else does: its threads spin between runs, unless the model's
+    # runtime says otherwise in so many words
+    assert wide.options.allow_spinning
+    quiet = solo_placement(
+        ModelConfig(runtime={"intra_op_threads": 1, "allow_spinning": False}, solo_threads=2),
+        cores=2,
+    )
+    assert quiet is not None and not quiet.options.allow_spinning
     assert solo_placement(ModelConfig(solo_threads=0)) is None
     # no wider than its instances: it would add nothing
     assert (
