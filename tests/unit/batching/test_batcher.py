@@ -359,3 +359,39 @@ async def test_queue_limit_counts_items() -> None:
     gate.set()
     await running
     await batcher.close()
+
+
+def test_run_and_queue_times_are_measured_finer_than_the_loops_clock() -> None:
+    # uvloop's loop.time() counts whole milliseconds and is read once per loop turn: a batch
+    # that computes for 2.5 ms (on a thread, as a runtime does) must not be reported as 2 or 3
+    import time
+
+    import uvloop
+
+    from inferd.batching.batcher import Timing
+
+    def compute(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        end = time.perf_counter() + 0.0025
+        while time.perf_counter() < end:
+            pass
+        return {"y": feeds["x"] * 2}
+
+    async def runner(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return await asyncio.to_thread(compute, feeds)
+
+    async def requests() -> list[Timing]:
+        layout = build_layout([X], [Y], {}, batched=True)
+        batcher = DynamicBatcher(layout, batcher_settings(4), runner)
+        batcher.start()
+        timings = []
+        for _ in range(20):
+            timing = Timing()
+            await batcher.submit(x(1), 1, timing=timing)
+            timings.append(timing)
+        await batcher.close()
+        return timings
+
+    timings = uvloop.run(requests())
+    assert all(t.run_s >= 0.0025 for t in timings)  # the whole compute, never less
+    assert not all((t.run_s * 1000).is_integer() for t in timings)
+    assert all(t.queue_s < 0.0025 for t in timings)  # a lone request does not wait

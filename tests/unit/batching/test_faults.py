@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferd.batching import DynamicBatcher, build_layout
-from inferd.batching.batcher import BatchRecord
+from inferd.batching.batcher import CLOCK, BatchRecord
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError, UnavailableError
 from inferd.observability.observer import Observer
 from inferd.observability.stats import BatchFacts
@@ -126,8 +126,7 @@ async def test_out_of_memory_halves_the_batch_and_lowers_the_limit() -> None:
     assert all(isinstance(r, dict) for r in results)  # everyone answered, nobody got 5070
     assert runner.sizes[1] == 8 and max(runner.sizes[2:]) <= 4
     assert recorder.pressure and recorder.pressure[0] == (8, 4)
-    loop = asyncio.get_running_loop()
-    assert b.max_rows(loop.time()) <= 2  # lowered until the cool-down ends
+    assert b.max_rows(CLOCK()) <= 2  # lowered until the cool-down ends
     runner.sizes.clear()
     runner.gate.clear()
     await fill(b, runner.gate, [float(i) for i in range(8)])
