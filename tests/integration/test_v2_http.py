@@ -324,6 +324,8 @@ def test_statistics_count_what_was_sent(client: httpx.Client) -> None:
     assert success["count"] - before["inference_stats"]["success"]["count"] == 5
     assert success["ns"] > before["inference_stats"]["success"]["ns"]
     assert after["batch_stats"] and all(b["batch_size"] >= 1 for b in after["batch_stats"])
+    # no max_batch_tokens configured, and a batch size is learned only under load: no cap
+    assert after["batch_token_cap"] is None
     every = client.get("/v2/models/stats").json()["model_stats"]
     assert {(s["name"], s["version"]) for s in every} >= {("affine", "1"), ("affine", "2")}
     assert_error(client.get("/v2/models/nope/stats"), 404, 4040)

@@ -22,9 +22,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from inferd.batching.formation import Signature, padding_counts, select_batch, signature
+from inferd.batching.formation import (
+    Signature,
+    max_extent,
+    padding_counts,
+    select_batch,
+    signature,
+    token_cost,
+)
 from inferd.batching.layout import BatchLayout
 from inferd.batching.padding import concat_chunks, merge_feeds, split_outputs
+from inferd.batching.sizing import BatchSizer
 from inferd.errors import (
     DeadlineExceededError,
     ErrorCode,
@@ -73,6 +81,9 @@ class BatcherSettings:
     """After an out-of-memory failure, time before the lowered batch size limit grows again."""
     max_consecutive_failures: int
     """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
+    learn_batch_tokens: bool = True
+    """Cap batches at the size that costs least per token, learned from run times
+    (inferd.batching.sizing); False: only max_batch_size and max_batch_tokens cap them."""
     model: str = ""
     version: str = ""
     """Whose batcher this is: in log lines and observer events."""
@@ -98,6 +109,8 @@ class BatchRecord:
     queue_s: tuple[float, ...]
     run_s: float
     error: InferdError | None
+    token_cap: int | None = None
+    """The cap on padded tokens batches were formed under then (learned or configured)."""
 
 
 @dataclass
@@ -176,6 +189,7 @@ class DynamicBatcher:
         self._arrivals = _ArrivalRate()
         self._batch_s_ewma: float | None = None
         self._max_rows = settings.max_batch_size
+        self._sizer = BatchSizer(settings.max_batch_tokens)
         self._limit_changed_at = 0.0
         self._consecutive_failures = 0
 
@@ -373,9 +387,9 @@ class DynamicBatcher:
                 await self._wakeup.wait()
                 timer.cancel()
                 continue
-            batch = self._form_batch()
+            batch, measured = self._form_batch()
             if batch:
-                self._launch(batch)
+                self._launch(batch, measured)
             else:  # only background items, and no runtime they may take: wait for a change
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -411,7 +425,9 @@ class DynamicBatcher:
         self._queued_rows = sum(e.rows for e in kept)
         self._queue = kept
 
-    def _form_batch(self) -> list[_Entry]:
+    def _form_batch(self) -> tuple[list[_Entry], bool]:
+        """The next batch, and whether its run time teaches the sizer (inferd.batching.
+        sizing): a client batch formed while every other runtime is busy and more items wait."""
         settings = self._settings
         window = max(settings.max_batch_size, 1) * settings.scan_window
         candidates: list[_Entry] = []
@@ -422,47 +438,56 @@ class DynamicBatcher:
                 candidates.append(entry)
         if not candidates:
             self._purge_done()
-            return []
+            return [], False
         # background items (shadow traffic, jobs) never share a batch with, nor go before,
         # the clients waiting: they run alone, when no client's item waits
         foreground = [e for e in candidates if not e.background]
         if foreground:
             candidates = foreground
         elif self._running > self._background_running:
-            return []  # a client's batch runs: background work waits for idle runtimes
+            return [], False  # a client's batch runs: background work waits for idle runtimes
         elif self._background_running >= max(1, self._settings.concurrency - 1):
-            return []  # one runtime stays free for the next client's batch
+            return [], False  # one runtime stays free for the next client's batch
         else:
             # one item at a time: a client arriving meanwhile shares the cores with little
             candidates = candidates[:1]
         max_rows = self.max_rows(CLOCK()) if self._layout.batched else 0
+        measured = (
+            settings.learn_batch_tokens
+            and max_rows > 0
+            and bool(foreground)
+            and len(candidates) > 1
+            and self._running >= settings.concurrency - 1
+        )
         chosen = select_batch(
             candidates,
             max_rows,
             settings.max_padding_waste,
-            settings.max_batch_tokens,
+            self._sizer.next_cap() if measured else self._sizer.cap_tokens,
             settings.length_grouping,
         )
         batch = [candidates[i] for i in chosen]
         taken = set(map(id, batch))
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.future.done())
         self._queued_rows = sum(e.rows for e in self._queue)
-        return batch
+        return batch, measured
 
-    def _launch(self, batch: list[_Entry]) -> None:
+    def _launch(self, batch: list[_Entry], measured: bool = False) -> None:
         """Runs the batch in its own task: as background work when all its items are (on
         the runtime's background threads), else at the serving priority."""
         self._running += 1
         background = all(e.background for e in batch)
         self._background_running += background
         marked = priority.context(background)
-        task = asyncio.get_running_loop().create_task(self._run(batch, background), context=marked)
+        task = asyncio.get_running_loop().create_task(
+            self._run(batch, background, measured), context=marked
+        )
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 
-    async def _run(self, batch: Sequence[_Entry], background: bool) -> None:
+    async def _run(self, batch: Sequence[_Entry], background: bool, measured: bool) -> None:
         try:
-            await self._execute(list(batch))
+            await self._execute(list(batch), measured)
         except asyncio.CancelledError:
             for entry in batch:
                 self._fail(entry, UnavailableError("the model is shutting down"))
@@ -472,7 +497,7 @@ class DynamicBatcher:
             self._background_running -= background
             self._wakeup.set()
 
-    async def _execute(self, batch: list[_Entry]) -> None:
+    async def _execute(self, batch: list[_Entry], measured: bool = False) -> None:
         """Runs a batch. On failure the batch is split in halves and each half retried, so that
         only the items that fail on their own get an error; an out-of-memory failure also
         lowers the batch size limit for a cool-down."""
@@ -504,6 +529,8 @@ class DynamicBatcher:
             self._batch_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
             self._consecutive_failures = 0
             total_rows = sum(rows)
+            if measured:
+                self._learn_size(batch, total_rows, run_s)
             for entry, part in zip(batch, parts, strict=True):
                 if entry.timer is not None:
                     entry.timer.cancel()
@@ -521,6 +548,15 @@ class DynamicBatcher:
             return
         self._fail(batch[0], error)
         self._count_failure(error)
+
+    def _learn_size(self, batch: Sequence[_Entry], rows: int, run_s: float) -> None:
+        before = self._sizer.cap_tokens
+        self._sizer.observe(token_cost(rows, max_extent([e.sig.extent for e in batch])), run_s)
+        if self._sizer.cap_tokens != before:
+            log.debug(
+                "batch token cap learned",
+                extra={"batcher": self._settings.label, **self._sizer.state()},
+            )
 
     def _count_failure(self, error: InferdError) -> None:
         """A runtime that fails even one item at a time, again and again, is unhealthy."""
@@ -588,6 +624,7 @@ class DynamicBatcher:
                 queue_s=tuple(started - e.enqueued_at for e in batch),
                 run_s=run_s,
                 error=error,
+                token_cap=self._sizer.cap_tokens,
             )
         except Exception:  # a bug in counting must not fail the batch's requests
             log.exception("batch record failed; the batch itself is unaffected")

@@ -61,6 +61,14 @@ class DynamicBatchingConfig(_Strict):
         description="Cap on a batch's padded tokens (rows x padded length), as TEI's "
         "max_batch_tokens; unset: only max_batch_size caps a batch.",
     )
+    learn_batch_tokens: bool = Field(
+        True,
+        description="Under load, cap batches (within max_batch_size and max_batch_tokens) at "
+        "the size that costs least per token, learned from the model's own run times: on a "
+        "CPU a batch that outgrows the caches costs more per token than a smaller one. Now "
+        "and then a batch a size smaller or larger is tried, so the cap follows the machine. "
+        "false: batches are as large as the queue and the two caps allow.",
+    )
     length_grouping: bool = Field(
         True,
         description="Gather items of similar length into a batch (the oldest first), so padding "

@@ -65,6 +65,7 @@ def batcher_settings(
         max_queue_size=batching.max_queue_size,
         max_padding_waste=batching.max_padding_waste,
         max_batch_tokens=batching.max_batch_tokens,
+        learn_batch_tokens=batching.learn_batch_tokens,
         length_grouping=batching.length_grouping,
         concurrency=concurrency,
         oom_cooldown_s=batching.oom_cooldown_s,

@@ -30,6 +30,8 @@ class BatchFacts(Protocol):
     def run_s(self) -> float: ...
     @property
     def error(self) -> object: ...
+    @property
+    def token_cap(self) -> int | None: ...
 
 
 @dataclass
@@ -60,6 +62,8 @@ class VersionStats:
     real_elements: int = 0
     padded_elements: int = 0
     memory_pressure_events: int = 0
+    batch_token_cap: int | None = None
+    """The cap on a batch's padded tokens at the last batch (learned or configured)."""
     cache_hit: Duration = field(default_factory=Duration)
     """Requests answered from the response cache (or by an identical one running)."""
     cache_miss: Duration = field(default_factory=Duration)
@@ -73,6 +77,7 @@ class VersionStats:
         self.batch_infer.setdefault(record.rows, Duration()).add(record.run_s)
         self.real_elements += record.real_elements
         self.padded_elements += record.padded_elements
+        self.batch_token_cap = record.token_cap
         self.last_inference_ms = int(time.time() * 1000)
 
     def on_request(self, ok: bool, seconds: float) -> None:
@@ -109,6 +114,7 @@ class VersionStats:
                 for size, duration in sorted(self.batch_infer.items())
             ],
             "out_of_memory_events": self.memory_pressure_events,
+            "batch_token_cap": self.batch_token_cap,
             "padding": {
                 "real_elements": self.real_elements,
                 "padded_elements": self.padded_elements,

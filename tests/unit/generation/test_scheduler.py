@@ -253,13 +253,14 @@ class Recorded:
     """The calls a scheduler made to the runtime: their outputs asked, and their feeds."""
 
     names: list[tuple[str, ...]]
-    feeds: list[int]
+    feeds: list[dict[str, Any]]
+    """Each call's feeds dict itself (held: the id of a freed one may be a later one's)."""
 
     def longest_block(self) -> int:
         """The most decode steps run on one feeds dict in a row (a block's steps share it)."""
         longest = run = 0
         for i, feeds in enumerate(self.feeds):
-            run = run + 1 if i and feeds == self.feeds[i - 1] else 1
+            run = run + 1 if i and feeds is self.feeds[i - 1] else 1
             longest = max(longest, run)
         return longest
 
@@ -279,7 +280,7 @@ async def generate(
         feeds: dict[str, Any], names: Sequence[str], into: dict[str, str]
     ) -> dict[str, Any]:
         recorded.names.append(tuple(names))
-        recorded.feeds.append(id(feeds))
+        recorded.feeds.append(feeds)
         return await decoder.run(feeds, names, into)
 
     parts = decoder.parts
