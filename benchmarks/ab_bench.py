@@ -12,6 +12,9 @@ the median over rounds of requests/s, server CPU per request, and padding effici
     python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --empty
         (--empty: requests with no text, answered 4001 before any model work: the cost of
         the HTTP and dispatch layers alone)
+    python benchmarks/ab_bench.py --model bert-base --lengths fixed:120 --variant ...
+        (the BERT-base-sized encoder of benchmarks/serving_bench.py, random weights, on texts
+        of 120 words as that benchmark sends it)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, require_wrk, run_wrk, worktree
+from inferd.bench.workload import Lengths, generate_texts
 from inferd.tools.demo import build_demo
 from text_bench import apply_overrides, make_texts, stats
 
@@ -53,13 +57,18 @@ def parse_variant(text: str) -> Variant:
     return Variant(name, ref, overrides)
 
 
-def configure(repo: Path, overrides: dict[str, object]) -> None:
-    path = repo / "minilm" / "config.yaml"
+def configure(repo: Path, model: str, overrides: dict[str, object]) -> None:
+    path = repo / model / "config.yaml"
     path.write_text(yaml.safe_dump(apply_overrides(yaml.safe_load(path.read_text()), overrides)))
 
 
 def measure(
-    servers: dict[str, Server], bodies: list[bytes], rounds: int, concurrency: int, seconds: float
+    servers: dict[str, Server],
+    bodies: list[bytes],
+    rounds: int,
+    concurrency: int,
+    seconds: float,
+    model: str,
 ) -> dict[str, list[tuple[float, float, float]]]:
     """Per variant, per round: requests/s, server CPU ms per request, padding efficiency."""
     results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in servers}
@@ -67,9 +76,9 @@ def measure(
         run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
     for round_ in range(rounds):
         for name, server in servers.items():
-            before = stats(server)
+            before = stats(server, model)
             step = run_wrk(server, "/embed", bodies, concurrency, seconds)
-            after = stats(server)
+            after = stats(server, model)
             padded = after["padded"] - before["padded"]
             padding = (after["real"] - before["real"]) / padded if padded else 1.0
             results[name].append((step.requests_per_s, step.server_cpu_ms_per_request, padding))
@@ -88,14 +97,30 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--empty", action="store_true", help="bodies with no text (4001)")
+    parser.add_argument("--model", choices=("minilm", "bert-base"), default="minilm")
+    parser.add_argument(
+        "--lengths",
+        help="texts as `inferd bench` makes them (fixed:120, loguniform:8-100 words); "
+        "default: token counts log-uniform over 8-128",
+    )
     args = parser.parse_args()
     require_wrk()
     with tempfile.TemporaryDirectory(prefix="inferd-ab-") as tmp:
-        base = build_demo(Path(tmp) / "demo")
+        if args.model == "minilm":
+            base = build_demo(Path(tmp) / "demo")
+        else:
+            from serving_bench import build_repo
+
+            base = build_repo(Path(tmp) / "demo")
         tokenizer = Tokenizer.from_file(str(base / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
-        texts = [[]] if args.empty else [[t] for t in make_texts(tokenizer, 1024)]
-        bodies = [orjson.dumps({"texts": t, "model": "minilm"}) for t in texts]
+        if args.empty:
+            texts: list[list[str]] = [[]]
+        elif args.lengths:
+            texts = [[t] for t in generate_texts(1024, Lengths.parse(args.lengths), 0)]
+        else:
+            texts = [[t] for t in make_texts(tokenizer, 1024)]
+        bodies = [orjson.dumps({"texts": t, "model": args.model}) for t in texts]
         servers: dict[str, Server] = {}
         with contextlib.ExitStack() as trees:
             try:
@@ -103,9 +128,11 @@ def main() -> int:
                     tree = trees.enter_context(worktree(v.ref, Path(tmp) / f"tree-{v.name}"))
                     repo = Path(tmp) / f"repo-{v.name}"
                     shutil.copytree(base, repo)
-                    configure(repo, v.overrides)
+                    configure(repo, args.model, v.overrides)
                     servers[v.name] = Server(repo, env={"PYTHONPATH": str(tree / "src")})
-                results = measure(servers, bodies, args.rounds, args.concurrency, args.seconds)
+                results = measure(
+                    servers, bodies, args.rounds, args.concurrency, args.seconds, args.model
+                )
             finally:
                 for server in servers.values():
                     server.stop()

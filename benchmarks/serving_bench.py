@@ -10,8 +10,10 @@ baseline (a FastAPI app, one request one run: benchmarks/naive_server.py), drive
 Raw ONNX Runtime runs the same texts, tokenized and padded per batch, at batch 1, 4 and 16
 (each at least 6 s and 5 runs), right before the servers; its best is the limit. The servers
 get a closed-loop sweep (concurrency 1, 4, 16, 64, each step 8 s or 400 requests); the client
-shares the machine with them. Written: a table per model, the knee of each server, and the
-plots (benchmarks/results/<model>/).
+shares the machine with them. Then a lone text, in 5 rounds of raw ONNX Runtime (100 calls at
+batch 1), inferd and the naive server (100 requests each at concurrency 1) in turn, so that
+each server's p50 is set beside a raw call of the same minute. Written: a table per model,
+the knee of each server, the lone-text line, and the plots (benchmarks/results/<model>/).
 
     python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
     python benchmarks/serving_bench.py --quick
@@ -20,6 +22,7 @@ plots (benchmarks/results/<model>/).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import tempfile
@@ -40,16 +43,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import ROOT, Server, machine_description, publish
 from inferd.bench.knee import Knee, find_knee
+from inferd.bench.load import closed_loop
 from inferd.bench.report import write_report
 from inferd.bench.server import free_port
 from inferd.bench.steps import Step
 from inferd.bench.sweep import SweepSettings, run_sweep
-from inferd.bench.workload import Lengths, build_workload, generate_texts
+from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts
 from inferd.tools.demo import build_demo
 from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
 
 BATCHES = (1, 4, 16)
 MIN_RUNS = 5
+LONE_ROUNDS = 5
+LONE_CALLS = 100
 PLOTS = ROOT / "benchmarks" / "results"
 
 
@@ -108,15 +114,16 @@ def build_repo(root: Path) -> Path:
 
 def raw_best(
     model_file: Path, tokenizer_file: Path, texts: list[str], max_tokens: int, seconds: float
-) -> tuple[float, int, float]:
+) -> tuple[float, int, RawLone]:
     """(items/s, batch) of the best batch size: texts tokenized and padded per batch; and the
-    median time of one call at batch 1 (ms), ONNX Runtime's default threads."""
+    session with the texts one a call, for the lone-text rounds. ONNX Runtime's default
+    threads."""
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
     tokenizer.enable_truncation(max_tokens)
     tokenizer.enable_padding()
     best = (0.0, 1)
-    lone_ms = float("nan")
+    lone: RawLone | None = None
     for batch in BATCHES:
         groups = [texts[i : i + batch] for i in range(0, len(texts) - batch + 1, batch)]
         feeds = []
@@ -130,18 +137,62 @@ def raw_best(
             )
         session.run(["last_hidden_state"], feeds[0])
         items, start, i = 0, time.perf_counter(), 0
-        calls: list[float] = []
         while time.perf_counter() - start < seconds or i < MIN_RUNS:
-            began = time.perf_counter()
             session.run(["last_hidden_state"], feeds[i % len(feeds)])
-            calls.append(time.perf_counter() - began)
             items += batch
             i += 1
         rate = items / (time.perf_counter() - start)
         best = max(best, (rate, batch))
         if batch == 1:
-            lone_ms = float(np.median(calls)) * 1000
-    return best[0], best[1], lone_ms
+            lone = RawLone(session, feeds)
+    assert lone is not None  # BATCHES holds 1
+    return best[0], best[1], lone
+
+
+@dataclass
+class RawLone:
+    """Raw ONNX Runtime on one text a call, the texts in the servers' order."""
+
+    session: ort.InferenceSession
+    feeds: list[dict[str, np.ndarray]]
+
+    def median_ms(self, calls: int) -> float:
+        took = []
+        for i in range(calls):
+            began = time.perf_counter()
+            self.session.run(["last_hidden_state"], self.feeds[i % len(self.feeds)])
+            took.append(time.perf_counter() - began)
+        return float(np.median(took)) * 1000
+
+
+@dataclass(frozen=True)
+class Lone:
+    """A lone text, rounds interleaved (raw, inferd, naive; the machine's speed drifts by tens
+    of percent between minutes, so each round's server p50 is set beside that round's raw
+    median): medians over the rounds."""
+
+    raw_ms: float
+    inferd_ms: float
+    naive_ms: float
+    inferd_over_ms: float
+    naive_over_ms: float
+
+
+def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
+    """`LONE_ROUNDS` rounds of: raw ONNX Runtime's median over `LONE_CALLS` calls, then each
+    server's p50 over as many requests at concurrency 1 (`inferd bench`'s client)."""
+    rows: list[tuple[float, ...]] = []
+    for _ in range(LONE_ROUNDS):
+        raw_ms = raw.median_ms(LONE_CALLS)
+        p50s = []
+        for url in urls.values():
+            run = asyncio.run(
+                closed_loop(url, workload.path, workload.cycle(), 1, 60.0, LONE_CALLS)
+            )
+            p50s.append(float(np.median([s.latency_s for s in run.samples])) * 1000)
+        rows.append((raw_ms, *p50s, *(p - raw_ms for p in p50s)))
+    medians = [float(np.median(column)) for column in zip(*rows, strict=True)]
+    return Lone(*medians)
 
 
 class Naive:
@@ -175,7 +226,7 @@ class Naive:
         self.process.wait(10)
 
 
-Measured = tuple[dict[str, list[Step]], dict[str, Knee], float, int, float]
+Measured = tuple[dict[str, list[Step]], dict[str, Knee], float, int, Lone]
 
 
 def measure(
@@ -183,11 +234,12 @@ def measure(
 ) -> Measured:
     version = root / subject.model / "1"
     texts = generate_texts(256, Lengths.parse(subject.lengths), seed=0)
-    raw, raw_batch, raw_lone_ms = raw_best(
+    raw, raw_batch, raw_lone = raw_best(
         version / "model.onnx", version / "tokenizer.json", texts, subject.max_tokens, seconds
     )
     series: dict[str, list[Step]] = {}
     server = Server(root)
+    naive: Naive | None = None
     try:
         workload = build_workload(
             server.url,
@@ -204,18 +256,18 @@ def measure(
         series["inferd"] = run_sweep(
             server.url, workload, settings, subject.model, console, "inferd "
         )
+        naive = Naive(version / "model.onnx", version / "tokenizer.json", subject.max_tokens)
+        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console, "naive ")
+        lone = lone_rounds(raw_lone, {"inferd": server.url, "naive": naive.url}, workload)
     finally:
         server.stop()
-    naive = Naive(version / "model.onnx", version / "tokenizer.json", subject.max_tokens)
-    try:
-        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console, "naive ")
-    finally:
-        naive.stop()
+        if naive is not None:
+            naive.stop()
     knees = {
         name: find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps])
         for name, steps in series.items()
     }
-    return series, knees, raw, raw_batch, raw_lone_ms
+    return series, knees, raw, raw_batch, lone
 
 
 def table(
@@ -224,7 +276,7 @@ def table(
     knees: dict[str, Knee],
     raw: float,
     raw_batch: int,
-    raw_lone_ms: float,
+    lone: Lone,
 ) -> str:
     inferd, naive = series["inferd"], series["naive FastAPI"]
     rows = [
@@ -251,10 +303,13 @@ def table(
             f"points (knee): inferd at concurrency {ki.level:g} ({ki.requests_per_s:.1f} req/s, "
             f"p99 {ki.p99_ms:.0f} ms), naive at {kn.level:g} ({kn.requests_per_s:.1f} req/s, p99 "
             f"{kn.p99_ms:.0f} ms).",
-            f"A lone text: raw ONNX Runtime at batch 1 (default threads) takes {raw_lone_ms:.1f} "
-            f"ms a call (median); inferd at concurrency 1 answers in {inferd[0].p50_ms:.1f} ms "
-            f"p50 and the naive server in {naive[0].p50_ms:.1f} ms, as the client sees them "
-            "(HTTP, JSON and the Python client included).",
+            f"A lone text ({LONE_ROUNDS} rounds of raw, inferd and naive in turn, "
+            f"{LONE_CALLS} texts each, medians): raw ONNX Runtime at batch 1 (default threads) "
+            f"takes {lone.raw_ms:.1f} ms a call; at concurrency 1 inferd answers in "
+            f"{lone.inferd_ms:.1f} ms p50 (**{lone.inferd_over_ms:+.1f} ms** on the raw call of "
+            f"its round) and the naive server in {lone.naive_ms:.1f} ms "
+            f"({lone.naive_over_ms:+.1f} ms), as the client sees them (HTTP, JSON and the "
+            "Python client included).",
             "",
             f"![throughput](results/{subject.key}/throughput.png) "
             f"![latency](results/{subject.key}/latency.png)",
@@ -285,12 +340,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="inferd-serving-") as tmp:
         root = build_repo(Path(tmp) / "repo")
         for subject in SUBJECTS:
-            series, knees, raw, raw_batch, raw_lone_ms = measure(
+            series, knees, raw, raw_batch, lone = measure(
                 subject, root, settings, console, 2 if args.quick else 6
             )
             out = PLOTS / subject.key if not args.quick else Path(tmp) / subject.key
             write_report(out, subject.title, series, knees, {"raw ONNX Runtime": f"{raw:.1f}/s"})
-            sections += ["", table(subject, series, knees, raw, raw_batch, raw_lone_ms)]
+            sections += ["", table(subject, series, knees, raw, raw_batch, lone)]
     publish("serving", "\n".join(sections), args.quick)
 
 

@@ -122,8 +122,8 @@ def tokenizer_cost_us(tokenizer: Tokenizer, texts: list[str]) -> float:
     return (time.perf_counter() - t0) * 1e6 / (rounds * len(texts))
 
 
-def stats(server: Server) -> dict[str, float]:
-    body = httpx.get(server.url + "/v2/models/minilm/versions/1/stats", timeout=5).json()
+def stats(server: Server, model: str = "minilm") -> dict[str, float]:
+    body = httpx.get(server.url + f"/v2/models/{model}/versions/1/stats", timeout=5).json()
     (s,) = body["model_stats"]
     return {
         "real": s["padding"]["real_elements"],

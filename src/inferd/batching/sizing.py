@@ -1,13 +1,13 @@
 """The largest batch worth forming, learned from the runtime's own run times.
 
 A bigger batch is not always cheaper per token: on a CPU, a batch whose activations outgrow
-the caches costs more per token than a smaller one (a BERT-base-sized encoder on one thread
-here: 12 req/s with batches of 4096 padded tokens, 16 with 512). The sizer keeps each batch
-size's cost per padded token (buckets of powers of two, a moving average of run time /
+the caches costs more per token than a smaller one (docs/operations.md has what that was
+worth on a BERT-base-sized encoder: a quarter more requests a second). The sizer keeps each
+batch size's cost per padded token (buckets of powers of two, a moving average of run time /
 tokens) and caps the batches at the largest bucket within `TOLERANCE` of the cheapest. It
-learns only from batches formed under pressure (items still waiting once the batch was
-taken: every instance busy, so every measured batch shared the cores alike), and now and
-then (`PROBE_EVERY` such batches) it forms one batch a bucket smaller or larger than the cap,
+learns only from batches formed under pressure (more than one item waiting and every other
+instance busy, so that every measured batch shared the cores alike), and now and then
+(`PROBE_EVERY` such batches) it forms one batch a bucket smaller or larger than the cap,
 alternately, so that it finds a better size and follows the machine when it changes. With
 no pressure the cap never binds: batches are as large as the queue is.
 """
