@@ -47,12 +47,12 @@ from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
 
 SATURATION_PURGE_S = 0.01
+"""How often `saturated` may purge a full queue of the items whose clients left."""
 CLOCK = time.perf_counter
 """The clock of the batcher's durations: arrival gaps, queue waits, run times, cool-downs. Not
 the event loop's `loop.time()`: uvloop's counts whole milliseconds and is read once per loop
 turn, which made a 4 ms run measure anywhere from 3 to 5 (and the stage timings, the adaptive
 wait and the arrival rate with it). Deadlines stay on the loop's clock, as its timers are."""
-"""How often `saturated` may purge a full queue of the items whose clients left."""
 
 log = logging.getLogger(__name__)
 

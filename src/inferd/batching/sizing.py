@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 TOLERANCE = 0.1
-"""A bucket within this share of the cheapest bucket's cost per token counts as as cheap."""
+"""A bucket within this share of the cheapest bucket's cost per token counts as cheap as it."""
 PROBE_EVERY = 8
 """One batch in this many formed under pressure tries a neighbouring size."""
 PROBE_DEPTH = 3
@@ -42,6 +42,8 @@ class _Cost:
 
 
 class BatchSizer:
+    """One batcher's learned cap (see the module's docstring)."""
+
     def __init__(self, limit: int | None) -> None:
         self._limit = limit
         """The configured cap (max_batch_tokens); the learned one never exceeds it."""
@@ -106,7 +108,7 @@ class BatchSizer:
         self._cap = None if max(cheap) == measured else max(cheap)
 
     def state(self) -> dict[str, object]:
-        """For the logs: the cap, and each bucket's cost per token (by its largest batch)."""
+        """For the logs: the cap, and each bucket's cost per token (keyed by its largest batch)."""
         return {
             "cap_tokens": self.cap_tokens,
             "us_per_token": {
