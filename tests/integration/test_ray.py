@@ -202,22 +202,26 @@ def test_a_replica_killed_under_load_loses_only_what_it_held(
         ray.kill(victim, no_restart=True)
         return killed_at, await load
 
-    killed_at, outcomes = asyncio.run(scenario())
-    statuses = [status for _, status in outcomes]
-    assert "timeout" not in statuses  # none hangs
-    failed = [(t, s) for t, s in outcomes if s != 200]
-    # what fails is what the killed replica held: at most its max_ongoing_requests, each a
-    # clear answer (HAProxy's 502/503) or a reset connection, never a hang
-    assert len(failed) <= 8, failed
-    # (Ray's HAProxy answers 500 "Internal Server Error" for a request its replica dropped)
-    assert all(s in (500, "RemoteProtocolError", "ReadError") for _, s in failed), failed
-    assert all(t >= killed_at - 1.0 for t, _ in failed), "failures before the kill"
-    # requests sent once HAProxy knows went to the replica left, and succeeded
-    late = [s for t, s in outcomes if t > killed_at + 3.0]
-    assert late and all(s == 200 for s in late), late
-    assert statuses.count(200) > 50
-    wait_for(lambda: running_replicas() == 2, 120, "Serve replaced the killed replica")
-    serve.delete(APP_NAME)
+    try:
+        killed_at, outcomes = asyncio.run(scenario())
+        statuses = [status for _, status in outcomes]
+        assert "timeout" not in statuses  # none hangs
+        failed = [(t, s) for t, s in outcomes if s != 200]
+        # what fails is what the killed replica held (at most its max_ongoing_requests), and
+        # what a client sent again at once, before HAProxy saw the replica gone (each of the 8
+        # clients once more at most: CI once had 9, one client failing twice within 0.1 s);
+        # each a clear answer or a reset connection, never a hang
+        assert len(failed) <= 2 * 8, failed
+        # (Ray's HAProxy answers 500 "Internal Server Error" for a request its replica dropped)
+        assert all(s in (500, "RemoteProtocolError", "ReadError") for _, s in failed), failed
+        assert all(killed_at - 1.0 <= t <= killed_at + 3.0 for t, _ in failed), failed
+        # requests sent once HAProxy knows went to the replica left, and succeeded
+        late = [s for t, s in outcomes if t > killed_at + 3.0]
+        assert late and all(s == 200 for s in late), late
+        assert statuses.count(200) > 50
+        wait_for(lambda: running_replicas() == 2, 120, "Serve replaced the killed replica")
+    finally:
+        serve.delete(APP_NAME)  # (a failure here must not leave replicas to the next test)
 
 
 def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, driver: None) -> None:
@@ -246,9 +250,11 @@ def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, drive
             await asyncio.sleep(0.5)
         return await load
 
-    outcomes = asyncio.run(scenario())
-    assert scaled_at, "the queue grew and Serve did not add a replica within 40 s"
-    assert all(status == 200 for _, status in outcomes), {s for _, s in outcomes}
-    answer = httpx.post(f"{url}/v2/models/affine/infer", json=AFFINE, timeout=30)
-    np.testing.assert_allclose(answer.json()["outputs"][0]["data"], [3.0, 5.0, 7.0, 9.0])
-    serve.delete(APP_NAME)
+    try:
+        outcomes = asyncio.run(scenario())
+        assert scaled_at, "the queue grew and Serve did not add a replica within 40 s"
+        assert all(status == 200 for _, status in outcomes), {s for _, s in outcomes}
+        answer = httpx.post(f"{url}/v2/models/affine/infer", json=AFFINE, timeout=30)
+        np.testing.assert_allclose(answer.json()["outputs"][0]["data"], [3.0, 5.0, 7.0, 9.0])
+    finally:
+        serve.delete(APP_NAME)
