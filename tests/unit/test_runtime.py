@@ -87,3 +87,4 @@ def test_outputs_written_into_inputs_are_not_returned_and_none_asked_means_none(
     np.testing.assert_array_equal(state, np.full((3, 2), 3.0))
     everything = session.run({"x": np.zeros((1, 2), np.float32)})
     assert sorted(everything) == ["y", "z"]
+    assert session.run({"x": np.zeros((1, 2), np.float32)}, []) == {}  # without `into` too

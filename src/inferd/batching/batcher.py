@@ -472,7 +472,7 @@ class DynamicBatcher:
         self._queued_rows = sum(e.rows for e in self._queue)
         return batch, measured
 
-    def _launch(self, batch: list[_Entry], measured: bool = False) -> None:
+    def _launch(self, batch: list[_Entry], measured: bool) -> None:
         """Runs the batch in its own task: as background work when all its items are (on
         the runtime's background threads), else at the serving priority."""
         self._running += 1

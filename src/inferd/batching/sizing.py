@@ -68,7 +68,8 @@ class BatchSizer:
         self._pressured += 1
         if not self._costs or self._pressured % PROBE_EVERY:
             return self.cap_tokens
-        cheap = self._cheap() or list(self._costs)
+        known = self._known()
+        cheap = _cheap(known) if known else list(self._costs)
         self._probe_down = not self._probe_down
         if self._probe_down:
             probe = max(0, min(cheap) - 1, max(cheap) - PROBE_DEPTH)
@@ -91,21 +92,17 @@ class BatchSizer:
             cost.batches += 1
         self._choose()
 
-    def _cheap(self) -> list[int]:
-        """The buckets (with `MIN_BATCHES`) within `TOLERANCE` of the cheapest."""
-        known = {k: c.per_token_s for k, c in self._costs.items() if c.batches >= MIN_BATCHES}
-        if not known:
-            return []
-        cheapest = min(known.values())
-        return [k for k, cost in known.items() if cost <= cheapest * (1 + TOLERANCE)]
+    def _known(self) -> dict[int, float]:
+        """Each bucket's cost per token, of the buckets with `MIN_BATCHES`."""
+        return {k: c.per_token_s for k, c in self._costs.items() if c.batches >= MIN_BATCHES}
 
     def _choose(self) -> None:
-        cheap = self._cheap()
-        if not cheap:
+        known = self._known()
+        if not known:
             return
-        measured = max(k for k, c in self._costs.items() if c.batches >= MIN_BATCHES)
+        cheap = _cheap(known)
         # the largest bucket measured is as cheap as any: no cap (a larger may be cheaper still)
-        self._cap = None if max(cheap) == measured else max(cheap)
+        self._cap = None if max(cheap) == max(known) else max(cheap)
 
     def state(self) -> dict[str, object]:
         """For the logs: the cap, and each bucket's cost per token (keyed by its largest batch)."""
@@ -115,3 +112,9 @@ class BatchSizer:
                 str(1 << k): round(c.per_token_s * 1e6, 3) for k, c in sorted(self._costs.items())
             },
         }
+
+
+def _cheap(known: dict[int, float]) -> list[int]:
+    """The buckets within `TOLERANCE` of the cheapest."""
+    cheapest = min(known.values())
+    return [k for k, cost in known.items() if cost <= cheapest * (1 + TOLERANCE)]

@@ -183,6 +183,8 @@ class OnnxSession:
         try:
             if into:
                 return self._run_into(feeds, names, into)
+            if not names:
+                return {}  # (ONNX Runtime reads an empty list as every output)
             results = self._session.run(names, dict(feeds), run_options)
         except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
             raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
