@@ -13,7 +13,7 @@ import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from inferd.generation.decoder import DecoderShape
-from inferd.runtime.protocol import Array, TensorSpec
+from inferd.runtime.protocol import Array, Repeat, TensorSpec
 
 VOCAB = 64
 EOS = "<|endoftext|>"
@@ -71,7 +71,9 @@ class FakeDecoder:
         feeds: dict[str, Array],
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
+        repeat: Repeat | None = None,
     ) -> dict[str, Array]:
+        assert repeat is None  # blocks of steps are for in-place decoders that draw in-graph
         self.steps += 1
         self.rows.append(int(feeds["input_ids"].shape[0]))
         await asyncio.sleep(0)  # a real step runs on a worker thread: the loop moves on
@@ -82,8 +84,10 @@ class FakeDecoder:
         feeds: dict[str, Array],
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
+        repeat: Repeat | None = None,
     ) -> dict[str, Array] | None:
         """The scheduler's `run_now`: the step on the calling thread."""
+        assert repeat is None
         self.steps += 1
         self.now_steps += 1
         self.rows.append(int(feeds["input_ids"].shape[0]))

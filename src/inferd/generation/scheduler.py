@@ -25,6 +25,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -51,16 +52,37 @@ from inferd.generation.params import SamplingParams, check_prompt
 from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, notify
-from inferd.runtime.protocol import Array
+from inferd.runtime.protocol import Array, Repeat
 
 log = logging.getLogger(__name__)
 
 GREEDY = SamplingParams(1, temperature=0.0)
 """What a row that draws nothing (finished, cancelled) is given for the graph's draw."""
 
-RunStep = Callable[[dict[str, Array], Sequence[str], dict[str, str]], Awaitable[dict[str, Array]]]
-RunNow = Callable[[dict[str, Array], Sequence[str], dict[str, str]], dict[str, Array] | None]
-"""Runs a step on the calling thread when the runtime is free now; None when it is not."""
+
+class RunStep(Protocol):
+    """Runs a step (or a `Repeat` of it) on a runtime thread (inferd.runtime.pool)."""
+
+    def __call__(
+        self,
+        feeds: dict[str, Array],
+        output_names: Sequence[str],
+        into: dict[str, str],
+        repeat: Repeat | None = None,
+    ) -> Awaitable[dict[str, Array]]: ...
+
+
+class RunNow(Protocol):
+    """Runs a step (or a `Repeat` of it) on the calling thread when the runtime is free now;
+    None, having run nothing, when it is not."""
+
+    def __call__(
+        self,
+        feeds: dict[str, Array],
+        output_names: Sequence[str],
+        into: dict[str, str],
+        repeat: Repeat | None = None,
+    ) -> dict[str, Array] | None: ...
 
 
 class Scheduler:
@@ -334,20 +356,24 @@ class Scheduler:
         self._report("decode", len(rows), now - started)
 
     async def _step(
-        self, feeds: dict[str, Array], names: Sequence[str], into: dict[str, str]
+        self,
+        feeds: dict[str, Array],
+        names: Sequence[str],
+        into: dict[str, str],
+        repeat: Repeat | None = None,
     ) -> dict[str, Array]:
-        """One decode step: on the event loop's thread when the last steps took under
-        `inline_step_ms` and the runtime is free (the loop then gets a turn after the
-        scheduler's work), else on a runtime thread."""
+        """One decode step (or a block of them, `repeat`): on the event loop's thread when the
+        last steps took under `inline_step_ms` and the runtime is free (the loop then gets a
+        turn after the scheduler's work), else on a runtime thread."""
         started = time.perf_counter()
         out = None
         quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
         if quick and self._run_now is not None:
-            out = self._run_now(feeds, names, into)
+            out = self._run_now(feeds, names, into, repeat=repeat)
         inline = out is not None
         if out is None:
-            out = await self._run(feeds, names, into)
-        took = time.perf_counter() - started
+            out = await self._run(feeds, names, into, repeat=repeat)
+        took = (time.perf_counter() - started) / (repeat.steps if repeat else 1)
         self._decode_s = took if self._decode_s is None else 0.8 * self._decode_s + 0.2 * took
         self._held_loop = self._held_loop or inline
         return out
@@ -378,12 +404,17 @@ class Scheduler:
         return max(1, steps)
 
     async def _decode_block(self, rows: list[Seq]) -> None:
-        """Steps back to back, each drawing in the graph and writing its tokens into its own
-        `input_ids`, which the next step reads (the KV store moves the positions on); then
-        the tokens are taken, row by row, each at the time its step ended. A row that ends
-        within the block (its EOS, a stop sequence) keeps computing to the block's end; what
-        it draws after its end is dropped. Draws use each row's own generator, one number a
-        step, as the single-step path does: a seed gives the same text either way."""
+        """Steps back to back in one call to the runtime (`Repeat`: one handoff to its thread
+        a block, the steps as close together as bare ONNX Runtime's), each drawing in the
+        graph and writing its tokens into its own `input_ids`, which the next step reads (the
+        KV store moves the positions on, on the runtime's thread); then the tokens are
+        taken, row by row, each at the time its step ended. A row that ends within the block
+        (its EOS, a stop sequence) keeps computing to the block's end; what it draws after
+        its end is dropped. A block on a runtime thread ends early when a generation arrives
+        while there is a free row (it joins after the step, not after the block). Draws use
+        each row's own generator, one number a step, as the single-step path does (a block
+        that ends early gives back the numbers it did not use): a seed gives the same text
+        either way."""
         steps = self._block_length(rows)
         tokens = np.array([s.last_token for s in rows], dtype=np.int64)
         step = self._kv.decode(tokens, np.array([s.cached for s in rows], dtype=np.int64))
@@ -391,20 +422,34 @@ class Scheduler:
         uniforms = self._set_draw(feeds, rows, set(range(len(rows))), steps)
         into = {**step.into, NEXT_IDS: TOKENS}
         drawn = np.empty((steps, len(rows)), dtype=np.int64)
-        ended = []
-        for k in range(steps):
-            feeds[DRAW_UNIFORM][:] = uniforms[k]
-            started = time.perf_counter()
-            await self._step(feeds, (), into)
-            now = time.perf_counter()
+        ended: list[float] = []
+        # a newcomer may join at the next step: none waits now (a head that waits was not
+        # admitted for want of room, and those behind it queue after it), and a row is free
+        joinable = not self._waiting and len(self._running) < self._config.max_running
+
+        def between(k: int) -> bool:  # on the thread that runs the steps, after step k
+            ended.append(time.perf_counter())
             drawn[k] = feeds[TOKENS][:, 0]
-            ended.append(now)
             self._kv.advance(step)
+            if k + 1 == steps or (joinable and self._waiting):
+                return False
+            feeds[DRAW_UNIFORM][:] = uniforms[k + 1]
+            return True
+
+        started = time.perf_counter()
+        await self._step(feeds, (), into, Repeat(steps, between))
+        done = len(ended)
+        if done < steps:
+            for seq in rows:  # the numbers drawn for the steps not run, given back
+                if not seq.params.greedy:
+                    seq.give_back(steps - done)
+        for now in ended:
             self._report("decode", len(rows), now - started)
+            started = now
         gaps = []
         for r, seq in enumerate(rows):
-            seq.cached += steps
-            for k in range(steps):
+            seq.cached += done
+            for k in range(done):
                 if seq.done or seq.cancelled:
                     break
                 since = seq.accept(int(drawn[k, r]), ended[k])

@@ -49,7 +49,8 @@ class Sequence:
         """Real tokens of this sequence in the KV cache."""
         self.seen = set(prompt_ids)
         """Token ids the repetition penalty applies to."""
-        self.rng = np.random.default_rng(params.seed)
+        self._bits = np.random.PCG64(params.seed)
+        self.rng = np.random.Generator(self._bits)  # (what default_rng(seed) makes)
         self._text = IncrementalText(tokenizer, params.stop)
         self._eos = None if params.ignore_eos else eos_id
         self._context = context_length
@@ -77,6 +78,11 @@ class Sequence:
     def budget(self) -> int:
         """KV tokens this sequence may come to hold: prompt plus every new token it may get."""
         return len(self.prompt_ids) + self.params.max_new_tokens
+
+    def give_back(self, draws: int) -> None:
+        """Moves `rng` back by `draws` numbers drawn and not used (one 64-bit draw each: its
+        `random()`), so that the next ones are those they were."""
+        self._bits.advance(-draws)
 
     def cancel(self) -> None:
         """From the client side (disconnect): the scheduler retires it at the next step."""

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
-from inferd.runtime.protocol import Array, Feeds, Runtime
+from inferd.runtime.protocol import Array, Feeds, Repeat, Runtime, run_repeated
 
 
 class InstancePool:
@@ -103,8 +103,9 @@ class InstancePool:
         feeds: Feeds,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
+        repeat: Repeat | None = None,
     ) -> dict[str, Array]:
-        elements = sum(int(array.size) for array in feeds.values())
+        elements = _elements(feeds, repeat)
         background = priority.in_background()
         index = self._choose(elements, background)
         self._dispatch.given(index, elements)
@@ -118,10 +119,12 @@ class InstancePool:
                 ok = False
                 run = asyncio.get_running_loop().run_in_executor(
                     self._executor_for_now(),
-                    self._instances[index].run,
+                    run_repeated,
+                    self._instances[index],
                     feeds,
                     output_names,
                     into,
+                    repeat,
                 )
                 try:
                     result = await asyncio.shield(run)
@@ -141,6 +144,7 @@ class InstancePool:
         feeds: Feeds,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
+        repeat: Repeat | None = None,
     ) -> dict[str, Array] | None:
         """Runs a serving batch on the calling thread (the event loop's) when the instance
         chosen for it is free; None, having run nothing, when it is not (or the work is
@@ -148,7 +152,7 @@ class InstancePool:
         loop waits for the whole run."""
         if priority.in_background():
             return None
-        elements = sum(int(array.size) for array in feeds.values())
+        elements = _elements(feeds, repeat)
         index = self._choose(elements, False)
         if self._instance_turns()[index].locked():
             return None  # (nothing else runs on the loop meanwhile: no need to take the turn)
@@ -158,7 +162,7 @@ class InstancePool:
         self._dispatch.started(index, elements, started)
         ok = False
         try:
-            result = self._instances[index].run(feeds, output_names, into)
+            result = run_repeated(self._instances[index], feeds, output_names, into, repeat)
             ok = True
             return result
         finally:
@@ -189,3 +193,8 @@ class InstancePool:
             self._background.shutdown(wait=True, cancel_futures=True)
         for instance in self._instances:
             instance.close()
+
+
+def _elements(feeds: Feeds, repeat: Repeat | None) -> int:
+    """The work given to an instance, for its expected completion (`repeat`: every run)."""
+    return sum(int(array.size) for array in feeds.values()) * (repeat.steps if repeat else 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,36 @@ class TensorSpec:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """The same run up to `steps` times back to back, on one instance's thread, with
+    `between(k)` called there after run k (it may change the feeds in place for the next run;
+    False: no more runs): a decoder's block of steps costs one handoff to the runtime's
+    thread, not one a step, and the steps follow each other as closely as bare ONNX
+    Runtime's would."""
+
+    steps: int
+    between: Callable[[int], bool]
+
+
+def run_repeated(
+    runtime: Runtime,
+    feeds: Feeds,
+    output_names: Sequence[str] | None,
+    into: Mapping[str, str] | None,
+    repeat: Repeat | None,
+) -> dict[str, Array]:
+    """`runtime.run`, once, or as `repeat` says (the last run's outputs)."""
+    if repeat is None:
+        return runtime.run(feeds, output_names, into)
+    out: dict[str, Array] = {}
+    for k in range(repeat.steps):
+        out = runtime.run(feeds, output_names, into)
+        if not repeat.between(k):
+            break
+    return out
 
 
 class Runtime(Protocol):

@@ -7,6 +7,7 @@ and queue limits hold, and a failing observer strands nothing."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
 from inferd.runtime.onnx_session import OnnxSession
+from inferd.runtime.protocol import Repeat
 from tests import fake_decoder
 from tests.generator_model import MODEL, build_generator_repo
 
@@ -226,23 +228,26 @@ async def test_a_failing_observer_strands_no_sequence(make: Make) -> None:
 async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
     decoder: Decoder, make: Make
 ) -> None:
-    """After the first (measured) step, a decode step under `inline_step_ms` goes through
-    `run_now`; with 0 none does, and the text is the same either way. (The bound here is far
+    """After the first (measured) step or block, a decode step under `inline_step_ms` goes
+    through `run_now`; with 0 none does, and the text is the same either way. (The bound here is far
     above any step, so a busy machine's slow steps do not change what is tested.)"""
     assert decoder.run_now is not None
     texts = []
     for inline_ms in (1000.0, 0.0):
         calls = 0
 
-        def counted(*args: Any, now: RunNow = decoder.run_now) -> dict[str, Any] | None:
+        def counted(
+            *args: Any, repeat: Repeat | None = None, now: RunNow = decoder.run_now
+        ) -> dict[str, Any] | None:
             nonlocal calls
-            calls += 1
-            return now(*args)
+            calls += repeat.steps if repeat else 1  # steps, a block's each counted
+            return now(*args, repeat=repeat)
 
         scheduler = make(inline_step_ms=inline_ms, run_now=counted)
         texts.append((await run(scheduler, "w3 w4", greedy(30))).text)
         if inline_ms:
-            assert calls >= 25, calls  # all but the prefill and the first, measured, step
+            # 29 decode steps: all but the first, measured, block (at most block_steps)
+            assert calls >= 29 - GenerationConfig().block_steps, calls
         else:
             assert calls == 0
     assert texts[0] == texts[1]
@@ -277,11 +282,15 @@ async def generate(
     recorded = Recorded([], [])
 
     async def run_step(
-        feeds: dict[str, Any], names: Sequence[str], into: dict[str, str]
+        feeds: dict[str, Any],
+        names: Sequence[str],
+        into: dict[str, str],
+        repeat: Repeat | None = None,
     ) -> dict[str, Any]:
-        recorded.names.append(tuple(names))
-        recorded.feeds.append(feeds)
-        return await decoder.run(feeds, names, into)
+        for _ in range(repeat.steps if repeat else 1):  # a block's steps, each recorded
+            recorded.names.append(tuple(names))
+            recorded.feeds.append(feeds)
+        return await decoder.run(feeds, names, into, repeat)
 
     parts = decoder.parts
     shape = parts.shape if width is None else replace(parts.shape, top_width=width)
@@ -380,3 +389,66 @@ async def test_a_sequence_that_ends_within_a_block_ends_where_it_would_alone(
     assert eos_reason == "stop" and by_eos == ids[: ids.index(eos)]
     assert stop_reason == "stop" and by_stop == ids[: len(by_stop)] and stop not in stop_text
     assert len(other) == 40
+
+
+@pytest.mark.slow
+async def test_a_block_ends_early_for_a_newcomer_and_seeds_keep_their_text(
+    exports: Callable[[str], Decoder],
+) -> None:
+    """A block on a runtime thread ends after the step during which a generation arrived
+    (there is a free row): the newcomer joins then, not after the block; the numbers the
+    running rows drew for the steps not run are given back, so a seeded text is the one it is
+    alone, a step at a time."""
+    decoder = exports("inplace")
+    seeded = ("the quick brown", SamplingParams(40, 0.9, 50, 1.0, seed=7, ignore_eos=True))
+    newcomer = ("a newcomer", SamplingParams(10, 0.8, 20, 1.0, seed=8, ignore_eos=True))
+    (alone,), _ = await generate(decoder, [seeded], block_steps=0)
+    (other,), _ = await generate(decoder, [newcomer], block_steps=0)
+
+    loop = asyncio.get_running_loop()
+    scheduler: Scheduler
+    late: list[Seq] = []
+    blocks: list[tuple[int, int]] = []  # (steps planned, steps run) of each block
+    joined = threading.Event()
+
+    def arrive() -> None:
+        late.append(scheduler.submit(scheduler.encode(newcomer[0]), newcomer[1]))
+        joined.set()
+
+    async def run_step(
+        feeds: dict[str, Any],
+        names: Sequence[str],
+        into: dict[str, str],
+        repeat: Repeat | None = None,
+    ) -> dict[str, Any]:
+        if repeat is None:
+            return await decoder.run(feeds, names, into)
+        planned, ran = repeat.steps, 0
+
+        def between(k: int) -> bool:
+            nonlocal ran
+            ran += 1
+            if not late and len(blocks) == 1 and k == 2:  # the second block's third step
+                loop.call_soon_threadsafe(arrive)
+                assert joined.wait(10)
+            return repeat.between(k)
+
+        out = await decoder.run(feeds, names, into, Repeat(planned, between))
+        blocks.append((planned, ran))
+        return out
+
+    parts = decoder.parts
+    config = GenerationConfig(
+        context_length=512, max_new_tokens_limit=1000, inline_step_ms=0, block_steps=8
+    )
+    scheduler = Scheduler(run_step, parts.shape, parts.tokenizer, config, None, parts.pad_id)
+    scheduler.start()
+    try:
+        first = scheduler.submit(scheduler.encode(seeded[0]), seeded[1])
+        done = await asyncio.wait_for(first.result(), 30)
+        await asyncio.wait_for(late[0].result(), 30)
+    finally:
+        await scheduler.close()
+    assert blocks[0] == (8, 8) and blocks[1] == (8, 3), blocks  # ended after the step
+    assert done.text == alone.finished.text and first.generated == alone.generated  # type: ignore[union-attr]
+    assert late[0].generated == other.generated
