@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InvalidInputError
 from inferd.runtime.onnx_session import ModelLoadError, OnnxSession, resolve_providers
+from inferd.runtime.protocol import Repeat
 from tests.models import affine_model, lookup_model
 
 
@@ -88,3 +89,41 @@ def test_outputs_written_into_inputs_are_not_returned_and_none_asked_means_none(
     everything = session.run({"x": np.zeros((1, 2), np.float32)})
     assert sorted(everything) == ["y", "z"]
     assert session.run({"x": np.zeros((1, 2), np.float32)}, []) == {}  # without `into` too
+
+
+@pytest.mark.parametrize("asked", [[], ["twice"]])
+def test_steps_run_back_to_back_on_feeds_changed_in_place_between_them(
+    tmp_path: Path, asked: list[str]
+) -> None:
+    # state <- state + step (in place), as a decoder's block of steps: `between` changes the
+    # small input in place and the next run reads it; returning False ends the steps. With
+    # no output asked the steps are bound once; with one asked each run binds again.
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, ["rows", 1])
+    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, ["rows", 1])
+    after = helper.make_tensor_value_info("after", TensorProto.FLOAT, ["rows", 1])
+    twice = helper.make_tensor_value_info("twice", TensorProto.FLOAT, ["rows", 1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["state", "step"], ["after"]),
+            helper.make_node("Add", ["state", "state"], ["twice"]),
+        ],
+        "steps",
+        [state, step],
+        [after, twice],
+    )
+    path = tmp_path / "steps.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    session = OnnxSession(path, RuntimeOptions())
+    feeds = {"state": np.zeros((2, 1), np.float32), "step": np.ones((2, 1), np.float32)}
+    seen: list[float] = []
+
+    def between(k: int) -> bool:
+        seen.append(float(feeds["state"][0, 0]))
+        feeds["step"][:] = k + 2
+        return k < 2
+
+    out = session.run_steps(feeds, asked, {"after": "state"}, Repeat(5, between))
+    assert seen == [1.0, 3.0, 6.0]  # 0+1, +2, +3: three runs, then `between` said stop
+    assert sorted(out) == asked
+    if asked:
+        np.testing.assert_array_equal(out["twice"], np.full((2, 1), 6.0))  # the last run's

@@ -222,7 +222,7 @@ class Scheduler:
             if not self._running and not self._waiting:
                 self._rows = []
                 self._kv.clear()
-                self._report("idle", 0, 0.0)
+                self._report("idle", 0, ())
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
@@ -309,7 +309,7 @@ class Scheduler:
             seq.accept(token, now)
             firsts.append(now - seq.created)
         notify(self._observer.on_generation_tokens, self._model, firsts, ())
-        self._report("prefill", len(seqs), now - started)
+        self._report("prefill", len(seqs), (now - started,))
 
     async def _decode(self, rows: list[Seq]) -> None:
         live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
@@ -353,7 +353,7 @@ class Scheduler:
                 if since is not None:
                     gaps.append(since)
         notify(self._observer.on_generation_tokens, self._model, (), gaps)
-        self._report("decode", len(rows), now - started)
+        self._report("decode", len(rows), (now - started,))
 
     async def _step(
         self,
@@ -443,9 +443,7 @@ class Scheduler:
             for seq in rows:  # the numbers drawn for the steps not run, given back
                 if not seq.params.greedy:
                     seq.give_back(steps - done)
-        for now in ended:
-            self._report("decode", len(rows), now - started)
-            started = now
+        self._report("decode", len(rows), np.diff([started, *ended]).tolist())
         gaps = []
         for r, seq in enumerate(rows):
             seq.cached += done
@@ -538,7 +536,7 @@ class Scheduler:
             [s.seen for s in seqs],
         )
 
-    def _report(self, kind: str, rows: int, seconds: float) -> None:
+    def _report(self, kind: str, rows: int, seconds: Sequence[float]) -> None:
         notify(
             self._observer.on_generation_step,
             self._model,

@@ -497,16 +497,19 @@ class Metrics(Observer):
         version: str,
         kind: str,
         rows: int,
-        seconds: float,
+        seconds: Sequence[float],
         running: int,
         waiting: int,
         kv_tokens: int,
         kv_limit: int,
     ) -> None:
         label = self.model_label(model)
-        if kind != "idle":
-            self.generation_step.labels(label, kind).observe(seconds)
-            self.generation_rows.labels(label, kind).observe(rows)
+        if seconds:
+            step = self.generation_step.labels(label, kind)
+            in_step = self.generation_rows.labels(label, kind)
+            for each in seconds:
+                step.observe(each)
+                in_step.observe(rows)
         self.sequences.labels(label, version, "running").set(running)
         self.sequences.labels(label, version, "waiting").set(waiting)
         self.kv_tokens.labels(label, version).set(kv_tokens)

@@ -44,13 +44,15 @@ class Observer:
         version: str,
         kind: str,
         rows: int,
-        seconds: float,
+        seconds: Sequence[float],
         running: int,
         waiting: int,
         kv_tokens: int,
         kv_limit: int,
     ) -> None:
-        """A prefill or decode step ran (`kind` "idle": the state after the queue emptied)."""
+        """Prefill or decode steps ran, `rows` rows each, `seconds` each (one for a prefill or
+        a single step, a block's steps in order); `kind` "idle": the state after the queue
+        emptied (no steps)."""
 
     def on_generation_tokens(
         self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
@@ -125,7 +127,7 @@ class Observers(Observer):
         version: str,
         kind: str,
         rows: int,
-        seconds: float,
+        seconds: Sequence[float],
         running: int,
         waiting: int,
         kv_tokens: int,

@@ -7,8 +7,9 @@ into inferd's error tree at this one boundary.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import onnxruntime as ort
@@ -18,7 +19,7 @@ from inferd.config.model import RuntimeOptions
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
 from inferd.runtime.datatypes import v2_from_onnx_type
 from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
-from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.runtime.protocol import Array, Feeds, Repeat, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -180,20 +181,54 @@ class OnnxSession:
             and max(a.size for a in feeds.values()) > self._shrink_above
         ):
             run_options = self._shrink  # an unusually large batch: return its memory after
-        try:
+        with _translated_errors():
             if into:
                 return self._run_into(feeds, names, into)
             if not names:
                 return {}  # (ONNX Runtime reads an empty list as every output)
             results = self._session.run(names, dict(feeds), run_options)
-        except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
-            raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
-        except Exception as exc:
-            message = _first_line(exc)
-            if any(marker in message.lower() for marker in _OOM_MARKERS):
-                raise OutOfMemoryError("out of memory while running the model") from exc
-            raise InternalError("the model failed while running") from exc
         return dict(zip(names, results, strict=True))
+
+    def run_steps(
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None,
+        into: Mapping[str, str] | None,
+        repeat: Repeat,
+    ) -> dict[str, Array]:
+        """Runs up to `repeat.steps` times, `repeat.between(k)` after run k. Steps that return
+        nothing (their outputs all go `into` inputs) are bound once: ONNX Runtime reads the
+        bound arrays' own memory, so what `between` changes in place is the next run's
+        input, and the runs after the first cost only the runtime's own work."""
+        out = self.run(feeds, output_names, into)
+        if not repeat.between(0):
+            return out
+        if not into or output_names is None or list(output_names):
+            for k in range(1, repeat.steps):
+                out = self.run(feeds, output_names, into)
+                if not repeat.between(k):
+                    break
+            return out
+        key = self._binding_key(feeds, [], into)
+        binding, arrays = self._bindings.pop(key)  # (taken while it runs, as in `_run_into`)
+        try:
+            for k in range(1, repeat.steps):
+                with _translated_errors():
+                    self._session.run_with_iobinding(binding)
+                if not repeat.between(k):
+                    break
+        finally:
+            self._bindings[key] = (binding, arrays)
+        return {}
+
+    @staticmethod
+    def _binding_key(feeds: Feeds, returned: list[str], into: Mapping[str, str]) -> object:
+        shared = sorted(set(into.values()))
+        return (
+            tuple(into.items()),
+            tuple(returned),
+            tuple((n, feeds[n].ctypes.data, feeds[n].shape, feeds[n].strides) for n in shared),
+        )
 
     def _run_into(
         self, feeds: Feeds, names: list[str], into: Mapping[str, str]
@@ -204,16 +239,12 @@ class OnnxSession:
         A decoder runs this every step on the same buffers: the binding of those buffers is
         kept (`_bindings`, keyed by their memory and shape) and only the small inputs and the
         returned outputs are bound again."""
-        shared = sorted(set(into.values()))
         returned = [n for n in names if n not in into]
-        key = (
-            tuple(into.items()),
-            tuple(returned),
-            tuple((n, feeds[n].ctypes.data, feeds[n].shape, feeds[n].strides) for n in shared),
-        )
+        key = self._binding_key(feeds, returned, into)
         kept = self._bindings.pop(key, None)  # taken while it runs: a concurrent run makes its own
         if kept is None:
             binding = self._session.io_binding()
+            shared = sorted(set(into.values()))
             values = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n]) for n in shared}  # no copy
             for name, value in values.items():
                 binding.bind_ortvalue_input(name, value)
@@ -246,3 +277,18 @@ class OnnxSession:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:500] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    """ONNX Runtime's errors as inferd's: the model's rejection of an input (4xx), out of
+    memory, any other failure."""
+    try:
+        yield
+    except (ort_state.InvalidArgument, ort_state.InvalidGraph) as exc:
+        raise InvalidInputError(f"the model rejected the input: {_first_line(exc)}") from exc
+    except Exception as exc:
+        message = _first_line(exc)
+        if any(marker in message.lower() for marker in _OOM_MARKERS):
+            raise OutOfMemoryError("out of memory while running the model") from exc
+        raise InternalError("the model failed while running") from exc

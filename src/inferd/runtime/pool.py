@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
-from inferd.runtime.protocol import Array, Feeds, Repeat, Runtime, run_repeated
+from inferd.runtime.protocol import Array, Feeds, Repeat, Runtime
 
 
 class InstancePool:
@@ -119,12 +119,9 @@ class InstancePool:
                 ok = False
                 run = asyncio.get_running_loop().run_in_executor(
                     self._executor_for_now(),
-                    run_repeated,
-                    self._instances[index],
-                    feeds,
-                    output_names,
-                    into,
-                    repeat,
+                    functools.partial(
+                        _run, self._instances[index], feeds, output_names, into, repeat
+                    ),
                 )
                 try:
                     result = await asyncio.shield(run)
@@ -162,7 +159,7 @@ class InstancePool:
         self._dispatch.started(index, elements, started)
         ok = False
         try:
-            result = run_repeated(self._instances[index], feeds, output_names, into, repeat)
+            result = _run(self._instances[index], feeds, output_names, into, repeat)
             ok = True
             return result
         finally:
@@ -198,3 +195,15 @@ class InstancePool:
 def _elements(feeds: Feeds, repeat: Repeat | None) -> int:
     """The work given to an instance, for its expected completion (`repeat`: every run)."""
     return sum(int(array.size) for array in feeds.values()) * (repeat.steps if repeat else 1)
+
+
+def _run(
+    instance: Runtime,
+    feeds: Feeds,
+    output_names: Sequence[str] | None,
+    into: Mapping[str, str] | None,
+    repeat: Repeat | None,
+) -> dict[str, Array]:
+    if repeat is None:
+        return instance.run(feeds, output_names, into)
+    return instance.run_steps(feeds, output_names, into, repeat)

@@ -44,24 +44,6 @@ class Repeat:
     between: Callable[[int], bool]
 
 
-def run_repeated(
-    runtime: Runtime,
-    feeds: Feeds,
-    output_names: Sequence[str] | None,
-    into: Mapping[str, str] | None,
-    repeat: Repeat | None,
-) -> dict[str, Array]:
-    """`runtime.run`, once, or as `repeat` says (the last run's outputs)."""
-    if repeat is None:
-        return runtime.run(feeds, output_names, into)
-    out: dict[str, Array] = {}
-    for k in range(repeat.steps):
-        out = runtime.run(feeds, output_names, into)
-        if not repeat.between(k):
-            break
-    return out
-
-
 class Runtime(Protocol):
     """One loaded model instance. `run` is blocking and thread-safe to call from a worker thread."""
 
@@ -84,6 +66,17 @@ class Runtime(Protocol):
         inputs whose arrays they are written into, in place (a decoder's KV cache); those
         outputs are not returned, so a step whose outputs all go `into` its inputs asks for
         none (an empty list) and gets an empty dict."""
+        ...
+
+    def run_steps(
+        self,
+        feeds: Feeds,
+        output_names: Sequence[str] | None,
+        into: Mapping[str, str] | None,
+        repeat: Repeat,
+    ) -> dict[str, Array]:
+        """`run` up to `repeat.steps` times on `feeds`, which `repeat.between(k)` may change
+        in place after run k for the next; the last run's outputs."""
         ...
 
     def close(self) -> None: ...
