@@ -11,8 +11,9 @@ Raw ONNX Runtime runs the same texts, tokenized and padded per batch, at batch 1
 (each at least 6 s and 5 runs), right before the servers; its best is the limit. The servers
 get a closed-loop sweep (concurrency 1, 4, 16, 64, each step 8 s or 400 requests); the client
 shares the machine with them. Then a lone text, in 5 rounds of raw ONNX Runtime (100 calls at
-batch 1), inferd and the naive server (100 requests each at concurrency 1) in turn, so that
-each server's p50 is set beside a raw call of the same minute. Written: a table per model,
+batch 1), inferd and the naive server (100 requests each at concurrency 1 from `inferd
+bench`'s httpx client, then 1.5 s each from a lean raw-asyncio client) in turn, so that each
+server's p50 is set beside a raw call of the same minute. Written: a table per model,
 the knee of each server, the lone-text line, and the plots (benchmarks/results/<model>/).
 
     python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
@@ -29,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import numpy as np
@@ -51,11 +53,14 @@ from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts
 from inferd.tools.demo import build_demo
 from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
+from overload_bench import closed_loop as lean_loop
+from overload_bench import request_bytes, run_loop
 
 BATCHES = (1, 4, 16)
 MIN_RUNS = 5
 LONE_ROUNDS = 5
 LONE_CALLS = 100
+LONE_LEAN_S = 1.5
 PLOTS = ROOT / "benchmarks" / "results"
 
 
@@ -174,13 +179,20 @@ class Lone:
     raw_ms: float
     inferd_ms: float
     naive_ms: float
+    inferd_lean_ms: float
+    naive_lean_ms: float
     inferd_over_ms: float
     naive_over_ms: float
+    inferd_lean_over_ms: float
+    naive_lean_over_ms: float
 
 
 def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
     """`LONE_ROUNDS` rounds of: raw ONNX Runtime's median over `LONE_CALLS` calls, then each
-    server's p50 over as many requests at concurrency 1 (`inferd bench`'s client)."""
+    server's p50 over as many requests at concurrency 1 with `inferd bench`'s client (httpx),
+    and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
+    benchmarks/steady.py drives generation: about a sixth of httpx's CPU a request, so the
+    p50 is the server's more than the client's)."""
     rows: list[tuple[float, ...]] = []
     for _ in range(LONE_ROUNDS):
         raw_ms = raw.median_ms(LONE_CALLS)
@@ -190,6 +202,16 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
                 closed_loop(url, workload.path, workload.cycle(), 1, 60.0, LONE_CALLS)
             )
             p50s.append(float(np.median([s.latency_s for s in run.samples])) * 1000)
+        for url in urls.values():
+            address = urlparse(url)
+            payloads = [
+                request_bytes(address.netloc, body, workload.path) for body in workload.bodies
+            ]
+            host, port = address.hostname or "127.0.0.1", address.port or 80
+            tally = run_loop(lean_loop(host, port, payloads, 1, LONE_LEAN_S, 10.0))
+            if tally.lost or any(o.status != 200 for o in tally.outcomes):
+                raise RuntimeError(f"lone text: {url} failed under the lean client")
+            p50s.append(float(np.median([o.client_s for o in tally.outcomes])) * 1000)
         rows.append((raw_ms, *p50s, *(p - raw_ms for p in p50s)))
     medians = [float(np.median(column)) for column in zip(*rows, strict=True)]
     return Lone(*medians)
@@ -308,8 +330,11 @@ def table(
             f"takes {lone.raw_ms:.1f} ms a call; at concurrency 1 inferd answers in "
             f"{lone.inferd_ms:.1f} ms p50 (**{lone.inferd_over_ms:+.1f} ms** on the raw call of "
             f"its round) and the naive server in {lone.naive_ms:.1f} ms "
-            f"({lone.naive_over_ms:+.1f} ms), as the client sees them (HTTP, JSON and the "
-            "Python client included).",
+            f"({lone.naive_over_ms:+.1f} ms), as `inferd bench`'s client (httpx) sees them "
+            f"(HTTP, JSON and the Python client included); as a lean client sees them (raw "
+            f"asyncio HTTP/1.1, {LONE_LEAN_S:g} s a server a round): inferd "
+            f"{lone.inferd_lean_ms:.1f} ms (**{lone.inferd_lean_over_ms:+.1f} ms**), naive "
+            f"{lone.naive_lean_ms:.1f} ms ({lone.naive_lean_over_ms:+.1f} ms).",
             "",
             f"![throughput](results/{subject.key}/throughput.png) "
             f"![latency](results/{subject.key}/latency.png)",
