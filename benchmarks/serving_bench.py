@@ -204,8 +204,9 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
             p50s.append(float(np.median([s.latency_s for s in run.samples])) * 1000)
         for url in urls.values():
             address = urlparse(url)
-            payloads = [
-                request_bytes(address.netloc, body, workload.path) for body in workload.bodies
+            payloads = [  # the texts of the raw calls and of the httpx requests, in turn
+                request_bytes(address.netloc, body, workload.path)
+                for body in workload.bodies[:LONE_CALLS]
             ]
             host, port = address.hostname or "127.0.0.1", address.port or 80
             tally = run_loop(lean_loop(host, port, payloads, 1, LONE_LEAN_S, 10.0))

@@ -335,6 +335,7 @@ class Scheduler:
         started = time.perf_counter()
         out = await self._step(step.feeds, names, step.into)
         now = time.perf_counter()
+        self._learn_step(now - started)
         self._kv.after_decode(step, out)
         for seq in rows:
             seq.cached += 1
@@ -364,8 +365,8 @@ class Scheduler:
     ) -> dict[str, Array]:
         """One decode step (or a block of them, `repeat`): on the event loop's thread when the
         last steps took under `inline_step_ms` and the runtime is free (the loop then gets a
-        turn after the scheduler's work), else on a runtime thread."""
-        started = time.perf_counter()
+        turn after the scheduler's work), else on a runtime thread. The caller times it
+        (`_learn_step`)."""
         out = None
         quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
         if quick and self._run_now is not None:
@@ -373,10 +374,13 @@ class Scheduler:
         inline = out is not None
         if out is None:
             out = await self._run(feeds, names, into, repeat=repeat)
-        took = (time.perf_counter() - started) / (repeat.steps if repeat else 1)
-        self._decode_s = took if self._decode_s is None else 0.8 * self._decode_s + 0.2 * took
         self._held_loop = self._held_loop or inline
         return out
+
+    def _learn_step(self, seconds: float) -> None:
+        """A decode step's time, into the moving average that `_step` chooses by."""
+        before = self._decode_s
+        self._decode_s = seconds if before is None else 0.8 * before + 0.2 * seconds
 
     def _blocks(self, rows: list[Seq], live: list[int]) -> bool:
         """Whether the next steps draw in the graph, each step's tokens fed straight to the
@@ -439,6 +443,7 @@ class Scheduler:
         started = time.perf_counter()
         await self._step(feeds, (), into, Repeat(steps, between))
         done = len(ended)
+        self._learn_step((ended[-1] - started) / done)  # (a block may end early)
         if done < steps:
             for seq in rows:  # the numbers drawn for the steps not run, given back
                 if not seq.params.greedy:
