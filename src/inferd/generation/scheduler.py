@@ -411,7 +411,7 @@ class Scheduler:
         """Steps back to back in one call to the runtime (`Repeat`: one handoff to its thread
         a block, the steps as close together as bare ONNX Runtime's), each drawing in the
         graph and writing its tokens into its own `input_ids`, which the next step reads (the
-        KV store moves the positions on, on the runtime's thread); then the tokens are
+        KV store moves the positions on, on the thread that runs the steps); then the tokens are
         taken, row by row, each at the time its step ended. A row that ends within the block
         (its EOS, a stop sequence) keeps computing to the block's end; what it draws after
         its end is dropped. A block on a runtime thread ends early when a generation arrives
