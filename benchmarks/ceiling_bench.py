@@ -62,13 +62,17 @@ class Round:
     loads: dict[int, Load]
 
 
-def run_case(case: Case, rounds: int, window_s: float, inline_step_ms: float | None) -> list[Round]:
+def run_case(
+    case: Case, rounds: int, window_s: float, inline_step_ms: float | None, block_steps: int | None
+) -> list[Round]:
     results = []
     with tempfile.TemporaryDirectory(prefix="inferd-ceiling-") as tmp:
         root = build_repo(Path(tmp) / "inplace", case.shape, "inplace")
         set_generation(root, "scheduling", "continuous")
         if inline_step_ms is not None:
             set_generation(root, "inline_step_ms", inline_step_ms)
+        if block_steps is not None:
+            set_generation(root, "block_steps", block_steps)
         model_file = root / MODEL / "1" / "model.onnx"
         server = Server(root)
         try:
@@ -130,14 +134,24 @@ def main() -> None:
         help="generation.inline_step_ms for the server (default: the setting's default); "
         "its own RESULTS.md section",
     )
+    parser.add_argument(
+        "--block-steps",
+        type=int,
+        default=None,
+        help="generation.block_steps for the server (default: the setting's default); its own "
+        "RESULTS.md section",
+    )
     args = parser.parse_args()
     rounds, window = (1, 5.0) if args.quick else (args.rounds, args.window)
     cases = [c for key, c in DECODERS.items() if args.decoder in ("both", key)]
     inline = args.inline_step_ms
     command = ("python benchmarks/ceiling_bench.py " + " ".join(sys.argv[1:])).strip()
     title = "## Generation against the runtime's decode ceiling (issue 20)"
+    block = args.block_steps
     if inline is not None:
         title += f", steps inline under {inline:g} ms"
+    if block is not None:
+        title += f", blocks of {block} steps"
     sections = [
         title,
         "",
@@ -153,8 +167,12 @@ def main() -> None:
         "step of 2 s).",
     ]
     for case in cases:
-        sections += ["", report(case, run_case(case, rounds, window, inline), window)]
-    key = "ceiling" if inline is None else f"ceiling-inline-{inline:g}ms"
+        sections += ["", report(case, run_case(case, rounds, window, inline, block), window)]
+    key = "ceiling"
+    if inline is not None:
+        key += f"-inline-{inline:g}ms"
+    if block is not None:
+        key += f"-block-{block}"
     publish(key, "\n".join(sections), args.quick)
 
 

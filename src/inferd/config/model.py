@@ -353,17 +353,18 @@ class GenerationConfig(_Strict):
         "wait at most one step. 0: every step on a runtime thread.",
     )
     block_steps: int = Field(
-        8,
+        4,
         ge=0,
         description="Decode steps run back to back without Python in between, where the "
         "decoder draws in its own graph (`inferd export` adds the draw), its KV cache is in "
         "place (`--kv-cache inplace`) and every running sequence's draw fits the graph's "
         "(top-k within its candidates, no repetition penalty): each step's tokens go straight "
         "back in as the next step's input, and are taken, streamed and counted once per "
-        "block. A block ends early for a sequence's last token, and within inline_step_ms "
+        "block. A block ends early for a sequence's last token, within inline_step_ms "
         "when its steps run on the event loop's thread (a request waiting for a row waits for "
-        "the block). 1: a step at a time, drawn in the graph; 0: a step at a time, drawn in "
-        "Python (the graph's draw unused).",
+        "the block: shorter blocks let it join sooner), and on a runtime thread when a "
+        "request arrives. 1: a step at a time, drawn in the graph; 0: a step at a time, "
+        "drawn in Python (the graph's draw unused).",
     )
     scheduling: Literal["continuous", "static"] = Field(
         "continuous",
