@@ -84,6 +84,16 @@ def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def served(url: str) -> bool:
+    """Whether the cluster's HTTP ingress answers for the app (Ray restarts a proxy that failed
+    at startup: CI once had its HAProxy crash on one node, and a load sent then reached no
+    replica)."""
+    try:
+        return httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def haproxy_2xx_by_server(cluster: LocalRay) -> dict[str, int]:
     """The 2xx answers of each replica, from HAProxy's statistics (CSV)."""
     port = cluster.env["RAY_SERVE_HAPROXY_STATS_PORT"]
@@ -187,6 +197,7 @@ def test_a_replica_killed_under_load_loses_only_what_it_held(
     settings = ServerSettings(repository=repo, log_level="warning")
     deploy(RayDeployment(settings, replicas=2, num_cpus=1, max_ongoing_requests=8))
     wait_for(lambda: running_replicas() == 2, 120, "two replicas")
+    wait_for(lambda: served(url), 60, "the ingress answers")
     body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 256], "data": [0.1] * 256}]}
 
     async def scenario() -> tuple[float, list[tuple[float, int | str]]]:
@@ -237,6 +248,7 @@ def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, drive
     )
     deploy(deployment)
     assert running_replicas() == 1
+    wait_for(lambda: served(url), 60, "the ingress answers")
     body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 256], "data": [0.1] * 256}]}
     scaled_at: list[float] = []
 
