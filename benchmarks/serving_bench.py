@@ -193,6 +193,15 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
     and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
     benchmarks/steady.py drives generation: about a sixth of httpx's CPU a request, so the
     p50 is the server's more than the client's)."""
+    lean = {}  # each server's address and requests: the texts of the raw calls, in turn
+    for name, url in urls.items():
+        address = urlparse(url)
+        bodies = workload.bodies[:LONE_CALLS]
+        lean[name] = (
+            address.hostname or "127.0.0.1",
+            address.port or 80,
+            [request_bytes(address.netloc, body, workload.path) for body in bodies],
+        )
     rows: list[tuple[float, ...]] = []
     for _ in range(LONE_ROUNDS):
         raw_ms = raw.median_ms(LONE_CALLS)
@@ -202,16 +211,10 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
                 closed_loop(url, workload.path, workload.cycle(), 1, 60.0, LONE_CALLS)
             )
             p50s.append(float(np.median([s.latency_s for s in run.samples])) * 1000)
-        for url in urls.values():
-            address = urlparse(url)
-            payloads = [  # the texts of the raw calls and of the httpx requests, in turn
-                request_bytes(address.netloc, body, workload.path)
-                for body in workload.bodies[:LONE_CALLS]
-            ]
-            host, port = address.hostname or "127.0.0.1", address.port or 80
+        for name, (host, port, payloads) in lean.items():
             tally = run_loop(lean_loop(host, port, payloads, 1, LONE_LEAN_S, 10.0))
             if tally.lost or any(o.status != 200 for o in tally.outcomes):
-                raise RuntimeError(f"lone text: {url} failed under the lean client")
+                raise RuntimeError(f"lone text: {name} failed under the lean client")
             p50s.append(float(np.median([o.client_s for o in tally.outcomes])) * 1000)
         rows.append((raw_ms, *p50s, *(p - raw_ms for p in p50s)))
     medians = [float(np.median(column)) for column in zip(*rows, strict=True)]
