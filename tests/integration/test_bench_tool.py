@@ -4,9 +4,11 @@ recommendation, comparison reports both sides, and the Locust file runs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +19,10 @@ import httpx
 import pytest
 import yaml
 
+from inferd.bench.load import CLIENT_ERROR, closed_loop
+from inferd.bench.server import free_port
 from inferd.cli.main import main
+from inferd.errors import ErrorCode
 from tests.integration.server import RunningServer, start_server
 from tests.models import slow_model, write_config
 
@@ -113,6 +118,29 @@ def test_closed_loop_counts_match_the_server_and_the_report_renders(
     for image in page.images:
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 0 <= series["recommended"] < 3
+
+
+def test_the_load_client_records_each_answer_and_each_failure(server: RunningServer) -> None:
+    """What a load step records, request by request: a good answer, inferd's stable error code
+    from a refused one's body, and a connection that never answered (nothing listening; no
+    answer within the timeout) as a client error, never an exception out of the loop."""
+    path = f"/v2/models/{MODEL}/infer"
+    good = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.5] * 256}]}
+    ).encode()
+    bodies = iter([good, b'{"inputs": [{"name": "x"'])
+    run = asyncio.run(closed_loop(server.url, path, lambda: next(bodies), 1, 30.0, 2))
+    assert [(s.status, s.code) for s in run.samples] == [(200, 0), (400, ErrorCode.INVALID_INPUT)]
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    run = asyncio.run(closed_loop(closed, path, lambda: good, 2, 30.0, 4))
+    assert [(s.status, s.code) for s in run.samples] == [(0, CLIENT_ERROR)] * 4
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        run = asyncio.run(closed_loop(url, path, lambda: good, 1, 30.0, 1, timeout_s=0.5))
+    assert [(s.status, s.code) for s in run.samples] == [(0, CLIENT_ERROR)]
+    assert 0.5 <= run.samples[0].latency_s < 5
 
 
 def test_open_loop_sends_at_the_rate(server: RunningServer, tmp_path: Path) -> None:
