@@ -9,11 +9,15 @@ baseline (a FastAPI app, one request one run: benchmarks/naive_server.py), drive
 
 Raw ONNX Runtime runs the same texts, tokenized and padded per batch, at batch 1, 4 and 16
 (each at least 6 s and 5 runs), right before the servers; its best is the limit. The servers
-get a closed-loop sweep (concurrency 1, 4, 16, 64, each step 8 s or 400 requests); the client
-shares the machine with them. Then a lone text, in 5 rounds of raw ONNX Runtime (100 calls at
-batch 1), inferd and the naive server (100 requests each at concurrency 1 from `inferd
-bench`'s httpx client, then 1.5 s each from a lean raw-asyncio client) in turn, so that each
-server's p50 is set beside a raw call of the same minute. Written: a table per model,
+get closed-loop steps by `inferd bench`'s own code (concurrency 1, 4, 16, 64, each step 8 s or
+400 requests), interleaved: at each concurrency, 3 rounds of one step on each server back to
+back, the order turned each round, so that the two steps of a round share the machine's speed
+of that minute (it drifts by tens of percent between minutes); the ratio is the median of the
+rounds' ratios, the figures those of each server's median round. The client shares the
+machine with them. Then a lone text, in 5 rounds of raw ONNX Runtime (100 calls at batch 1),
+inferd and the naive server (100 requests each at concurrency 1 from `inferd bench`'s client,
+then 1.5 s each from a lean raw-asyncio client) in turn, so that each server's p50 is set
+beside a raw call of the same minute. Written: a table per model,
 the knee of each server, the lone-text line, and the plots (benchmarks/results/<model>/).
 
     python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,7 @@ from overload_bench import request_bytes, run_loop
 
 BATCHES = (1, 4, 16)
 MIN_RUNS = 5
+STEP_ROUNDS = 3
 LONE_ROUNDS = 5
 LONE_CALLS = 100
 LONE_LEAN_S = 1.5
@@ -189,10 +195,10 @@ class Lone:
 
 def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
     """`LONE_ROUNDS` rounds of: raw ONNX Runtime's median over `LONE_CALLS` calls, then each
-    server's p50 over as many requests at concurrency 1 with `inferd bench`'s client (httpx),
-    and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
-    benchmarks/steady.py drives generation: about a sixth of httpx's CPU a request, so the
-    p50 is the server's more than the client's)."""
+    server's p50 over as many requests at concurrency 1 with `inferd bench`'s client
+    (aiohttp), and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
+    benchmarks/steady.py drives generation: a fraction of any general client's CPU a request,
+    so the p50 is the server's more than the client's)."""
     lean = {}  # each server's address and requests: the texts of the raw calls, in turn
     for name, url in urls.items():
         address = urlparse(url)
@@ -252,7 +258,53 @@ class Naive:
         self.process.wait(10)
 
 
-Measured = tuple[dict[str, list[Step]], dict[str, Knee], float, int, Lone]
+@dataclass(frozen=True)
+class Target:
+    url: str
+    model: str | None
+    """The model whose metrics inferd's steps scrape (None: the naive server has none)."""
+
+
+def interleaved(
+    targets: dict[str, Target], workload: Workload, settings: SweepSettings, console: Console
+) -> tuple[dict[str, list[Step]], list[list[float]]]:
+    """Each server warmed up, then at each level `STEP_ROUNDS` rounds of one step a server,
+    back to back, the order turned each round. Returns each server's step of its median round
+    (by requests/s) at each level, and each level's ratios of the first server to the second,
+    one a round."""
+    once = dataclasses.replace(settings, warmup_s=0)
+    for target in targets.values():
+        run_sweep(target.url, workload, dataclasses.replace(settings, levels=()), None, console)
+    series: dict[str, list[Step]] = {name: [] for name in targets}
+    ratios: list[list[float]] = []
+    first, second = targets
+    for level in settings.levels:
+        rounds: dict[str, list[Step]] = {name: [] for name in targets}
+        for r in range(STEP_ROUNDS):
+            order = list(targets) if r % 2 == 0 else list(reversed(targets))
+            for name in order:
+                target = targets[name]
+                (step,) = run_sweep(
+                    target.url,
+                    workload,
+                    dataclasses.replace(once, levels=(level,)),
+                    target.model,
+                    console,
+                    f"{name} round {r + 1} ",
+                )
+                rounds[name].append(step)
+        for name, steps in rounds.items():
+            series[name].append(sorted(steps, key=lambda s: s.requests_per_s)[len(steps) // 2])
+        ratios.append(
+            [
+                a.requests_per_s / b.requests_per_s
+                for a, b in zip(rounds[first], rounds[second], strict=True)
+            ]
+        )
+    return series, ratios
+
+
+Measured = tuple[dict[str, list[Step]], list[list[float]], dict[str, Knee], float, int, Lone]
 
 
 def measure(
@@ -263,7 +315,6 @@ def measure(
     raw, raw_batch, raw_lone = raw_best(
         version / "model.onnx", version / "tokenizer.json", texts, subject.max_tokens, seconds
     )
-    series: dict[str, list[Step]] = {}
     server = Server(root)
     naive: Naive | None = None
     try:
@@ -279,11 +330,12 @@ def measure(
             v2_length=0,
             seed=0,
         )
-        series["inferd"] = run_sweep(
-            server.url, workload, settings, subject.model, console, "inferd "
-        )
         naive = Naive(version / "model.onnx", version / "tokenizer.json", subject.max_tokens)
-        series["naive FastAPI"] = run_sweep(naive.url, workload, settings, None, console, "naive ")
+        targets = {
+            "inferd": Target(server.url, subject.model),
+            "naive FastAPI": Target(naive.url, None),
+        }
+        series, ratios = interleaved(targets, workload, settings, console)
         lone = lone_rounds(raw_lone, {"inferd": server.url, "naive": naive.url}, workload)
     finally:
         server.stop()
@@ -293,12 +345,13 @@ def measure(
         name: find_knee([s.requests_per_s for s in steps], [s.p99_ms for s in steps])
         for name, steps in series.items()
     }
-    return series, knees, raw, raw_batch, lone
+    return series, ratios, knees, raw, raw_batch, lone
 
 
 def table(
     subject: Subject,
     series: dict[str, list[Step]],
+    ratios: list[list[float]],
     knees: dict[str, Knee],
     raw: float,
     raw_batch: int,
@@ -308,8 +361,8 @@ def table(
     rows = [
         f"| {a.level:g} | {a.requests_per_s:.1f} | {a.p50_ms:.0f} | {a.p99_ms:.0f} | "
         f"{b.requests_per_s:.1f} | {b.p50_ms:.0f} | {b.p99_ms:.0f} | "
-        f"{a.requests_per_s / b.requests_per_s:.2f}x |"
-        for a, b in zip(inferd, naive, strict=True)
+        f"**{np.median(each):.2f}x** ({', '.join(f'{x:.2f}' for x in each)}) |"
+        for a, b, each in zip(inferd, naive, ratios, strict=True)
     ]
     best_inferd = max(s.requests_per_s for s in inferd)
     best_naive = max(s.requests_per_s for s in naive)
@@ -319,7 +372,7 @@ def table(
             f"### {subject.title}",
             "",
             "| concurrency | inferd req/s | p50 ms | p99 ms | naive req/s | p50 ms | p99 ms "
-            "| inferd / naive |",
+            "| inferd / naive: median (each round) |",
             "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
@@ -334,7 +387,7 @@ def table(
             f"takes {lone.raw_ms:.1f} ms a call; at concurrency 1 inferd answers in "
             f"{lone.inferd_ms:.1f} ms p50 (**{lone.inferd_over_ms:+.1f} ms** on the raw call of "
             f"its round) and the naive server in {lone.naive_ms:.1f} ms "
-            f"({lone.naive_over_ms:+.1f} ms), as `inferd bench`'s client (httpx) sees them "
+            f"({lone.naive_over_ms:+.1f} ms), as `inferd bench`'s client (aiohttp) sees them "
             f"(HTTP, JSON and the Python client included); as a lean client sees them (raw "
             f"asyncio HTTP/1.1, {LONE_LEAN_S:g} s a server a round): inferd "
             f"{lone.inferd_lean_ms:.1f} ms (**{lone.inferd_lean_over_ms:+.1f} ms**), naive "
@@ -362,19 +415,22 @@ def main() -> None:
         "",
         f"Machine: {machine_description()}",
         "",
-        "Command: `python benchmarks/serving_bench.py` (closed-loop sweeps by `inferd bench`'s "
-        "own code, concurrency 1/4/16/64, each step 8 s or 400 requests; one text a request; "
-        "the Python client shares the 2 cores with the server).",
+        "Command: `python benchmarks/serving_bench.py` (closed-loop steps by `inferd bench`'s "
+        "own code (aiohttp), concurrency 1/4/16/64, each step 8 s or 400 requests; at each "
+        f"concurrency {STEP_ROUNDS} rounds of a step on each server back to back, the order "
+        "turned each round; a server's figures are those of its median round, the ratio the "
+        "median of the rounds' ratios; one text a request; the Python client shares the 2 "
+        "cores with the servers).",
     ]
     with tempfile.TemporaryDirectory(prefix="inferd-serving-") as tmp:
         root = build_repo(Path(tmp) / "repo")
         for subject in SUBJECTS:
-            series, knees, raw, raw_batch, lone = measure(
+            series, ratios, knees, raw, raw_batch, lone = measure(
                 subject, root, settings, console, 2 if args.quick else 6
             )
             out = PLOTS / subject.key if not args.quick else Path(tmp) / subject.key
             write_report(out, subject.title, series, knees, {"raw ONNX Runtime": f"{raw:.1f}/s"})
-            sections += ["", table(subject, series, knees, raw, raw_batch, lone)]
+            sections += ["", table(subject, series, ratios, knees, raw, raw_batch, lone)]
     publish("serving", "\n".join(sections), args.quick)
 
 
