@@ -131,6 +131,9 @@ def test_the_load_client_records_each_answer_and_each_failure(server: RunningSer
     bodies = iter([good, b'{"inputs": [{"name": "x"'])
     run = asyncio.run(closed_loop(server.url, path, lambda: next(bodies), 1, 30.0, 2))
     assert [(s.status, s.code) for s in run.samples] == [(200, 0), (400, ErrorCode.INVALID_INPUT)]
+    first, second = run.samples  # when each came, in the step's time: after it was sent
+    assert first.latency_s <= first.done_s <= second.done_s - second.latency_s + 1e-6
+    assert second.done_s <= run.elapsed_s and 0 < run.sending_s < second.done_s
 
     closed = f"http://127.0.0.1:{free_port()}"
     run = asyncio.run(closed_loop(closed, path, lambda: good, 2, 30.0, 4))

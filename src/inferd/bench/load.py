@@ -39,6 +39,8 @@ class Sample:
     """inferd's error code from the body (0 on success), or CLIENT_ERROR."""
     tokens: int = 0
     """Generated tokens (`usage.completion_tokens`) of an answered generation request."""
+    done_s: float = 0.0
+    """When the answer (or the failure) came, in seconds since the step began."""
 
 
 @dataclass
@@ -47,6 +49,9 @@ class LoadRun:
     elapsed_s: float
     dropped: int = 0
     """Open loop only: arrivals not sent because the client had MAX_OUTSTANDING in flight."""
+    sending_s: float = 0.0
+    """When the step sent its last request, in seconds since it began: what came after was
+    the drain (the load falling away as what was in flight was answered)."""
 
 
 Tick = Callable[[int], None]
@@ -70,23 +75,29 @@ def counts_tokens(path: str) -> bool:
 HEADERS = {"content-type": "application/json"}
 
 
-async def _send(http: aiohttp.ClientSession, target: str, body: bytes, started: float) -> Sample:
+async def _send(
+    http: aiohttp.ClientSession, target: str, body: bytes, started: float, origin: float
+) -> Sample:
+    """One request, timed from `started` (when it was sent, or due); `origin`: the step's
+    beginning."""
     try:
         async with http.post(target, data=body, headers=HEADERS) as response:
             content = await response.read()
             status = response.status
     except (aiohttp.ClientError, asyncio.TimeoutError):
-        return Sample(time.perf_counter() - started, 0, CLIENT_ERROR)
-    latency = time.perf_counter() - started
+        done = time.perf_counter()
+        return Sample(done - started, 0, CLIENT_ERROR, done_s=done - origin)
+    done = time.perf_counter()
+    latency, done_s = done - started, done - origin
     code = 0
     if status == 200 and counts_tokens(target):
-        return Sample(latency, 200, 0, completion_tokens(content))
+        return Sample(latency, 200, 0, completion_tokens(content), done_s)
     if status != 200:
         try:
             code = int(orjson.loads(content).get("code", status))
         except (ValueError, AttributeError):
             code = status
-    return Sample(latency, status, code)
+    return Sample(latency, status, code, done_s=done_s)
 
 
 def client(connections: int, timeout_s: float) -> aiohttp.ClientSession:
@@ -115,19 +126,21 @@ async def closed_loop(
     async with client(concurrency, timeout_s) as http:
         start = time.perf_counter()
         stop_at = start + duration_s
+        last_sent = start
 
         async def worker() -> None:
-            nonlocal sent
-            while sent < max_requests and time.perf_counter() < stop_at:
+            nonlocal sent, last_sent
+            while sent < max_requests and (now := time.perf_counter()) < stop_at:
                 sent += 1
-                sample = await _send(http, target, next_body(), time.perf_counter())
+                last_sent = now
+                sample = await _send(http, target, next_body(), now, start)
                 samples.append(sample)
                 if tick is not None:
                     tick(len(samples))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return LoadRun(samples, elapsed)
+    return LoadRun(samples, elapsed, sending_s=last_sent - start)
 
 
 async def open_loop(
@@ -149,12 +162,12 @@ async def open_loop(
     async with client(MAX_OUTSTANDING, timeout_s) as http:
 
         async def one(body: bytes, due: float) -> None:
-            samples.append(await _send(http, target, body, due))
+            samples.append(await _send(http, target, body, due, start))
             if tick is not None:
                 tick(len(samples))
 
         start = time.perf_counter()
-        due = start
+        due = last_sent = start
         for _ in range(max_requests):
             due += rng.expovariate(rate)
             if due - start > duration_s:
@@ -166,6 +179,7 @@ async def open_loop(
                 dropped += 1
                 continue
             task = asyncio.create_task(one(next_body(), due))
+            last_sent = time.perf_counter()
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -174,4 +188,4 @@ async def open_loop(
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return LoadRun(samples, elapsed, dropped)
+    return LoadRun(samples, elapsed, dropped, last_sent - start)

@@ -1,5 +1,14 @@
 """One load step's result: throughput, latency percentiles, errors by code, and the server's
-view of the same step."""
+view of the same step.
+
+The rates are the step's steady part's: the answers that came from `STEADY_FROM` of its
+sending time to the end of it, over that span. A step's first answers wait for the load to
+build up (a batching server answers its first batch only after running it) and once the
+sending stops the load falls away while what is in flight is answered (the drain); neither is
+the level's load, and where answers take seconds they are much of a short step (a 10 s step
+whose answers take 4 s ends with up to 4 s of drain). With
+fewer than `MIN_STEADY` answers in that part, the rates are over the whole step. Latency
+percentiles and error counts are over every request of the step."""
 
 from __future__ import annotations
 
@@ -9,8 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from inferd.bench.load import LoadRun
+from inferd.bench.load import LoadRun, Sample
 from inferd.bench.scrape import ServerView
+
+STEADY_FROM = 0.25
+"""The share of a step's sending time left out of its rates (the load building up)."""
+MIN_STEADY = 20
+"""Answers the steady part needs for its rates to be used."""
 
 
 @dataclass(frozen=True)
@@ -49,15 +63,16 @@ def summarize(
     ok = [s.latency_s for s in run.samples if s.status == 200]
     errors = Counter(str(s.code) for s in run.samples if s.status != 200)
     qs = np.percentile(np.array(ok) * 1000, [50, 90, 95, 99, 100]) if ok else [float("nan")] * 5
-    elapsed = max(run.elapsed_s, 1e-9)
+    counted, span = steady(run)
+    answered = sum(1 for s in counted if s.status == 200)
     return Step(
         mode=mode,
         level=level,
         requests=len(run.samples),
         ok=len(ok),
         elapsed_s=run.elapsed_s,
-        requests_per_s=len(ok) / elapsed,
-        items_per_s=len(ok) * items_per_request / elapsed,
+        requests_per_s=answered / span,
+        items_per_s=answered * items_per_request / span,
         p50_ms=float(qs[0]),
         p90_ms=float(qs[1]),
         p95_ms=float(qs[2]),
@@ -66,5 +81,14 @@ def summarize(
         errors=dict(errors),
         dropped=run.dropped,
         server=server,
-        tokens_per_s=sum(s.tokens for s in run.samples) / elapsed,
+        tokens_per_s=sum(s.tokens for s in counted) / span,
     )
+
+
+def steady(run: LoadRun) -> tuple[list[Sample], float]:
+    """The requests the rates count and the seconds they are over (the module's docstring)."""
+    begin, end = run.sending_s * STEADY_FROM, run.sending_s
+    inside = [s for s in run.samples if begin <= s.done_s <= end]
+    if end > begin and sum(1 for s in inside if s.status == 200) >= MIN_STEADY:
+        return inside, end - begin
+    return run.samples, max(run.elapsed_s, 1e-9)
