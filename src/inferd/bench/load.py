@@ -10,10 +10,10 @@ Both stop at `duration_s` or `max_requests`, whichever comes first, and wait for
 in flight (up to a grace period, then those count as timeouts).
 
 The client is aiohttp's (its HTTP parser is compiled): the load generator shares the machine
-with the server it measures, and httpx's pure-Python HTTP/1.1 costs about three times its CPU
-a request (~1 ms against ~0.35 ms on this project's 2-core machines), which showed up as a
-millisecond more latency at concurrency 1 and as cores taken from the server at high
-concurrency."""
+with the server it measures, and httpx's pure-Python HTTP/1.1 costs nearly three times its
+CPU a request (0.85 against 0.31 ms at concurrency 1 on a 2-core machine: benchmarks/
+client_bench.py), which showed up as latency at concurrency 1 and as cores taken from the
+server under load."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ sending time to the end of it, over that span. A step's first answers wait for t
 build up (a batching server answers its first batch only after running it) and once the
 sending stops the load falls away while what is in flight is answered (the drain); neither is
 the level's load, and where answers take seconds they are much of a short step (a 10 s step
-whose answers take 4 s ends with up to 4 s of drain). With
-fewer than `MIN_STEADY` answers in that part, the rates are over the whole step. Latency
-percentiles and error counts are over every request of the step."""
+whose answers take 4 s ends with up to 4 s of drain). With fewer than `MIN_STEADY` answers in
+that part, the rates are over the whole step. Latency percentiles and error counts are over
+every request of the step."""
 
 from __future__ import annotations
 
