@@ -32,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import Server, machine_description, publish
 from inferd.bench.load import closed_loop
 from inferd.tools.demo import build_demo
-from overload_bench import closed_loop as lean_loop
-from overload_bench import request_bytes, run_loop
+from overload_bench import lone_latencies, request_bytes
 
 BODY = (
     b'{"model": "minilm", "texts": ["the quick brown fox jumps over the lazy dog and keeps '
@@ -71,14 +70,8 @@ def aiohttp_run(url: str, requests: int) -> list[float]:
 
 
 def lean_run(url: str, seconds: float) -> list[float]:
-    address = urlparse(url)
-    payload = request_bytes(address.netloc, BODY, PATH)
-    tally = run_loop(
-        lean_loop(address.hostname or "127.0.0.1", address.port or 80, [payload], 1, seconds, 10.0)
-    )
-    if tally.lost or any(o.status != 200 for o in tally.outcomes):
-        raise RuntimeError("lean client: a request failed")
-    return [o.client_s for o in tally.outcomes][SKIP:]
+    payload = request_bytes(urlparse(url).netloc, BODY, PATH)
+    return lone_latencies(url, [payload], seconds)[SKIP:]
 
 
 def measured(run: Callable[[], list[float]]) -> tuple[float, float]:

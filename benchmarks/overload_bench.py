@@ -29,6 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import orjson
@@ -275,6 +276,18 @@ def run_scenario(
     finally:
         server.stop()
     return Scenario(capacity, rate, opened, closed)
+
+
+def lone_latencies(url: str, payloads: list[bytes], seconds: float) -> list[float]:
+    """Each answer's latency (s) at concurrency 1 from the lean client, `payloads` (built by
+    `request_bytes` for `url`) in turn for `seconds`; raises when any request failed."""
+    address = urlparse(url)
+    tally = run_loop(
+        closed_loop(address.hostname or "127.0.0.1", address.port or 80, payloads, 1, seconds, 10.0)
+    )
+    if tally.lost or any(o.status != 200 for o in tally.outcomes):
+        raise RuntimeError(f"{url}: a request failed under the lean client")
+    return [o.client_s for o in tally.outcomes]
 
 
 def run_loop(coro: object) -> Tally:

@@ -58,8 +58,7 @@ from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts
 from inferd.tools.demo import build_demo
 from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
-from overload_bench import closed_loop as lean_loop
-from overload_bench import request_bytes, run_loop
+from overload_bench import lone_latencies, request_bytes
 
 BATCHES = (1, 4, 16)
 MIN_RUNS = 5
@@ -199,15 +198,13 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
     (aiohttp), and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
     benchmarks/steady.py drives generation: a fraction of any general client's CPU a request,
     so the p50 is the server's more than the client's)."""
-    lean = {}  # each server's address and requests: the texts of the raw calls, in turn
-    for name, url in urls.items():
-        address = urlparse(url)
-        bodies = workload.bodies[:LONE_CALLS]
-        lean[name] = (
-            address.hostname or "127.0.0.1",
-            address.port or 80,
-            [request_bytes(address.netloc, body, workload.path) for body in bodies],
-        )
+    lean = {  # each server's requests: the texts of the raw calls, in turn
+        url: [
+            request_bytes(urlparse(url).netloc, body, workload.path)
+            for body in workload.bodies[:LONE_CALLS]
+        ]
+        for url in urls.values()
+    }
     rows: list[tuple[float, ...]] = []
     for _ in range(LONE_ROUNDS):
         raw_ms = raw.median_ms(LONE_CALLS)
@@ -217,11 +214,8 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
                 closed_loop(url, workload.path, workload.cycle(), 1, 60.0, LONE_CALLS)
             )
             p50s.append(float(np.median([s.latency_s for s in run.samples])) * 1000)
-        for name, (host, port, payloads) in lean.items():
-            tally = run_loop(lean_loop(host, port, payloads, 1, LONE_LEAN_S, 10.0))
-            if tally.lost or any(o.status != 200 for o in tally.outcomes):
-                raise RuntimeError(f"lone text: {name} failed under the lean client")
-            p50s.append(float(np.median([o.client_s for o in tally.outcomes])) * 1000)
+        for url, payloads in lean.items():
+            p50s.append(float(np.median(lone_latencies(url, payloads, LONE_LEAN_S))) * 1000)
         rows.append((raw_ms, *p50s, *(p - raw_ms for p in p50s)))
     medians = [float(np.median(column)) for column in zip(*rows, strict=True)]
     return Lone(*medians)

@@ -63,16 +63,15 @@ def summarize(
     ok = [s.latency_s for s in run.samples if s.status == 200]
     errors = Counter(str(s.code) for s in run.samples if s.status != 200)
     qs = np.percentile(np.array(ok) * 1000, [50, 90, 95, 99, 100]) if ok else [float("nan")] * 5
-    counted, span = steady(run)
-    answered = sum(1 for s in counted if s.status == 200)
+    answered, span = steady(run)
     return Step(
         mode=mode,
         level=level,
         requests=len(run.samples),
         ok=len(ok),
         elapsed_s=run.elapsed_s,
-        requests_per_s=answered / span,
-        items_per_s=answered * items_per_request / span,
+        requests_per_s=len(answered) / span,
+        items_per_s=len(answered) * items_per_request / span,
         p50_ms=float(qs[0]),
         p90_ms=float(qs[1]),
         p95_ms=float(qs[2]),
@@ -81,14 +80,16 @@ def summarize(
         errors=dict(errors),
         dropped=run.dropped,
         server=server,
-        tokens_per_s=sum(s.tokens for s in counted) / span,
+        tokens_per_s=sum(s.tokens for s in answered) / span,
     )
 
 
 def steady(run: LoadRun) -> tuple[list[Sample], float]:
-    """The requests the rates count and the seconds they are over (the module's docstring)."""
+    """The answered requests the rates count and the seconds they are over (the module's
+    docstring). Only answers carry tokens."""
+    answered = [s for s in run.samples if s.status == 200]
     begin, end = run.sending_s * STEADY_FROM, run.sending_s
-    inside = [s for s in run.samples if begin <= s.done_s <= end]
-    if end > begin and sum(1 for s in inside if s.status == 200) >= MIN_STEADY:
+    inside = [s for s in answered if begin <= s.done_s <= end]
+    if end > begin and len(inside) >= MIN_STEADY:
         return inside, end - begin
-    return run.samples, max(run.elapsed_s, 1e-9)
+    return answered, max(run.elapsed_s, 1e-9)
