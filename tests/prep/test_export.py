@@ -270,6 +270,7 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
         return binding.get_outputs()[0].numpy()
 
     full = run(ids, 0, fresh=True)
+    assert full.shape == (1, 1, 100)  # the last token's logits alone (a prefill's next token)
     run(ids[:, :3], 0, fresh=False)
     step = run(ids[:, 3:], 3, fresh=False)
     np.testing.assert_allclose(step[0, -1], full[0, -1], atol=1e-5)

@@ -6,6 +6,10 @@ Two layouts: *concatenated* (the past goes in, past + new comes out; an attentio
 each row's real positions) and *in place* (inferd.prep.inplace_decoder: a fixed buffer bound as
 both past and present, each row's length given by `seqlens_k`).
 
+An in-place decoder exported by inferd gives the logits of each row's last real token only
+(`last_only`: `logits [batch, 1, vocab]`; inferd.prep.inplace_decoder), so a prefill's next
+tokens are row 0 of its logits whatever its prompts' lengths.
+
 A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
 `top_logits` and `top_ids` [batch, width], the width best, best first. A decode step whose rows
 all draw within them asks for those instead of the logits (`ranked_names`), and, where the graph
@@ -48,11 +52,15 @@ class DecoderShape:
     draws: bool = False
     """Whether the graph also draws the next token from them (inferd.prep.graph_draw): its
     draw inputs are fed on every run (`idle_draw` where nothing is drawn)."""
+    last_only: bool = False
+    """Whether `logits` holds each row's last real token only (`[batch, 1, vocab]`), not every
+    position of the step."""
 
     @staticmethod
     def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
         names = {s.name: s for s in inputs}
-        out_names = {s.name for s in outputs}
+        out_specs = {s.name: s for s in outputs}
+        out_names = set(out_specs)
         inplace = SEQLENS in names
         wanted = (TOKENS, POSITIONS, SEQLENS, TOTAL) if inplace else (TOKENS, MASK, POSITIONS)
         missing = [n for n in wanted if n not in names]
@@ -83,8 +91,19 @@ class DecoderShape:
         if len(ranked) == 2 and ranked[TOP_LOGITS].shape[-1:] == ranked[TOP_IDS].shape[-1:]:
             width = max(0, ranked[TOP_LOGITS].shape[-1])  # a fixed width, or none at all
         draws = width > 0 and NEXT_IDS in out_names and all(n in names for n in DRAW_INPUTS)
+        logits = out_specs[LOGITS]
+        last_only = inplace and logits.rank == 3 and logits.shape[1] == 1
         return DecoderShape(
-            layers, heads, head_dim, dtype, tuple(past), tuple(present), inplace, width, draws
+            layers,
+            heads,
+            head_dim,
+            dtype,
+            tuple(past),
+            tuple(present),
+            inplace,
+            width,
+            draws,
+            last_only,
         )
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:

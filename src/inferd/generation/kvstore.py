@@ -24,8 +24,9 @@ class Step:
     lengths: tuple[int, ...] = ()
     """A prefill's prompt lengths."""
     last_aligned: bool = False
-    """A prefill whose prompts all end at its last position: the position the graph ranks
-    candidates at (inferd.prep.ranked_logits), so they are each prompt's next-token ones."""
+    """A prefill whose prompts all end at its last position (or whose graph gives each row's
+    last real token alone: `DecoderShape.last_only`): the position the graph ranks candidates
+    at (inferd.prep.ranked_logits), so they are each prompt's next-token ones."""
 
 
 class KVStore(Protocol):

@@ -62,8 +62,9 @@ class SlotKV:
         feeds.update(self._views(start, stop))
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
         slots = tuple(range(start, stop)) if prompt_lengths else ()
-        # right-padded: every prompt ends at the last position only when all are as long
-        aligned = len(set(prompt_lengths)) == 1
+        # right-padded: every prompt ends at the last position only when all are as long,
+        # unless the graph gives each row's last real token alone
+        aligned = self._shape.last_only or len(set(prompt_lengths)) == 1
         return Step(feeds, into, slots, prompt_lengths, aligned)
 
     def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
@@ -93,6 +94,8 @@ class SlotKV:
 
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
         self.take_prefill(step, out)
+        if self._shape.last_only:
+            return out[LOGITS][:, 0, :]
         return out[LOGITS][np.arange(len(step.slots)), np.array(step.lengths) - 1, :]
 
     def decode(self, tokens: Array, positions: Array) -> Step:
