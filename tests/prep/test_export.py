@@ -226,6 +226,8 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
         },
     )
     np.testing.assert_allclose(step[0][0, -1], full[0][0, -1], atol=1e-5)
+    # the last position's logits alone (the next token's), a prefill's as a step's
+    assert full[0].shape == first[0].shape == step[0].shape == (1, 1, 100)
     values, ids = top_candidates(step[0][:, -1], 64)
     np.testing.assert_array_equal(step[6], ids)
     np.testing.assert_array_equal(step[5], values)

@@ -6,9 +6,9 @@ Two layouts: *concatenated* (the past goes in, past + new comes out; an attentio
 each row's real positions) and *in place* (inferd.prep.inplace_decoder: a fixed buffer bound as
 both past and present, each row's length given by `seqlens_k`).
 
-An in-place decoder exported by inferd gives the logits of each row's last real token only
-(`last_only`: `logits [batch, 1, vocab]`; inferd.prep.inplace_decoder), so a prefill's next
-tokens are row 0 of its logits whatever its prompts' lengths.
+A decoder exported by inferd gives the logits of each row's last real token only (`last_only`:
+`logits [batch, 1, vocab]`; inferd.prep.decoder, inferd.prep.inplace_decoder), so a prefill's
+next tokens are its logits' one position whatever its prompts' lengths.
 
 A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
 `top_logits` and `top_ids` [batch, width], the width best, best first. A decode step whose rows
@@ -92,7 +92,7 @@ class DecoderShape:
             width = max(0, ranked[TOP_LOGITS].shape[-1])  # a fixed width, or none at all
         draws = width > 0 and NEXT_IDS in out_names and all(n in names for n in DRAW_INPUTS)
         logits = out_specs[LOGITS]
-        last_only = inplace and logits.rank == 3 and logits.shape[1] == 1
+        last_only = logits.rank == 3 and logits.shape[1] == 1
         return DecoderShape(
             layers,
             heads,

@@ -3,10 +3,17 @@ cache as plain tensors.
 
 Inputs: `input_ids [batch, sequence]`, `attention_mask [batch, past + sequence]`,
 `position_ids [batch, sequence]`, and per layer `past_key_values.{i}.key|value
-[batch, heads, past, head_dim]`; outputs: `logits [batch, sequence, vocab]` and
+[batch, heads, past, head_dim]`; outputs: `logits [batch, 1, vocab]` and
 `present.{i}.key|value [batch, heads, past + sequence, head_dim]`. A prefill passes a past of
 length 0. This is the layout inferd's generation runtime drives (and ONNX Runtime's own GPT-2
 tools use), so per-sequence masks and positions keep sequences independent inside a batch.
+
+The logits are the last position's only (transformers' `logits_to_keep=1`): prompts are
+left-padded, so that is every row's last real token, the one a next token is drawn from, and
+a prefill of an L-token prompt neither computes nor holds L x vocab logits (with a Llama 3
+vocabulary of 128,256 tokens an 8,192-token prompt's would be 4.2 GB of float32). A model
+whose `forward` takes no such argument keeps every position's (`logits [batch, sequence,
+vocab]`); inferd drives both.
 """
 
 from __future__ import annotations
@@ -21,6 +28,18 @@ from inferd.prep.sources import Source, SourceError, tokenizer_dir
 from inferd.prep.spec import BATCH_AXIS
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 
+LAST_ONLY_ARGS = ("logits_to_keep", "num_logits_to_keep")
+"""The argument that keeps the last positions' logits only: transformers' name since 4.50,
+and the one before it."""
+
+
+def last_only_arg(model: Any) -> str | None:
+    """The argument of the model's `forward` that gives the last position's logits alone."""
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    return next((name for name in LAST_ONLY_ARGS if name in accepted), None)
+
 
 def wrap_decoder(model: Any, layers: int) -> Any:
     import inspect
@@ -28,10 +47,11 @@ def wrap_decoder(model: Any, layers: int) -> Any:
     import torch
     from transformers.cache_utils import DynamicCache
 
+    accepted = inspect.signature(model.forward).parameters
     # transformers 5 names the argument `cache`; older releases `past_key_values`
-    cache_arg = (
-        "cache" if "cache" in inspect.signature(model.forward).parameters else ("past_key_values")
-    )
+    cache_arg = "cache" if "cache" in accepted else "past_key_values"
+    keep = last_only_arg(model)
+    last_only = {} if keep is None else {keep: 1}
 
     class DecoderExport(torch.nn.Module):
         def __init__(self) -> None:
@@ -55,6 +75,7 @@ def wrap_decoder(model: Any, layers: int) -> Any:
                 use_cache=True,
                 return_dict=True,
                 **{cache_arg: cache},
+                **last_only,
             )
             outs = [result.logits]
             present = result.get(cache_arg)
@@ -129,7 +150,8 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         "input_ids": {0: BATCH_AXIS, 1: "sequence"},
         "attention_mask": {0: BATCH_AXIS, 1: "total_sequence"},
         "position_ids": {0: BATCH_AXIS, 1: "sequence"},
-        "logits": {0: BATCH_AXIS, 1: "sequence"},
+        # the last position's alone is one position, not the step's
+        "logits": {0: BATCH_AXIS} if last_only_arg(model) else {0: BATCH_AXIS, 1: "sequence"},
     }
     dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
     dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
