@@ -18,9 +18,10 @@ the in-place KV cache that `inferd export --kv-cache inplace` writes): the demo 
 Reported: each load's tokens/s and its ratio to the ceiling measured beside it, medians of the
 rounds (the ceiling itself moves between minutes on a shared machine; each ratio is taken
 within its round); and, from the server's step metrics, the share of the window spent in decode
-steps (the rest: prefills, sampling, bookkeeping, HTTP) and a decode step's mean time and rows,
-to set beside the raw step's (the difference: the load's other work on the same two cores, and
-rows of other lengths than the raw step's 128).
+steps and a decode step's mean time and rows, to set beside the raw step's (the difference: the
+load's other work on the same two cores, and rows of other lengths than the raw step's 128),
+and the share spent in prefills and a prefill's mean time (the rest of the window: HTTP,
+tokenizing, answering, the loop's own Python).
 
     python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
     python benchmarks/ceiling_bench.py --quick
@@ -102,7 +103,8 @@ def report(case: Case, results: list[Round], window_s: float) -> str:
         spread = ", ".join(f"{r.loads[load].tokens_per_s / r.ceiling:.0%}" for r in results)
         rows.append(
             f"| {load} | {med('tokens_per_s'):.0f} | **{ratio:.0%}** ({spread}) | "
-            f"{med('step_share'):.0%} | {med('step_ms'):.2f} | {med('rows'):.1f} |"
+            f"{med('step_share'):.0%} | {med('step_ms'):.2f} | {med('rows'):.1f} | "
+            f"{med('prefill_share'):.0%} | {med('prefill_ms'):.2f} |"
         )
     return "\n".join(
         [
@@ -112,8 +114,9 @@ def report(case: Case, results: list[Round], window_s: float) -> str:
             f"{ceiling:.0f} tokens/s, a raw step of 16 rows {step:.2f} ms.",
             "",
             "| requests in flight | inferd tokens/s | of the ceiling: median (each round) "
-            "| time in decode steps | decode step ms | rows a step |",
-            "|---|---|---|---|---|---|",
+            "| time in decode steps | decode step ms | rows a step | time in prefills "
+            "| prefill ms |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -20,8 +20,9 @@ TOKEN_COUNTS = re.compile(
     r"^inferd_generation_(?:time_to_first_token|inter_token)_seconds_count\{[^}]*\} ([0-9.e+]+)$",
     re.MULTILINE,
 )
-DECODE = re.compile(
-    r'^inferd_generation_step_(seconds|rows)_(sum|count)\{[^}]*kind="decode"[^}]*\} ([0-9.e+]+)$',
+STEPS = re.compile(
+    r"^inferd_generation_step_(seconds|rows)_(sum|count)"
+    r'\{[^}]*kind="(decode|prefill)"[^}]*\} ([0-9.e+]+)$',
     re.MULTILINE,
 )
 
@@ -35,6 +36,10 @@ class Load:
     """A decode step's mean time."""
     rows: float
     """A decode step's mean rows."""
+    prefill_share: float = 0.0
+    """The window's time spent in prefills (the runtime's calls), by the server's clock."""
+    prefill_ms: float = 0.0
+    """A prefill's mean time."""
 
 
 @dataclass(frozen=True)
@@ -43,19 +48,24 @@ class Counters:
     step_s: float
     steps: float
     rows: float
+    prefill_s: float = 0.0
+    prefills: float = 0.0
 
 
 def counters(url: str) -> Counters:
     """Tokens the server has generated so far, and its decode steps, by its own counters."""
     text = httpx.get(url + "/metrics", timeout=10).text
-    decode: dict[tuple[str, str], float] = {}
-    for kind, part, value in DECODE.findall(text):
-        decode[(kind, part)] = decode.get((kind, part), 0.0) + float(value)
+    seen: dict[tuple[str, str, str], float] = {}
+    for metric, part, kind, value in STEPS.findall(text):
+        key = (metric, part, kind)
+        seen[key] = seen.get(key, 0.0) + float(value)
     return Counters(
         sum(float(v) for v in TOKEN_COUNTS.findall(text)),
-        decode.get(("seconds", "sum"), 0.0),
-        decode.get(("seconds", "count"), 0.0),
-        decode.get(("rows", "sum"), 0.0),
+        seen.get(("seconds", "sum", "decode"), 0.0),
+        seen.get(("seconds", "count", "decode"), 0.0),
+        seen.get(("rows", "sum", "decode"), 0.0),
+        seen.get(("seconds", "sum", "prefill"), 0.0),
+        seen.get(("seconds", "count", "prefill"), 0.0),
     )
 
 
@@ -86,9 +96,12 @@ def steady_load(
 
     before, started, after, ended = run_loop(run())  # type: ignore[arg-type]
     steps = max(after.steps - before.steps, 1.0)
+    prefills = max(after.prefills - before.prefills, 1.0)
     return Load(
         (after.tokens - before.tokens) / (ended - started),
         (after.step_s - before.step_s) / (ended - started),
         (after.step_s - before.step_s) / steps * 1000,
         (after.rows - before.rows) / steps,
+        (after.prefill_s - before.prefill_s) / (ended - started),
+        (after.prefill_s - before.prefill_s) / prefills * 1000,
     )

@@ -346,11 +346,12 @@ class GenerationConfig(_Strict):
     inline_step_ms: float = Field(
         10.0,
         ge=0,
-        description="Decode steps that take less than this run on the event loop's own "
-        "thread, between its other work, instead of being handed to a runtime thread and "
-        "back: the handoff costs a quarter of a 1 ms step, and the loop's work during a step "
-        "on another thread made a 7 ms step 7% longer on two cores. Other requests then "
-        "wait at most one step. 0: every step on a runtime thread.",
+        description="Decode steps and prefills expected to take less than this (as the last "
+        "ones ran) run on the event loop's own thread, between its other work, instead of "
+        "being handed to a runtime thread and back: the handoff costs a quarter of a 1 ms "
+        "step (a third of a 0.9 ms prefill), and the loop's work during a step on another "
+        "thread made a 7 ms step 7% longer on two cores. Other requests then wait at most "
+        "one step or prefill. 0: every step and prefill on a runtime thread.",
     )
     block_steps: int = Field(
         4,

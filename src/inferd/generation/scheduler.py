@@ -108,6 +108,10 @@ class Scheduler:
         """The last decode steps' run time (a moving average; None before the first, which
         runs on a runtime thread): under `inline_step_ms`, a step runs on the event loop's
         thread (`run_now`)."""
+        self._prefill_token_s: float | None = None
+        """The last prefills' run time per token they computed (rows x their longest prompt;
+        a moving average, None before the first): a prefill expected under `inline_step_ms`
+        runs on the event loop's thread too."""
         self._shape = shape
         self._tokenizer = tokenizer
         self._config = config
@@ -228,10 +232,13 @@ class Scheduler:
                 await self._wake.wait()
                 continue
             admitted = self._choose()
+            self._held_loop = False
             if admitted:
                 await self._guarded(self._prefill, admitted)
                 self._retire()
-            self._held_loop = False
+                if self._held_loop:  # ran on the loop's thread: its other work goes first
+                    await asyncio.sleep(0)
+                    self._held_loop = False
             if self._running:
                 await self._guarded(self._decode, self._rows)
                 self._retire()
@@ -289,9 +296,14 @@ class Scheduler:
         step = self._kv.prefill([s.prompt_ids for s in seqs], slots, self._pad)
         ranked = step.last_aligned and self._ranked(seqs)
         names = self._shape.ranked_names if ranked else self._shape.output_names
+        computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
+        per_token = self._prefill_token_s
+        expected = None if per_token is None else per_token * computed
         started = time.perf_counter()
-        out = await self._run(step.feeds, names, step.into)
+        out = await self._step(step.feeds, names, step.into, expected)
         now = time.perf_counter()
+        took = (now - started) / computed
+        self._prefill_token_s = took if per_token is None else 0.8 * per_token + 0.2 * took
         if ranked:
             self._kv.take_prefill(step, out)
             tokens = self._sample_ranked(out, slice(None), seqs)
@@ -333,7 +345,7 @@ class Scheduler:
         if in_graph:
             self._set_draw(step.feeds, rows, set(live), 1)
         started = time.perf_counter()
-        out = await self._step(step.feeds, names, step.into)
+        out = await self._step(step.feeds, names, step.into, self._decode_s)
         now = time.perf_counter()
         self._learn_step(now - started)
         self._kv.after_decode(step, out)
@@ -361,14 +373,15 @@ class Scheduler:
         feeds: dict[str, Array],
         names: Sequence[str],
         into: dict[str, str],
+        expected_s: float | None,
         repeat: Repeat | None = None,
     ) -> dict[str, Array]:
-        """One decode step (or a block of them, `repeat`): on the event loop's thread when the
-        last steps took under `inline_step_ms` and the runtime is free (the loop then gets a
-        turn after the scheduler's work), else on a runtime thread. The caller times it
-        (`_learn_step`)."""
+        """A prefill, or a decode step (or a block of them, `repeat`): on the event loop's
+        thread when it is expected to take (`expected_s`, a step's for a block) under
+        `inline_step_ms` and the runtime is free (the loop then gets a turn after the
+        scheduler's work), else on a runtime thread. The caller times it."""
         out = None
-        quick = self._decode_s is not None and self._decode_s * 1000 < self._config.inline_step_ms
+        quick = expected_s is not None and expected_s * 1000 < self._config.inline_step_ms
         if quick and self._run_now is not None:
             out = self._run_now(feeds, names, into, repeat=repeat)
         inline = out is not None
@@ -441,7 +454,7 @@ class Scheduler:
             return True
 
         started = time.perf_counter()
-        await self._step(feeds, (), into, Repeat(steps, between))
+        await self._step(feeds, (), into, self._decode_s, Repeat(steps, between))
         done = len(ended)
         self._learn_step((ended[-1] - started) / done)  # (a block may end early)
         if done < steps:

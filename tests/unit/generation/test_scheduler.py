@@ -253,6 +253,33 @@ async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
     assert texts[0] == texts[1]
 
 
+async def test_a_quick_prefill_runs_on_the_loop_thread_after_the_first(
+    decoder: Decoder, make: Make
+) -> None:
+    """The first prefill is measured on a runtime thread; one expected under `inline_step_ms`
+    after it goes through `run_now` (with 0, none does), and the text is the same either way."""
+    assert decoder.run_now is not None
+    prompt = "w7 w8 w9 w10 w11"
+    for inline_ms in (1000.0, 0.0):
+        prefills = 0
+
+        def counted(
+            feeds: dict[str, Any],
+            *args: Any,
+            repeat: Repeat | None = None,
+            now: RunNow = decoder.run_now,
+        ) -> dict[str, Any] | None:
+            nonlocal prefills
+            prefills += feeds["input_ids"].shape[1] > 1  # (a decode step feeds one token a row)
+            return now(feeds, *args, repeat=repeat)
+
+        scheduler = make(inline_step_ms=inline_ms, run_now=counted)
+        texts = [(await run(scheduler, prompt, greedy(3))).text for _ in range(3)]
+        assert texts[0] == texts[1] == texts[2]
+        assert prefills == (2 if inline_ms else 0)
+        await scheduler.close()
+
+
 @dataclass
 class Recorded:
     """The calls a scheduler made to the runtime: their outputs asked, and their feeds."""
