@@ -185,6 +185,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     # the last position's best candidates, ranked in the graph (inferd.prep.ranked_logits)
     outputs = [o.name for o in session.get_outputs()]
     assert outputs == ["logits", *presents, "top_logits", "top_ids", "next_ids"]
+    assert session.get_outputs()[0].shape == ["batch", 1, 100]  # declared: one position
     written = report(tmp_path, "gpt", "export-1.json")
     assert written["ranked_rows_wrong"] == 0 and written["graph_draws_differing"] == 0
     idle = idle_draw_feeds(1, 64)

@@ -204,4 +204,6 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "inferd.hidden_size": str(hidden),
         },
         inplace=inplace if architecture == "gpt2" else None,  # (the in-place graph is GPT-2's)
+        # (the exporter leaves the one position symbolic; the runtime reads it from here)
+        fixed_dims={"logits": {1: 1}} if last_only_arg(model) else {},
     )

@@ -16,7 +16,7 @@ the longest of those lengths), `past_key_values.{i}.key|value`; outputs: `logits
 `seqlens_k - position_ids[:, 0]`), the one a next token is drawn from. The final norm and the
 output projection run on that token alone, so a prefill of an L-token prompt neither computes
 nor holds L x vocab logits (a 2,048-token prompt over GPT-2's 50,257-token vocabulary: 412 MB
-of float32 and a quarter of the prompt's multiply-adds at GPT-2 small's size); a decode step,
+of float32 and about 30% of the prompt's multiply-adds at GPT-2 small's size); a decode step,
 one token a row, is unchanged. `last_only=False` keeps every position's logits.
 """
 

@@ -68,6 +68,9 @@ class Source:
     """Stored in the ONNX file (architecture, heads, hidden size) for `inferd optimize`."""
     inplace: Callable[[], Any] | None = None
     """Decoders that can have an in-place KV cache: builds that graph (an onnx.ModelProto)."""
+    fixed_dims: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Output axes of a fixed size that the exporter leaves symbolic (output -> axis -> size):
+    declared so in the ONNX file."""
 
     @property
     def kind(self) -> str:

@@ -70,6 +70,12 @@ def export(source: Source, path: Path, opset: int, trace_feeds: Feeds) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"the exporter failed: {first}") from exc
     model = onnx.load(str(path))
+    declared = {o.name: o.type.tensor_type.shape for o in model.graph.output}
+    for name, axes in source.fixed_dims.items():
+        for axis, size in axes.items():
+            dim = declared[name].dim[axis]
+            dim.ClearField("dim_param")
+            dim.dim_value = size
     for key, value in source.all_metadata.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
