@@ -351,9 +351,8 @@ async def test_every_draw_path_gives_the_same_text(
     """`inferd export` ranks the last position's candidates in the graph and draws there too.
     Seed for seed, the tokens are the same whichever draws: the graph, in blocks of steps back
     to back (in place: each step's token fed straight to the next) or a step at a time (the
-    concatenated cache: always); Python from the ranked candidates; Python from the full logits
-    (also in prefills whose prompts do not all end at the last position: right-padded ones of
-    two lengths)."""
+    concatenated cache: always); Python from the ranked candidates (prefills too, the prompts of
+    two lengths included); Python from the full logits."""
     decoder = exports(layout)
     shape = decoder.parts.shape
     assert (shape.top_width, shape.draws) == (64, True)
@@ -372,6 +371,9 @@ async def test_every_draw_path_gives_the_same_text(
         done, recorded = await generate(decoder, cases, width, inline_step_ms=0, block_steps=steps)
         texts[label] = [s.generated for s in done]
         asked = {n for names in recorded.names for n in names}
+        # the first call, a prefill: its logits are each row's last token's (inferd's exports
+        # compute no other), so prompts of any lengths draw from the ranked candidates
+        assert ("top_ids" in recorded.names[0]) == (width is None), label
         # steps that return the drawn tokens, or (in place, in a block) nothing at all
         drawn_in_graph = any(not n or "next_ids" in n for n in recorded.names)
         assert drawn_in_graph == (steps > 0 and width is None), label
