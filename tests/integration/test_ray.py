@@ -70,11 +70,20 @@ def driver(cluster: LocalRay) -> Iterator[None]:
 
 
 def running_replicas() -> int:
+    return int(_replica_states().get("RUNNING", 0))
+
+
+def added_replicas() -> int:
+    """Replicas Serve has added and not stopped: starting ones too (a start on a loaded 2-core
+    machine can take longer than a load step lasts)."""
+    return sum(n for state, n in _replica_states().items() if state != "STOPPING")
+
+
+def _replica_states() -> dict[str, int]:
     status = serve.status().applications.get(APP_NAME)
     if status is None:
-        return 0
-    states = status.deployments[APP_NAME].replica_states
-    return int(states.get("RUNNING", 0))
+        return {}
+    return dict(status.deployments[APP_NAME].replica_states)
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
@@ -256,7 +265,7 @@ def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, drive
         load = asyncio.create_task(_load(url, 24, 40.0, "slow", body))
         started = time.monotonic()
         while not load.done():
-            if await asyncio.to_thread(running_replicas) >= 2:
+            if await asyncio.to_thread(added_replicas) >= 2:
                 scaled_at.append(time.monotonic() - started)
                 break
             await asyncio.sleep(0.5)
@@ -266,6 +275,7 @@ def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, drive
         outcomes = asyncio.run(scenario())
         assert scaled_at, "the queue grew and Serve did not add a replica within 40 s"
         assert all(status == 200 for _, status in outcomes), {s for _, s in outcomes}
+        wait_for(lambda: running_replicas() == 2, 120, "the added replica runs")
         answer = httpx.post(f"{url}/v2/models/affine/infer", json=AFFINE, timeout=30)
         np.testing.assert_allclose(answer.json()["outputs"][0]["data"], [3.0, 5.0, 7.0, 9.0])
     finally:
