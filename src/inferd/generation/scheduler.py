@@ -302,8 +302,7 @@ class Scheduler:
         started = time.perf_counter()
         out = await self._step(step.feeds, names, step.into, expected)
         now = time.perf_counter()
-        took = (now - started) / computed
-        self._prefill_token_s = took if per_token is None else 0.8 * per_token + 0.2 * took
+        self._prefill_token_s = _moving(per_token, (now - started) / computed)
         if ranked:
             self._kv.take_prefill(step, out)
             tokens = self._sample_ranked(out, slice(None), seqs)
@@ -392,8 +391,7 @@ class Scheduler:
 
     def _learn_step(self, seconds: float) -> None:
         """A decode step's time, into the moving average that `_step` chooses by."""
-        before = self._decode_s
-        self._decode_s = seconds if before is None else 0.8 * before + 0.2 * seconds
+        self._decode_s = _moving(self._decode_s, seconds)
 
     def _blocks(self, rows: list[Seq], live: list[int]) -> bool:
         """Whether the next steps draw in the graph, each step's tokens fed straight to the
@@ -567,3 +565,8 @@ class Scheduler:
             self._kv.held_tokens,
             self._config.max_kv_tokens,
         )
+
+
+def _moving(average: float | None, value: float) -> float:
+    """A run time's moving average (the value itself when there is none yet)."""
+    return value if average is None else 0.8 * average + 0.2 * value

@@ -140,6 +140,7 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         raise SourceError(f"{folder}: cannot load the model: {exc}") from exc
     model.eval()  # type: ignore[no-untyped-call]
     shape = DecoderConfig.of(raw)
+    last_only = last_only_arg(model) is not None
     layers, heads, head_dim = shape.layers, shape.kv_heads, shape.head_dim
     hidden, vocab, context = shape.hidden, shape.vocab, shape.context
     past_names = cache_names(layers, PAST)
@@ -151,7 +152,7 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         "attention_mask": {0: BATCH_AXIS, 1: "total_sequence"},
         "position_ids": {0: BATCH_AXIS, 1: "sequence"},
         # the last position's alone is one position, not the step's
-        "logits": {0: BATCH_AXIS} if last_only_arg(model) else {0: BATCH_AXIS, 1: "sequence"},
+        "logits": {0: BATCH_AXIS} if last_only else {0: BATCH_AXIS, 1: "sequence"},
     }
     dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
     dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
@@ -205,5 +206,5 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         },
         inplace=inplace if architecture == "gpt2" else None,  # (the in-place graph is GPT-2's)
         # (the exporter leaves the one position symbolic; the runtime reads it from here)
-        fixed_dims={"logits": {1: 1}} if last_only_arg(model) else {},
+        fixed_dims={"logits": {1: 1}} if last_only else {},
     )
