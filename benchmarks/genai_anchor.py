@@ -4,15 +4,17 @@ loop and inferd on the same machine, on the same small random-weight decoder.
 onnxruntime-genai's model builder converts Llama (not GPT-2), so the decoder is a Llama of the
 demo generator's size (4 layers, hidden 128, 4 heads, vocabulary 4096, context 512), made with
 transformers and saved as a folder with inferd's own trained tokenizer. The builder writes
-onnxruntime-genai's graph (fp32, CPU); `inferd export` writes inferd's (the same weights,
-exported with torch, parity-checked, its KV cache concatenated: the in-place graph is
-GPT-2's). Both generate with temperature 0.8, top-k 50, prompts of 32 tokens and exactly 128
-new tokens each:
+onnxruntime-genai's graph (fp32, CPU); `inferd export` writes inferd's twice (the same
+weights): exported with torch, its KV cache concatenated, and with `--kv-cache inplace`,
+inferd's own graph (ONNX Runtime's GroupQueryAttention with its rotary embedding, the cache
+written in place). Both generate with temperature 0.8, top-k 50, prompts of 32 tokens and
+exactly 128 new tokens each:
 
 - onnxruntime-genai: a batch of 1 and a batch of 16 (its batching: one static batch, the
   prompts of equal length) through `Generator.generate_next_token`, in this process;
-- inferd: `inferd serve`, 1 and 16 requests kept in flight by a closed loop over HTTP (whole
-  answers), tokens counted by the server over a window (as benchmarks/ceiling_bench.py).
+- inferd: `inferd serve` on each export, 1 and 16 requests kept in flight by a closed loop
+  over HTTP (whole answers), tokens counted by the server over a window (as
+  benchmarks/ceiling_bench.py).
 
 Needs the `anchor` extra: pip install -e ".[anchor]"
 """
@@ -42,6 +44,7 @@ MODEL = "anchor-llama"
 PROMPT_TOKENS = 32
 NEW_TOKENS = 128
 LOADS = (1, 16)
+LAYOUTS = ("concat", "inplace")
 
 
 def build_llama(folder: Path) -> None:
@@ -69,7 +72,7 @@ def build_llama(folder: Path) -> None:
     )
 
 
-def convert(folder: Path, genai: Path, repo: Path) -> None:
+def convert(folder: Path, genai: Path) -> None:
     cache = str(genai.parent / "cache")
     builder = ["-i", str(folder), "-o", str(genai), "-p", "fp32", "-e", "cpu", "-c", cache]
     subprocess.run(
@@ -77,9 +80,12 @@ def convert(folder: Path, genai: Path, repo: Path) -> None:
         check=True,
         capture_output=True,
     )
-    export = [str(folder), "--repo", str(repo), "--model", MODEL]
+
+
+def export(folder: Path, repo: Path, layout: str) -> None:
+    args = [str(folder), "--repo", str(repo), "--model", MODEL, "--kv-cache", layout]
     subprocess.run(
-        [sys.executable, "-m", "inferd", "export", *export], check=True, capture_output=True
+        [sys.executable, "-m", "inferd", "export", *args], check=True, capture_output=True
     )
     path = repo / MODEL / "config.yaml"
     config = yaml.safe_load(path.read_text())
@@ -151,52 +157,58 @@ def inferd_load(url: str, texts: list[str], load: int, window_s: float) -> Load:
 @dataclass(frozen=True)
 class Result:
     genai_tokens_per_s: float
-    inferd_tokens_per_s: float
-    inferd_step_ms: float
-    inferd_step_share: float
+    inferd: dict[str, Load]
+    """Per KV cache layout: inferd's median round (by tokens/s)."""
 
 
 def run(rounds: int, window_s: float) -> dict[int, Result]:
-    """Per load: onnxruntime-genai's tokens/s, and inferd's with its decode steps."""
+    """Per load: onnxruntime-genai's tokens/s, and inferd's (with its decode steps) per
+    KV cache layout."""
     from tokenizers import Tokenizer
 
     with tempfile.TemporaryDirectory(prefix="inferd-anchor-") as tmp:
         root = Path(tmp)
-        folder, genai, repo = root / "hf", root / "genai", root / "repo"
+        folder, genai = root / "hf", root / "genai"
         build_llama(folder)
-        convert(folder, genai, repo)
+        convert(folder, genai)
+        for layout in LAYOUTS:
+            export(folder, root / layout, layout)
         ids = prompts(folder / "tokenizer.json", 64)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         texts = [tokenizer.decode(p) for p in ids]
         theirs: dict[int, list[float]] = {n: [] for n in LOADS}
-        ours: dict[int, list[Load]] = {n: [] for n in LOADS}
+        ours: dict[tuple[str, int], list[Load]] = {(k, n): [] for k in LAYOUTS for n in LOADS}
         for _ in range(rounds):
             for load in LOADS:
                 theirs[load].append(genai_tokens_per_s(genai, ids[:load], 3))
-            server = Server(repo)
-            try:
-                for load in LOADS:
-                    ours[load].append(inferd_load(server.url, texts, load, window_s))
-            finally:
-                server.stop()
-            print({n: (theirs[n][-1], ours[n][-1]) for n in LOADS}, flush=True)
+            for layout in LAYOUTS:
+                server = Server(root / layout)
+                try:
+                    for load in LOADS:
+                        ours[layout, load].append(inferd_load(server.url, texts, load, window_s))
+                finally:
+                    server.stop()
+            print({n: (theirs[n][-1], *(ours[k, n][-1] for k in LAYOUTS)) for n in LOADS})
     return {
         n: Result(
             median_of(theirs[n]),
-            median_of([m.tokens_per_s for m in ours[n]]),
-            median_of([m.step_ms for m in ours[n]]),
-            median_of([m.step_share for m in ours[n]]),
+            {k: _median_round(ours[k, n]) for k in LAYOUTS},
         )
         for n in LOADS
     }
 
 
+def _median_round(loads: list[Load]) -> Load:
+    return sorted(loads, key=lambda m: m.tokens_per_s)[len(loads) // 2]
+
+
 def report(results: dict[int, Result], rounds: int, window_s: float) -> str:
     rows = [
-        f"| {load} | {r.genai_tokens_per_s:.0f} | {r.inferd_tokens_per_s:.0f} | "
-        f"**{r.inferd_tokens_per_s / r.genai_tokens_per_s:.2f}x** | {r.inferd_step_ms:.2f} | "
-        f"{r.inferd_step_share:.0%} |"
+        f"| {load} | {layout} | {r.genai_tokens_per_s:.0f} | {m.tokens_per_s:.0f} | "
+        f"**{m.tokens_per_s / r.genai_tokens_per_s:.2f}x** | {m.step_ms:.2f} | "
+        f"{m.step_share:.0%} |"
         for load, r in results.items()
+        for layout, m in r.inferd.items()
     ]
     return "\n".join(
         [
@@ -205,16 +217,17 @@ def report(results: dict[int, Result], rounds: int, window_s: float) -> str:
             "Command: `python benchmarks/generate_bench.py --anchor` (needs the `anchor` extra). "
             "A random-weight Llama of the demo generator's size (4 layers, hidden 128, "
             "vocabulary 4096), converted by onnxruntime-genai's model builder (fp32, CPU) and "
-            "exported by `inferd export` (the same weights; concatenated KV cache); prompts of "
-            f"{PROMPT_TOKENS} tokens, exactly {NEW_TOKENS} new tokens, temperature 0.8, top-k "
-            "50. onnxruntime-genai: a static batch of 1 or 16 in process (no server, no HTTP); "
-            "inferd: 1 or 16 requests in flight over HTTP from a Python client on the same "
-            f"cores, tokens counted by the server over {window_s:.0f} s. Medians of "
-            f"{rounds} rounds.",
+            "exported by `inferd export` (the same weights), its KV cache concatenated and in "
+            f"place (`--kv-cache inplace`); prompts of {PROMPT_TOKENS} tokens, exactly "
+            f"{NEW_TOKENS} new tokens, temperature 0.8, top-k 50. onnxruntime-genai: a static "
+            "batch of 1 or 16 in process (no server, no HTTP); inferd: 1 or 16 requests in "
+            "flight over HTTP from a Python client on the same cores, tokens counted by the "
+            f"server over {window_s:.0f} s. Medians of {rounds} rounds (inferd's: the median "
+            "round by tokens/s).",
             "",
-            "| requests at once | onnxruntime-genai tokens/s | inferd tokens/s | inferd / genai "
-            "| inferd decode step ms | inferd time in decode steps |",
-            "|---|---|---|---|---|---|",
+            "| requests at once | inferd KV cache | onnxruntime-genai tokens/s | inferd tokens/s "
+            "| inferd / genai | inferd decode step ms | inferd time in decode steps |",
+            "|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

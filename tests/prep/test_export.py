@@ -110,7 +110,7 @@ def test_a_looser_bound_is_a_flag(tmp_path: Path) -> None:
         (
             "tests.prep_modules:mlp",
             ["--input", "x:batch,16:float32", "--kv-cache", "inplace"],
-            "GPT-2 decoders only",
+            "GPT-2 and Llama decoders only",
         ),
         ("no/such/thing", [], "neither an existing model folder"),
     ],
@@ -302,8 +302,8 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=64,  # head_dim 16: ONNX Runtime's rotary attention takes multiples of 16
+        intermediate_size=96,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,  # grouped-query attention: the cache has 2 heads
@@ -316,12 +316,36 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
-    tmp_path: Path, tiny_llama: Path
+def test_a_llama_the_in_place_graph_cannot_reproduce_is_refused_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Prompts of different lengths prefilled together (left-padded) and decoded through the
-    KV store that serves the export give, position for position, the logits the PyTorch model
-    gives each sequence alone."""
+    """Head size 8: ONNX Runtime's rotary attention takes multiples of 16. The export says so
+    and writes nothing (the plain export of the same folder works: the test above)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "narrow")
+    assert export(tmp_path, "llama", str(tmp_path / "narrow"), "--kv-cache", "inplace") == 2
+    assert "takes multiples of 16" in capsys.readouterr().err.replace("\n", " ")
+    assert not list((tmp_path / "llama").glob("*/model.onnx"))
+
+
+@pytest.mark.parametrize("layout", ["concat", "inplace"])
+def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
+    tmp_path: Path, tiny_llama: Path, layout: str
+) -> None:
+    """Prompts of different lengths prefilled together and decoded through the KV store that
+    serves the export give, position for position, the logits the PyTorch model gives each
+    sequence alone: with the cache concatenated (prompts left-padded) and in place (right-
+    padded; the rotary embedding and the grouped key/value heads are ONNX Runtime's
+    GroupQueryAttention's)."""
     from transformers import LlamaForCausalLM
 
     from inferd.config.model import GenerationConfig, RuntimeOptions
@@ -329,22 +353,27 @@ def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
     from inferd.generation.kvstore import kv_store
     from inferd.runtime.onnx_session import OnnxSession
 
-    assert export(tmp_path, "llama", str(tiny_llama)) == 0
+    assert export(tmp_path, "llama", str(tiny_llama), "--kv-cache", layout) == 0
     result = report(tmp_path, "llama", "export-1.json")
     assert result["parity"]["ok"] and result["ranked_rows_wrong"] == 0
+    assert result["graph_draws_differing"] == 0
     session = OnnxSession(tmp_path / "llama" / "1" / "model.onnx", RuntimeOptions())
     shape = DecoderShape.of(session.inputs, session.outputs)
-    assert (shape.layers, shape.heads, shape.head_dim, shape.top_width) == (2, 2, 8, 64)
+    assert (shape.layers, shape.heads, shape.head_dim, shape.top_width) == (2, 2, 16, 64)
+    assert shape.inplace == (layout == "inplace") and shape.last_only
+    if layout == "inplace":
+        assert result["inplace_kv_max_abs_diff"] < 1e-4
     store = kv_store(shape, GenerationConfig(context_length=64, max_kv_tokens=128))
     prompts = [[5, 6, 7], [11, 12, 13, 14, 15, 16]]
     fed = [[21, 22, 23], [31, 32, 33]]
     step = store.prefill(prompts, [0, 1], 0)
-    seen = [[row] for row in store.after_prefill(step, session.run(step.feeds, shape.output_names))]
+    out = session.run(step.feeds, shape.output_names, step.into)
+    seen = [[row] for row in store.after_prefill(step, out)]
     for n in range(3):
         tokens = np.array([fed[0][n], fed[1][n]], dtype=np.int64)
         positions = np.array([len(prompts[0]) + n, len(prompts[1]) + n], dtype=np.int64)
         step = store.decode(tokens, positions)
-        out = session.run(step.feeds, shape.output_names)
+        out = session.run(step.feeds, shape.output_names, step.into)
         store.after_decode(step, out)
         for r in range(2):
             seen[r].append(out[LOGITS][r, -1])

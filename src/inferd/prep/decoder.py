@@ -33,6 +33,11 @@ LAST_ONLY_ARGS = ("logits_to_keep", "num_logits_to_keep")
 and the one before it."""
 
 
+INPLACE_ARCHITECTURES = ("gpt2", "llama")
+"""The architectures (config.json's `model_type`) with an in-place KV cache graph:
+inferd.prep.inplace_decoder (GPT-2) and inferd.prep.inplace_llama."""
+
+
 def last_only_arg(model: Any) -> str | None:
     """The argument of the model's `forward` that gives the last position's logits alone."""
     import inspect
@@ -176,13 +181,24 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         if isinstance(gen.get("eos_token_id"), int) and 0 <= gen["eos_token_id"] < vocab:
             generation["eos_token_id"] = gen["eos_token_id"]
 
-    def inplace() -> Any:
-        from inferd.prep.inplace_decoder import build_inplace_decoder
-
-        weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-        return build_inplace_decoder(weights, raw)
-
     architecture = str(raw["model_type"])
+
+    def inplace() -> Any:
+        weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        if architecture == "gpt2":
+            from inferd.prep.inplace_decoder import build_inplace_decoder
+
+            return build_inplace_decoder(weights, raw)
+        from inferd.prep.inplace_llama import build_inplace_llama
+
+        rotary = model.model.rotary_emb
+        return build_inplace_llama(
+            weights,
+            raw,
+            rotary.inv_freq.detach().numpy(),
+            float(rotary.attention_scaling),
+            str(getattr(rotary, "rope_type", "default")),
+        )
 
     return Source(
         module=wrap_decoder(model, layers),
@@ -204,7 +220,7 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "inferd.num_heads": str(shape.heads),
             "inferd.hidden_size": str(hidden),
         },
-        inplace=inplace if architecture == "gpt2" else None,  # (the in-place graph is GPT-2's)
+        inplace=inplace if architecture in INPLACE_ARCHITECTURES else None,
         # (the exporter leaves the one position symbolic; the runtime reads it from here)
         fixed_dims={"logits": {1: 1}} if last_only else {},
     )

@@ -59,7 +59,7 @@ def run_export(
         source = load_source(ref, spec)
         lingering = to_eval(source.module)
     if kv_cache == "inplace" and source.inplace is None:
-        raise SourceError(f"--kv-cache inplace applies to GPT-2 decoders only, not {ref}")
+        raise SourceError(f"--kv-cache inplace applies to GPT-2 and Llama decoders only, not {ref}")
     for name in lingering:
         reporter.note(f"{name} is still in training mode after eval(): expect a parity failure")
     stage = staging(folder, target_version)

@@ -18,6 +18,9 @@ output projection run on that token alone, so a prefill of an L-token prompt nei
 nor holds L x vocab logits (a 2,048-token prompt over GPT-2's 50,257-token vocabulary: 412 MB
 of float32 and about 30% of the prompt's multiply-adds at GPT-2 small's size); a decode step,
 one token a row, is unchanged. `last_only=False` keeps every position's logits.
+
+`GraphParts` writes what the in-place graphs share (their inputs and outputs, the last tokens'
+gather); inferd.prep.inplace_llama writes Llama's with it.
 """
 
 from __future__ import annotations
@@ -57,131 +60,146 @@ def check_config(raw: dict[str, Any]) -> None:
         raise InplaceDecoderError("untied output embeddings are not supported in place")
 
 
+class GraphParts:
+    """The initializers and nodes of an in-place decoder graph as it is written, from a state
+    dict (`weights`: float32 arrays by name)."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        self.weights = weights
+        self.inits: list[Any] = []
+        self.nodes: list[Any] = []
+
+    def weight(self, name: str, array: np.ndarray | None = None) -> str:
+        from onnx import numpy_helper
+
+        value = self.weights[name] if array is None else array
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value, np.float32), name))
+        return name
+
+    def ints(self, name: str, values: list[int]) -> str:
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.array(values, np.int64), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], out: str, domain: str = "", **attrs: Any) -> str:
+        return self.outputs(op, inputs, [out], domain, **attrs)[0]
+
+    def outputs(
+        self, op: str, inputs: list[str], outs: list[str], domain: str = "", **attrs: Any
+    ) -> list[str]:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, inputs, outs, name=outs[0], domain=domain, **attrs))
+        return outs
+
+    def last_tokens(self, x: str, hidden: int) -> str:
+        """`x [batch, sequence, hidden]` at each row's last real token: `[batch, 1, hidden]`.
+        That token is at `seqlens_k - position_ids[:, 0]` in the step: a right-padded prompt's
+        length - 1 (its positions start at 0), 0 for a decode step's one token."""
+        from onnx import TensorProto
+
+        one, axis1 = self.ints("last_one", [1]), self.ints("last_axis1", [1])
+        zero = self.ints("last_zero", [0])
+        first = self.node("Slice", [POSITIONS, zero, one, axis1], "last_first_position")
+        ends = self.node("Cast", [SEQLENS], "last_seqlens", to=TensorProto.INT64)
+        ends = self.node("Unsqueeze", [ends, axis1], "last_seqlens_2d")
+        at = self.node("Sub", [ends, first], "last_at")  # [batch, 1]
+        at = self.node("Unsqueeze", [at, self.ints("last_axis2", [2])], "last_at_3d")
+        at = self.node("Expand", [at, self.ints("last_width", [1, 1, hidden])], "last_index")
+        return self.node("GatherElements", [x, at], "last_tokens", axis=1)
+
+    def model(
+        self, name: str, cache: tuple[int, int, int], vocab: int, last_only: bool, opset: int
+    ) -> Any:
+        """The model of these parts with the in-place decoder's inputs and outputs; `cache`:
+        (layers, KV heads, head_dim); the graph's last node writes `logits`."""
+        from onnx import TensorProto, helper
+
+        layers, kv_heads, head_dim = cache
+        f32, i64, i32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+        cache_shape: list[str | int | None] = ["batch", kv_heads, "capacity", head_dim]
+        past, present = cache_names(layers, PAST), cache_names(layers, PRESENT)
+        graph = helper.make_graph(
+            self.nodes,
+            name,
+            [
+                helper.make_tensor_value_info("input_ids", i64, ["batch", "sequence"]),
+                helper.make_tensor_value_info(POSITIONS, i64, ["batch", "sequence"]),
+                helper.make_tensor_value_info(SEQLENS, i32, ["batch"]),
+                helper.make_tensor_value_info(TOTAL, i32, []),
+                *(helper.make_tensor_value_info(n, f32, cache_shape) for n in past),
+            ],
+            [
+                helper.make_tensor_value_info(
+                    LOGITS, f32, ["batch", 1 if last_only else "sequence", vocab]
+                ),
+                *(helper.make_tensor_value_info(n, f32, cache_shape) for n in present),
+            ],
+            self.inits,
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[
+                helper.make_opsetid("", opset),
+                helper.make_opsetid("com.microsoft", 1),
+            ],
+        )
+        model.ir_version = 8
+        return model
+
+
 def build_inplace_decoder(
     weights: dict[str, np.ndarray], raw: dict[str, Any], opset: int = 17, last_only: bool = True
 ) -> Any:
     """The ONNX model (onnx.ModelProto) for a GPT-2 state dict (`transformer.*` names, float32
     arrays) and its config.json; `last_only`: logits of each row's last real token only."""
-    from onnx import TensorProto, helper, numpy_helper
-
     check_config(raw)
     layers, heads = int(raw["n_layer"]), int(raw["n_head"])
     hidden, vocab = int(raw["n_embd"]), int(raw["vocab_size"])
-    head_dim = hidden // heads
     eps = float(raw.get("layer_norm_epsilon", 1e-5))
     activation = ACTIVATIONS[raw.get("activation_function", "gelu_new")]
-
-    inits: list[Any] = []
-    nodes: list[Any] = []
-
-    def weight(name: str, array: np.ndarray | None = None) -> str:
-        value = weights[name] if array is None else array
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(value, np.float32), name))
-        return name
-
-    def node(op: str, inputs: list[str], out: str, domain: str = "", **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, inputs, [out], name=out, domain=domain, **attrs))
-        return out
+    g = GraphParts(weights)
 
     def linear(x: str, prefix: str, out: str) -> str:
-        y = node("MatMul", [x, weight(f"{prefix}.weight")], f"{out}_mm")
-        return node("Add", [y, weight(f"{prefix}.bias")], out)
+        y = g.node("MatMul", [x, g.weight(f"{prefix}.weight")], f"{out}_mm")
+        return g.node("Add", [y, g.weight(f"{prefix}.bias")], out)
 
     def norm(x: str, prefix: str, out: str) -> str:
-        return node(
-            "LayerNormalization",
-            [x, weight(f"{prefix}.weight"), weight(f"{prefix}.bias")],
-            out,
-            axis=-1,
-            epsilon=eps,
-        )
+        scale, bias = g.weight(f"{prefix}.weight"), g.weight(f"{prefix}.bias")
+        return g.node("LayerNormalization", [x, scale, bias], out, axis=-1, epsilon=eps)
 
-    tokens = node("Gather", [weight("transformer.wte.weight"), "input_ids"], "tok_emb")
-    places = node("Gather", [weight("transformer.wpe.weight"), "position_ids"], "pos_emb")
-    x = node("Add", [tokens, places], "emb")
-    split = "qkv_split"
-    inits.append(numpy_helper.from_array(np.array([hidden] * 3, np.int64), split))
+    tokens = g.node("Gather", [g.weight("transformer.wte.weight"), "input_ids"], "tok_emb")
+    places = g.node("Gather", [g.weight("transformer.wpe.weight"), POSITIONS], "pos_emb")
+    x = g.node("Add", [tokens, places], "emb")
+    split = g.ints("qkv_split", [hidden] * 3)
     past, present = cache_names(layers, PAST), cache_names(layers, PRESENT)
     for i in range(layers):
         p = f"transformer.h.{i}"
         h = norm(x, f"{p}.ln_1", f"h{i}_ln1")
         qkv = linear(h, f"{p}.attn.c_attn", f"h{i}_qkv")
-        q, k, v = f"h{i}_q", f"h{i}_k", f"h{i}_v"
-        nodes.append(helper.make_node("Split", [qkv, split], [q, k, v], name=f"h{i}_split", axis=2))
-        nodes.append(
-            helper.make_node(
-                "GroupQueryAttention",
-                [q, k, v, past[2 * i], past[2 * i + 1], SEQLENS, TOTAL],
-                [f"h{i}_attn", present[2 * i], present[2 * i + 1]],
-                name=f"h{i}_gqa",
-                domain="com.microsoft",
-                num_heads=heads,
-                kv_num_heads=heads,
-            )
+        q, k, v = g.outputs("Split", [qkv, split], [f"h{i}_q", f"h{i}_k", f"h{i}_v"], axis=2)
+        g.outputs(
+            "GroupQueryAttention",
+            [q, k, v, past[2 * i], past[2 * i + 1], SEQLENS, TOTAL],
+            [f"h{i}_attn", present[2 * i], present[2 * i + 1]],
+            "com.microsoft",
+            num_heads=heads,
+            kv_num_heads=heads,
         )
         a = linear(f"h{i}_attn", f"{p}.attn.c_proj", f"h{i}_proj")
-        x = node("Add", [x, a], f"h{i}_res1")
+        x = g.node("Add", [x, a], f"h{i}_res1")
         h = norm(x, f"{p}.ln_2", f"h{i}_ln2")
         f = linear(h, f"{p}.mlp.c_fc", f"h{i}_fc")
-        f = node(activation, [f], f"h{i}_act", domain="com.microsoft")
+        f = g.node(activation, [f], f"h{i}_act", domain="com.microsoft")
         f = linear(f, f"{p}.mlp.c_proj", f"h{i}_mlp")
-        x = node("Add", [x, f], f"h{i}_res2")
+        x = g.node("Add", [x, f], f"h{i}_res2")
     if last_only:
-        x = _last_tokens(x, hidden, inits, nodes)
+        x = g.last_tokens(x, hidden)
     x = norm(x, "transformer.ln_f", "final_ln")
-    head = weight("lm_head_t", np.ascontiguousarray(weights["transformer.wte.weight"].T))
-    node("MatMul", [x, head], "logits")
-
-    f32, i64, i32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
-    cache_shape: list[str | int | None] = ["batch", heads, "capacity", head_dim]
-    graph = helper.make_graph(
-        nodes,
-        "inferd-gpt2-inplace",
-        [
-            helper.make_tensor_value_info("input_ids", i64, ["batch", "sequence"]),
-            helper.make_tensor_value_info("position_ids", i64, ["batch", "sequence"]),
-            helper.make_tensor_value_info(SEQLENS, i32, ["batch"]),
-            helper.make_tensor_value_info(TOTAL, i32, []),
-            *(helper.make_tensor_value_info(n, f32, cache_shape) for n in past),
-        ],
-        [
-            helper.make_tensor_value_info(
-                "logits", f32, ["batch", 1 if last_only else "sequence", vocab]
-            ),
-            *(helper.make_tensor_value_info(n, f32, cache_shape) for n in present),
-        ],
-        inits,
-    )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)],
-    )
-    model.ir_version = 8
-    return model
-
-
-def _last_tokens(x: str, hidden: int, inits: list[Any], nodes: list[Any]) -> str:
-    """`x [batch, sequence, hidden]` at each row's last real token: `[batch, 1, hidden]`. That
-    token is at `seqlens_k - position_ids[:, 0]` in the step: a right-padded prompt's
-    length - 1 (its positions start at 0), 0 for a decode step's one token."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    def ints(name: str, values: list[int]) -> str:
-        inits.append(numpy_helper.from_array(np.array(values, np.int64), name))
-        return name
-
-    def node(op: str, inputs: list[str], out: str, **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
-
-    one, axis1 = ints("last_one", [1]), ints("last_axis1", [1])
-    first = node("Slice", [POSITIONS, ints("last_zero", [0]), one, axis1], "last_first_position")
-    ends = node("Cast", [SEQLENS], "last_seqlens", to=TensorProto.INT64)
-    ends = node("Unsqueeze", [ends, axis1], "last_seqlens_2d")
-    at = node("Sub", [ends, first], "last_at")  # [batch, 1]
-    at = node("Unsqueeze", [at, ints("last_axis2", [2])], "last_at_3d")
-    at = node("Expand", [at, ints("last_width", [1, 1, hidden])], "last_index")
-    return node("GatherElements", [x, at], "last_tokens", axis=1)
+    head = g.weight("lm_head_t", np.ascontiguousarray(weights["transformer.wte.weight"].T))
+    g.node("MatMul", [x, head], LOGITS)
+    return g.model("inferd-gpt2-inplace", (layers, heads, hidden // heads), vocab, last_only, opset)
 
 
 def compare_with_concat(
