@@ -25,6 +25,8 @@ from typing import Any, Protocol
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from inferd.server.coalesce import CoalescedWrites
+
 log = logging.getLogger(__name__)
 
 RECEIVED = "inferd.received"
@@ -79,7 +81,8 @@ def bounded_protocol(
             self._admitted: Admitted | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            # a response's head and body in one send (inferd.server.coalesce)
+            super().connection_made(CoalescedWrites(transport, self.loop))
             self._start_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
