@@ -10,7 +10,10 @@ baseline (a FastAPI app, one request one run: benchmarks/naive_server.py), drive
 Raw ONNX Runtime runs the same texts, tokenized and padded per batch, at batch 1, 4 and 16
 (each at least 6 s and 5 runs), right before the servers; its best is the limit. The servers
 get closed-loop steps by `inferd bench`'s own code (concurrency 1, 4, 16, 64, each step 8 s or
-400 requests), interleaved: at each concurrency, 3 rounds of one step on each server back to
+400 requests, and at least `ROUND_TRIPS` round trips of its clients at raw ONNX Runtime's best
+rate: a step's rates leave out its first quarter, and a step of a few round trips counts
+whichever batches happen to end inside it; BERT-base at 64 takes about 6 s a request here),
+interleaved: at each concurrency, 3 rounds of one step on each server back to
 back, the order turned each round, so that the two steps of a round share the machine's speed
 of that minute (it drifts by tens of percent between minutes); the ratio is the median of the
 rounds' ratios, the figures those of each server's median round. The client shares the
@@ -53,7 +56,7 @@ from inferd.bench.knee import Knee, find_knee
 from inferd.bench.load import closed_loop
 from inferd.bench.report import write_report
 from inferd.bench.server import free_port
-from inferd.bench.steps import Step
+from inferd.bench.steps import STEADY_FROM, Step
 from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts
 from inferd.tools.demo import build_demo
@@ -63,6 +66,7 @@ from overload_bench import lone_latencies, request_bytes
 BATCHES = (1, 4, 16)
 MIN_RUNS = 5
 STEP_ROUNDS = 3
+ROUND_TRIPS = 3
 LONE_ROUNDS = 5
 LONE_CALLS = 100
 LONE_LEAN_S = 1.5
@@ -260,12 +264,16 @@ class Target:
 
 
 def interleaved(
-    targets: dict[str, Target], workload: Workload, settings: SweepSettings, console: Console
+    targets: dict[str, Target],
+    workload: Workload,
+    settings: SweepSettings,
+    console: Console,
+    raw_per_s: float,
 ) -> tuple[dict[str, list[Step]], list[list[float]]]:
     """Each server warmed up, then at each level `STEP_ROUNDS` rounds of one step a server,
-    back to back, the order turned each round. Returns each server's step of its median round
-    (by requests/s) at each level, and each level's ratios of the first server to the second,
-    one a round."""
+    back to back, the order turned each round; a step lasts at least `step_seconds`. Returns
+    each server's step of its median round (by requests/s) at each level, and each level's
+    ratios of the first server to the second, one a round."""
     once = dataclasses.replace(settings, warmup_s=0)
     for target in targets.values():
         run_sweep(target.url, workload, dataclasses.replace(settings, levels=()), None, console)
@@ -273,6 +281,7 @@ def interleaved(
     ratios: list[list[float]] = []
     first, second = targets
     for level in settings.levels:
+        seconds = step_seconds(settings.duration_s, level, raw_per_s)
         rounds: dict[str, list[Step]] = {name: [] for name in targets}
         for r in range(STEP_ROUNDS):
             order = list(targets) if r % 2 == 0 else list(reversed(targets))
@@ -281,7 +290,7 @@ def interleaved(
                 (step,) = run_sweep(
                     target.url,
                     workload,
-                    dataclasses.replace(once, levels=(level,)),
+                    dataclasses.replace(once, levels=(level,), duration_s=seconds),
                     target.model,
                     console,
                     f"{name} round {r + 1} ",
@@ -296,6 +305,12 @@ def interleaved(
             ]
         )
     return series, ratios
+
+
+def step_seconds(least_s: float, level: float, raw_per_s: float) -> float:
+    """A closed-loop step's length at `level` clients: `least_s`, or `ROUND_TRIPS` round trips
+    of the clients at the raw limit's rate, over the part of the step its rates count."""
+    return max(least_s, ROUND_TRIPS * level / raw_per_s / (1 - STEADY_FROM))
 
 
 Measured = tuple[dict[str, list[Step]], list[list[float]], dict[str, Knee], float, int, Lone]
@@ -329,7 +344,7 @@ def measure(
             "inferd": Target(server.url, subject.model),
             "naive FastAPI": Target(naive.url, None),
         }
-        series, ratios = interleaved(targets, workload, settings, console)
+        series, ratios = interleaved(targets, workload, settings, console, raw)
         lone = lone_rounds(raw_lone, {"inferd": server.url, "naive": naive.url}, workload)
     finally:
         server.stop()
@@ -410,7 +425,8 @@ def main() -> None:
         f"Machine: {machine_description()}",
         "",
         "Command: `python benchmarks/serving_bench.py` (closed-loop steps by `inferd bench`'s "
-        "own code (aiohttp), concurrency 1/4/16/64, each step 8 s or 400 requests; at each "
+        "own code (aiohttp), concurrency 1/4/16/64, each step 8 s or 400 requests and at least "
+        f"{ROUND_TRIPS} round trips of its clients at raw ONNX Runtime's best rate; at each "
         f"concurrency {STEP_ROUNDS} rounds of a step on each server back to back, the order "
         "turned each round; a server's figures are those of its median round, the ratio the "
         "median of the rounds' ratios; one text a request; the Python client shares the 2 "
