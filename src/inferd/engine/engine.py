@@ -59,6 +59,7 @@ class Engine:
             observer or Observer(),
             root,
             lambda: self.admission.draining,
+            lambda: self.admission.in_flight,
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), root)
         self._background: list[asyncio.Task[None]] = []

@@ -61,13 +61,16 @@ class Loader:
         observer: Observer,
         root: Path | None,
         draining: Callable[[], bool],
+        in_flight: Callable[[], int],
     ) -> None:
+        """`draining`: whether the server drains; `in_flight`: the requests it holds."""
         self._registry = registry
         self._settings = settings
         self._runtime_loader = runtime_loader
         self._observer = observer
         self._root = root
         self._draining = draining
+        self._in_flight = in_flight
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
         self._model_locks: dict[str, asyncio.Lock] = {}
@@ -150,6 +153,8 @@ class Loader:
             await loop.run_in_executor(None, loaded.pool.close)
             version.fail("the server began draining while this version loaded")
             return
+        # a lone request's batch on the loop's own thread (inferd.runtime.pool)
+        loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, lambda: self._in_flight() <= 1)
         context = BuildContext(
             version.model,
             version.version,

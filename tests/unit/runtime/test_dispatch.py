@@ -6,6 +6,7 @@ sleeping releases the GIL as ONNX Runtime does while it computes)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -25,6 +26,8 @@ class SleepingRuntime:
         self.seconds_per_row = seconds_per_row
         self.fail = fail
         self.batches = 0
+        self.threads: list[int] = []
+        """The thread each run ran on."""
 
     inputs = (TensorSpec("x", "FP32", (-1, 4), ("batch", None)),)
     outputs = (TensorSpec("y", "FP32", (-1, 4), ("batch", None)),)
@@ -37,6 +40,7 @@ class SleepingRuntime:
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
         x = feeds["x"]
+        self.threads.append(threading.get_ident())
         time.sleep(self.seconds_per_row * x.shape[0])
         self.batches += 1
         if self.fail:
@@ -199,6 +203,33 @@ def test_a_lone_batch_runs_on_the_solo_instance_and_a_crowd_on_the_others() -> N
         }
     finally:
         pool.close()
+
+
+def test_a_lone_batch_runs_on_the_loops_thread_when_short_and_the_server_quiet() -> None:
+    narrow = SleepingRuntime(0.01)
+    solo = SleepingRuntime(0.002)
+    pool = InstancePool([narrow, solo], placed=[("instance-0", "auto"), ("solo", "cpu")], solo=True)
+    held = [1]  # the requests the server holds
+    pool.inline_when_quiet(0.05, lambda: held[0] <= 1)
+
+    async def runs() -> list[bool]:
+        here = []
+        loop_thread = threading.get_ident()
+        for rows, requests in ((1, 1), (1, 1), (40, 1), (1, 2), (1, 1)):
+            held[0] = requests
+            out = await pool.run(_feeds(rows))
+            assert out["y"].shape == (rows, 4)
+            here.append(solo.threads[-1] == loop_thread)
+        return here
+
+    try:
+        # its speed unknown: a runtime thread; then 2 ms expected: here; 80 ms: a runtime
+        # thread; another request held: a runtime thread
+        assert asyncio.run(runs()) == [False, True, False, False, True]
+    finally:
+        pool.close()
+    assert narrow.batches == 0 and solo.batches == 5
+    assert pool.loads[1].batches == 5 and pool.loads[1].queued_batches == 0
 
 
 def test_the_solo_instance_is_placed_for_cpu_instances_only() -> None:
