@@ -15,6 +15,11 @@ the median over rounds of requests/s, server CPU per request, and padding effici
     python benchmarks/ab_bench.py --model bert-base --lengths fixed:120 --variant ...
         (the BERT-base-sized encoder of benchmarks/serving_bench.py, random weights, on texts
         of 120 words as that benchmark sends it)
+    python benchmarks/ab_bench.py --variant hop=HEAD:solo_inline_ms=0 --variant new=HEAD --lone
+        (--lone: a lone request's p50 latency instead of wrk's throughput, one request at a
+        time from a lean client (raw asyncio HTTP/1.1), for a text of each of LONE_TEXTS'
+        lengths in turn, `--seconds` split between them: differences of a few tenths of a
+        millisecond, which wrk's requests/s at one connection does not resolve here)
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
+import numpy as np
 import orjson
 import yaml
 from tokenizers import Tokenizer
@@ -37,9 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import Server, machine_description, median_of, require_wrk, run_wrk, worktree
 from inferd.bench.workload import Lengths, generate_texts
 from inferd.tools.demo import build_demo
+from overload_bench import lone_latencies, request_bytes
 from text_bench import apply_overrides, make_texts, stats
 
 ROOT = Path(__file__).resolve().parents[1]
+LONE_TEXTS = {"2 words": 2, "24 words": 24, "90 words": 90}
+"""The lone requests' texts, by their words (the demo model takes 1-12 ms for them here)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,27 @@ def measure(
     return results
 
 
+def measure_lone(
+    servers: dict[str, Server], rounds: int, seconds: float, model: str
+) -> dict[str, list[list[float]]]:
+    """Per variant, per round: the p50 ms of a lone request for each of `LONE_TEXTS`."""
+    results: dict[str, list[list[float]]] = {n: [] for n in servers}
+    each = seconds / len(LONE_TEXTS)
+    for round_ in range(rounds):
+        for name, server in servers.items():
+            host = urlparse(server.url).netloc
+            p50s = []
+            for words in LONE_TEXTS.values():
+                body = orjson.dumps({"texts": [" ".join(["word"] * words)], "model": model})
+                payload = request_bytes(host, body, "/embed")
+                lone_latencies(server.url, [payload], 0.3)  # warm this text's path
+                p50s.append(float(np.median(lone_latencies(server.url, [payload], each))) * 1000)
+            results[name].append(p50s)
+            shown = ", ".join(f"{k} {v:.3f} ms" for k, v in zip(LONE_TEXTS, p50s, strict=True))
+            print(f"round {round_ + 1} {name}: {shown}", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", action="append", required=True, type=parse_variant)
@@ -97,6 +128,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--empty", action="store_true", help="bodies with no text (4001)")
+    parser.add_argument("--lone", action="store_true", help="a lone request's p50 (lean client)")
     parser.add_argument("--model", choices=("minilm", "bert-base"), default="minilm")
     parser.add_argument(
         "--lengths",
@@ -104,7 +136,8 @@ def main() -> int:
         "default: token counts log-uniform over 8-128",
     )
     args = parser.parse_args()
-    require_wrk()
+    if not args.lone:
+        require_wrk()
     with tempfile.TemporaryDirectory(prefix="inferd-ab-") as tmp:
         if args.model == "minilm":
             base = build_demo(Path(tmp) / "demo")
@@ -130,14 +163,20 @@ def main() -> int:
                     shutil.copytree(base, repo)
                     configure(repo, args.model, v.overrides)
                     servers[v.name] = Server(repo, env={"PYTHONPATH": str(tree / "src")})
-                results = measure(
-                    servers, bodies, args.rounds, args.concurrency, args.seconds, args.model
-                )
+                if args.lone:
+                    lone = measure_lone(servers, args.rounds, args.seconds, args.model)
+                else:
+                    results = measure(
+                        servers, bodies, args.rounds, args.concurrency, args.seconds, args.model
+                    )
             finally:
                 for server in servers.values():
                     server.stop()
     print(f"\nMachine: {machine_description()}")
     print(f"Command: python benchmarks/ab_bench.py {' '.join(sys.argv[1:])}\n")
+    if args.lone:
+        print(lone_table(lone))
+        return 0
     print("| variant | req/s | server CPU ms/req | padding efficiency |")
     print("|---|---:|---:|---:|")
     for name, rows in results.items():
@@ -146,6 +185,26 @@ def main() -> int:
             f"{median_of([r[1] for r in rows]):.3f} | {median_of([r[2] for r in rows]):.1%} |"
         )
     return 0
+
+
+def lone_table(lone: dict[str, list[list[float]]]) -> str:
+    """Each variant's median p50 per text; then each variant's change from the first, the
+    median of the rounds' differences (a round's variants ran minutes apart at most)."""
+    names = list(lone)
+    heads = " | ".join(f"p50 ms, {k}" for k in LONE_TEXTS)
+    lines = [f"| variant | {heads} |", "|---|" + "---:|" * len(LONE_TEXTS)]
+    for name in names:
+        cols = zip(*lone[name], strict=True)
+        lines.append(f"| {name} | " + " | ".join(f"{median_of(list(c)):.2f}" for c in cols) + " |")
+    first = lone[names[0]]
+    for name in names[1:]:
+        diffs = [
+            median_of([b[i] - a[i] for a, b in zip(first, lone[name], strict=True)])
+            for i in range(len(LONE_TEXTS))
+        ]
+        shown = ", ".join(f"{k} {d:+.2f} ms" for k, d in zip(LONE_TEXTS, diffs, strict=True))
+        lines.append(f"\n{name} against {names[0]}, the median of the rounds' differences: {shown}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

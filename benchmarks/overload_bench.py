@@ -26,7 +26,7 @@ import random
 import sys
 import tempfile
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -285,8 +285,12 @@ def lone_latencies(url: str, payloads: list[bytes], seconds: float) -> list[floa
     tally = run_loop(
         closed_loop(address.hostname or "127.0.0.1", address.port or 80, payloads, 1, seconds, 10.0)
     )
-    if tally.lost or any(o.status != 200 for o in tally.outcomes):
-        raise RuntimeError(f"{url}: a request failed under the lean client")
+    failed = Counter(o.status for o in tally.outcomes if o.status != 200)
+    if tally.lost or failed:
+        raise RuntimeError(
+            f"{url}: requests failed under the lean client: {tally.lost} lost (no answer), "
+            f"answers by status {dict(failed)}"
+        )
     return [o.client_s for o in tally.outcomes]
 
 

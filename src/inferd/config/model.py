@@ -524,7 +524,7 @@ class ModelConfig(_Strict):
         ge=0,
         description="A batch for the solo instance (solo_threads) expected to take under this "
         "runs on the event loop's own thread when the server holds no other request: no "
-        "handoff to a runtime thread and back (about 0.2 ms a request on 2 cores). The loop "
+        "handoff to a runtime thread and back (0.1-0.4 ms a request on 2 cores). The loop "
         "waits for the run, so a request arriving meanwhile is read after it. 0: always on a "
         "runtime thread.",
     )
