@@ -77,9 +77,13 @@ class Tally:
             self.quiet.set()
 
     async def settle(self, grace_s: float) -> None:
-        """Waits up to `grace_s` for every outstanding answer."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.quiet.wait(), grace_s)
+        """Waits up to `grace_s` for every outstanding answer. (A waiter woken by `quiet`
+        may find a request sent meanwhile, as an answer's callback sends the next: it waits
+        again, until none is outstanding.)"""
+        deadline = time.perf_counter() + grace_s
+        while self.outstanding > 0 and (left := deadline - time.perf_counter()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.quiet.wait(), left)
 
 
 def request_bytes(host: str, body: bytes, path: str = PATH) -> bytes:
@@ -216,6 +220,7 @@ async def closed_loop(
     for conn in conns:
         send(conn)
     await asyncio.sleep(seconds)
+    end = 0.0  # no more sends: the loop's timer may wake a little before `end`
     await tally.settle(grace_s)
     for conn in conns:
         if conn.transport is not None:
