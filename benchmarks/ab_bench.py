@@ -189,7 +189,7 @@ def main() -> int:
 
 def lone_table(lone: dict[str, list[list[float]]]) -> str:
     """Each variant's median p50 per text; then each variant's change from the first, the
-    median of the rounds' differences (a round's variants ran minutes apart at most)."""
+    median of the rounds' differences (within a round the variants run seconds apart)."""
     names = list(lone)
     heads = " | ".join(f"p50 ms, {k}" for k in LONE_TEXTS)
     lines = [f"| variant | {heads} |", "|---|" + "---:|" * len(LONE_TEXTS)]
