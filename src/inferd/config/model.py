@@ -142,6 +142,13 @@ class RuntimeOptions(_Strict):
         "the event loop and the load share the cores, and spinning burns the CPU they need. "
         "The solo instance (solo_threads) spins unless this is set.",
     )
+    stop_spinning_after_run: bool = Field(
+        False,
+        description="With allow_spinning: the threads spin while a run lasts and stop when it "
+        "returns (ONNX Runtime's session.force_spinning_stop), so the quick hand-offs inside a "
+        "run stay and no core spins between runs that the event loop, the client or another "
+        "process needs. The solo instance (solo_threads) sets it unless this is set.",
+    )
     device_id: int | None = Field(
         None,
         ge=0,

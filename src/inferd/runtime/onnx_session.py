@@ -110,6 +110,8 @@ def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
     spinning = "1" if options.allow_spinning else "0"
     so.add_session_config_entry("session.intra_op.allow_spinning", spinning)
     so.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+    stop = "1" if options.stop_spinning_after_run else "0"
+    so.add_session_config_entry("session.force_spinning_stop", stop)
     so.enable_cpu_mem_arena = options.memory_arena
     so.enable_mem_pattern = options.memory_pattern
     so.log_severity_level = 3  # errors only: ORT's own warnings are not ours to print per run
