@@ -145,9 +145,9 @@ class RuntimeOptions(_Strict):
     stop_spinning_after_run: bool = Field(
         False,
         description="With allow_spinning: the threads spin while a run lasts and stop when it "
-        "returns (ONNX Runtime's session.force_spinning_stop), so the quick hand-offs inside a "
-        "run stay and no core spins between runs that the event loop, the client or another "
-        "process needs. The solo instance (solo_threads) sets it unless this is set.",
+        "returns (ONNX Runtime's session.force_spinning_stop): no core burnt between runs, "
+        "for machines shared with other work. It costs latency: the next run wakes them "
+        "(a lone short text 0.2-0.7 ms slower on the solo instance: benchmarks/RESULTS.md).",
     )
     device_id: int | None = Field(
         None,

@@ -86,10 +86,6 @@ def solo_placement(config: ModelConfig, cores: int | None = None) -> Placement |
         # it runs only when no other batch does, so its threads' spin between runs takes no
         # core that other work wants, and a lone request does not wait for them to wake
         update["allow_spinning"] = True
-    if "stop_spinning_after_run" not in config.runtime.model_fields_set:
-        # its threads spin inside a run only: between a lone request's runs the event loop
-        # and the client need the cores (measured: benchmarks/RESULTS.md)
-        update["stop_spinning_after_run"] = True
     return Placement("solo", "cpu", config.runtime.model_copy(update=update))
 
 

@@ -244,21 +244,13 @@ def test_the_solo_instance_is_placed_for_cpu_instances_only() -> None:
     # it runs only when nothing else does: its threads spin between runs, unless the model's
     # runtime says otherwise in so many words
     assert wide.options.allow_spinning
-    # ... while a run lasts: they stop when it returns, the loop and the client need the cores
-    assert wide.options.stop_spinning_after_run
+    # and keep spinning after a run: a lone request's next run finds them awake
+    assert not wide.options.stop_spinning_after_run
     quiet = solo_placement(
-        ModelConfig(
-            runtime={
-                "intra_op_threads": 1,
-                "allow_spinning": False,
-                "stop_spinning_after_run": False,
-            },
-            solo_threads=2,
-        ),
+        ModelConfig(runtime={"intra_op_threads": 1, "allow_spinning": False}, solo_threads=2),
         cores=2,
     )
     assert quiet is not None and not quiet.options.allow_spinning
-    assert not quiet.options.stop_spinning_after_run
     assert solo_placement(ModelConfig(solo_threads=0)) is None
     # no wider than its instances: it would add nothing
     assert (
