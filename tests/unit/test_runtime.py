@@ -127,3 +127,39 @@ def test_steps_run_back_to_back_on_feeds_changed_in_place_between_them(
     assert sorted(out) == asked
     if asked:
         np.testing.assert_array_equal(out["twice"], np.full((2, 1), 6.0))  # the last run's
+
+
+def test_a_kept_binding_reads_small_inputs_written_in_place_and_rebinds_new_ones(
+    tmp_path: Path,
+) -> None:
+    # state <- state + step, the state bound once as input and output (a decoder's cache).
+    # Across calls a small input in the same memory is not bound again: what was written
+    # there in place since is what the next run reads; a new array (other memory, or the
+    # same memory seen with another shape) is bound again.
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, ["rows", 1])
+    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, ["rows", 1])
+    after = helper.make_tensor_value_info("after", TensorProto.FLOAT, ["rows", 1])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["state", "step"], ["after"])], "kept", [state, step], [after]
+    )
+    path = tmp_path / "kept.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    session = OnnxSession(path, RuntimeOptions())
+    cache = np.zeros((2, 1), np.float32)
+    small = np.ones((4, 1), np.float32)
+    into = {"after": "state"}
+    session.run({"state": cache, "step": small[:2]}, [], into)
+    small[:2] = 5.0  # in place, between calls
+    session.run({"state": cache, "step": small[:2]}, [], into)  # (a new view, same memory)
+    np.testing.assert_array_equal(cache, np.full((2, 1), 6.0))
+    session.run_steps(
+        {"state": cache, "step": np.full((2, 1), 10.0, np.float32)},
+        [],
+        into,
+        Repeat(2, lambda k: True),
+    )
+    np.testing.assert_array_equal(cache, np.full((2, 1), 26.0))  # a new array: bound again
+    small[:] = 0.5
+    session.run({"state": cache[:1], "step": small[:1]}, [], into)  # other shapes: bound anew
+    np.testing.assert_array_equal(cache, [[26.5], [26.0]])
+    assert len(session._bindings) == 2  # one for each view of the cache

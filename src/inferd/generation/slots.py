@@ -15,7 +15,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inferd.generation.decoder import LOGITS, POSITIONS, SEQLENS, TOKENS, TOTAL, DecoderShape
+from inferd.generation.decoder import (
+    LOGITS,
+    POSITIONS,
+    SEQLENS,
+    TOKENS,
+    TOTAL,
+    DecoderShape,
+    idle_draw_feeds,
+)
 from inferd.generation.kvstore import Step
 from inferd.runtime.protocol import Array
 
@@ -32,6 +40,18 @@ class SlotKV:
         self._tokens = np.zeros((max_rows, 1), dtype=np.int64)
         """A decode step's input tokens (the rows' first ones): the same memory every step, so
         a binding of it as the graph's drawn output is kept (inferd.runtime.onnx_session)."""
+        # a decode step's other inputs, the same memory every step too (the rows' first
+        # ones), written in place: a kept binding reads them without binding them again, and
+        # a run whose inputs were not bound again costs less
+        self._positions = np.zeros((max_rows, 1), dtype=np.int64)
+        self._seqlens = np.zeros(max_rows, dtype=np.int32)
+        self._total = np.zeros((), dtype=np.int32)
+        self._draws = idle_draw_feeds(max_rows, shape.top_width) if shape.draws else {}
+        """The draw inputs, greedy until the scheduler writes each row's draw into them."""
+        self._greedy = {name: buffer[0].copy() for name, buffer in self._draws.items()}
+        self._decoding: dict[int, dict[str, Array]] = {}
+        """A decode step's inputs for each row count: views made once, so every step of as
+        many rows hands the runtime the very same arrays."""
         self._rows = 0
 
     @property
@@ -57,9 +77,8 @@ class SlotKV:
     def _step(
         self, feeds: dict[str, Array], start: int, stop: int, prompt_lengths: tuple[int, ...] = ()
     ) -> Step:
-        """The step on rows [start, stop): their buffer views as past, written as present."""
-        self._shape.idle_draw(feeds)
-        feeds.update(self._views(start, stop))
+        """The step on rows [start, stop) (their buffer views as past, written as present,
+        in `feeds` already)."""
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
         slots = tuple(range(start, stop)) if prompt_lengths else ()
         # right-padded: every prompt ends at the last position only when all are as long,
@@ -85,6 +104,8 @@ class SlotKV:
             SEQLENS: np.array(lengths, dtype=np.int32) - 1,
             TOTAL: np.array(width, dtype=np.int32),
         }
+        self._shape.idle_draw(feeds)
+        feeds.update(self._views(start, start + len(prompts)))
         return self._step(feeds, start, start + len(prompts), tuple(lengths))
 
     def take_prefill(self, step: Step, out: dict[str, Array]) -> None:
@@ -103,15 +124,25 @@ class SlotKV:
         that keeps running (static batching) is held at the last position."""
         rows = tokens.shape[0]
         at = np.minimum(positions.astype(np.int64), self.capacity - 1)
-        ids = self._tokens[:rows]  # one buffer: a drawing step writes its tokens in (advance)
-        ids[:, 0] = tokens
-        feeds: dict[str, Array] = {
-            TOKENS: ids,
-            POSITIONS: at.reshape(rows, 1),
-            SEQLENS: at.astype(np.int32),
-            TOTAL: np.array(int(at.max()) + 1, dtype=np.int32),
-        }
-        return self._step(feeds, 0, rows)
+        feeds = self._decoding.get(rows)
+        if feeds is None:
+            # one buffer each: a drawing step writes its tokens into the first (advance)
+            feeds = {
+                TOKENS: self._tokens[:rows],
+                POSITIONS: self._positions[:rows],
+                SEQLENS: self._seqlens[:rows],
+                TOTAL: self._total,
+                **{name: buffer[:rows] for name, buffer in self._draws.items()},
+                **self._views(0, rows),
+            }
+            self._decoding[rows] = feeds
+        feeds[TOKENS][:, 0] = tokens
+        feeds[POSITIONS][:, 0] = at
+        feeds[SEQLENS][:] = at
+        self._total[...] = int(at.max()) + 1
+        for name, greedy in self._greedy.items():
+            feeds[name][:] = greedy
+        return self._step(dict(feeds), 0, rows)
 
     def after_decode(self, step: Step, out: dict[str, Array]) -> None:
         rows = step.feeds[TOKENS].shape[0]
