@@ -152,9 +152,9 @@ class OnnxSession:
             )
         self._shrink_above = options.arena_shrink_above_elements
         self._bindings: dict[object, _Kept] = {}
+        """In-place runs' bindings, most recent last (`_bound`)."""
         self._recent: tuple[object, tuple[Array, ...], object] | None = None
         """The last binding key, with the shared arrays it was read from (`_key`)."""
-        """In-place runs' bindings, most recent last (`_run_into`)."""
         self._shrink = ort.RunOptions()
         gpu = f"gpu:{options.device_id or 0}"
         devices = ["cpu:0"] + ([gpu] if "CUDAExecutionProvider" in self._providers else [])
@@ -219,7 +219,7 @@ class OnnxSession:
                     if not repeat.between(k):
                         break
             finally:
-                self._keep(key, binding, kept)
+                self._keep(key, kept)
         return {}
 
     @staticmethod
@@ -258,8 +258,8 @@ class OnnxSession:
         out while it runs: a concurrent run makes its own), else a new one. An input bound
         before to the same memory, shape and type is not bound again: ONNX Runtime reads the
         bound memory at each run, so what was written there in place since is what it
-        reads, and a binding left as it was runs faster (a rebound input costs the next run
-        tens of microseconds here, not just the binding's own)."""
+        reads, and binding again costs more than the binding's own work (a decode block of 4
+        steps 20-60 us more here: benchmarks/block_bench.py)."""
         key = self._key(feeds, returned, into)
         kept = self._bindings.pop(key, None)
         if kept is None:
@@ -288,7 +288,7 @@ class OnnxSession:
             binding.bind_output(name)
         return key, binding, kept
 
-    def _keep(self, key: object, binding: ort.IOBinding, kept: _Kept) -> None:
+    def _keep(self, key: object, kept: _Kept) -> None:
         self._bindings[key] = kept
         while len(self._bindings) > KEPT_BINDINGS:
             self._bindings.pop(next(iter(self._bindings)))
@@ -307,7 +307,7 @@ class OnnxSession:
         try:
             self._session.run_with_iobinding(binding)
         finally:
-            self._keep(key, binding, kept)
+            self._keep(key, kept)
         if not returned:
             return {}
         # in the order first bound (binding a name again keeps its place)
