@@ -16,6 +16,26 @@ from inferd.runtime.protocol import Repeat
 from tests.models import affine_model, lookup_model
 
 
+def _session(
+    path: Path,
+    nodes: list[onnx.NodeProto],
+    inputs: list[str],
+    outputs: list[str],
+    dims: list[str | int],
+    initializers: list[onnx.TensorProto] | None = None,
+) -> OnnxSession:
+    """A float graph of `nodes` whose inputs and outputs all have `dims`, saved at `path`."""
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+    graph = helper.make_graph(
+        nodes, path.stem, [info(n) for n in inputs], [info(n) for n in outputs], initializers
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return OnnxSession(path, RuntimeOptions())
+
+
 def test_providers_fall_back_to_cpu() -> None:
     assert resolve_providers(["CUDAExecutionProvider"], ["CPUExecutionProvider"]) == [
         "CPUExecutionProvider"
@@ -64,20 +84,12 @@ def test_outputs_written_into_inputs_are_not_returned_and_none_asked_means_none(
 ) -> None:
     # x -> (y = x + 1, z = 2x); y written into x's own array, as a decoder's step writes its
     # cache and its drawn tokens: asking for no outputs returns none (not all of them)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])
-    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 2])
     one = numpy_helper.from_array(np.ones((1, 2), np.float32), "one")
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "one"], ["y"]), helper.make_node("Add", ["x", "x"], ["z"])],
-        "into",
-        [x],
-        [y, z],
-        [one],
-    )
-    path = tmp_path / "into.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    session = OnnxSession(path, RuntimeOptions())
+    nodes = [
+        helper.make_node("Add", ["x", "one"], ["y"]),
+        helper.make_node("Add", ["x", "x"], ["z"]),
+    ]
+    session = _session(tmp_path / "into.onnx", nodes, ["x"], ["y", "z"], ["batch", 2], [one])
     state = np.zeros((3, 2), np.float32)
     assert session.run({"x": state}, [], {"y": "x"}) == {}
     assert session.run({"x": state}, [], {"y": "x"}) == {}
@@ -98,22 +110,13 @@ def test_steps_run_back_to_back_on_feeds_changed_in_place_between_them(
     # state <- state + step (in place), as a decoder's block of steps: `between` changes the
     # small input in place and the next run reads it; returning False ends the steps. With
     # no output asked the steps are bound once; with one asked each run binds again.
-    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, ["rows", 1])
-    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, ["rows", 1])
-    after = helper.make_tensor_value_info("after", TensorProto.FLOAT, ["rows", 1])
-    twice = helper.make_tensor_value_info("twice", TensorProto.FLOAT, ["rows", 1])
-    graph = helper.make_graph(
-        [
-            helper.make_node("Add", ["state", "step"], ["after"]),
-            helper.make_node("Add", ["state", "state"], ["twice"]),
-        ],
-        "steps",
-        [state, step],
-        [after, twice],
+    nodes = [
+        helper.make_node("Add", ["state", "step"], ["after"]),
+        helper.make_node("Add", ["state", "state"], ["twice"]),
+    ]
+    session = _session(
+        tmp_path / "steps.onnx", nodes, ["state", "step"], ["after", "twice"], ["rows", 1]
     )
-    path = tmp_path / "steps.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    session = OnnxSession(path, RuntimeOptions())
     feeds = {"state": np.zeros((2, 1), np.float32), "step": np.ones((2, 1), np.float32)}
     seen: list[float] = []
 
@@ -136,15 +139,8 @@ def test_a_kept_binding_reads_small_inputs_written_in_place_and_rebinds_new_ones
     # Across calls a small input in the same memory is not bound again: what was written
     # there in place since is what the next run reads; a new array (other memory, or the
     # same memory seen with another shape) is bound again.
-    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, ["rows", 1])
-    step = helper.make_tensor_value_info("step", TensorProto.FLOAT, ["rows", 1])
-    after = helper.make_tensor_value_info("after", TensorProto.FLOAT, ["rows", 1])
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["state", "step"], ["after"])], "kept", [state, step], [after]
-    )
-    path = tmp_path / "kept.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    session = OnnxSession(path, RuntimeOptions())
+    nodes = [helper.make_node("Add", ["state", "step"], ["after"])]
+    session = _session(tmp_path / "kept.onnx", nodes, ["state", "step"], ["after"], ["rows", 1])
     cache = np.zeros((2, 1), np.float32)
     small = np.ones((4, 1), np.float32)
     into = {"after": "state"}

@@ -525,12 +525,10 @@ class Scheduler:
             if r in live and not seq.params.greedy:
                 uniforms[:, r] = seq.rng.random(steps)
             params.append(seq.params if r in live else GREEDY)
+        # in place: every store's decode step holds the draw inputs (greedy), and the in-place
+        # store's are its own buffers, which a kept binding reads
         for name, values in draw_inputs(params, uniforms[0], self._shape.top_width).items():
-            held = feeds.get(name)
-            if held is not None and held.shape == values.shape:
-                held[...] = values  # in place: the store's own buffer, a kept binding reads it
-            else:
-                feeds[name] = values
+            feeds[name][...] = values
         return uniforms
 
     def _ranked(self, seqs: list[Seq]) -> bool:

@@ -231,11 +231,13 @@ class OnnxSession:
             tuple((n, feeds[n].ctypes.data, feeds[n].shape, feeds[n].strides) for n in shared),
         )
 
-    def _key(self, feeds: Feeds, returned: list[str], into: Mapping[str, str]) -> object:
+    def _key(
+        self, feeds: Feeds, shared: list[str], returned: list[str], into: Mapping[str, str]
+    ) -> object:
         """`_binding_key`, without reading the shared arrays' memory again when they are the
         very arrays of the last call (a decoder's store hands the same views every step):
-        reading an array's address costs more than a step's other bookkeeping."""
-        shared = sorted(set(into.values()))
+        reading an array's address costs more than a step's other bookkeeping. `shared`:
+        the inputs written `into`, sorted."""
         arrays = tuple(feeds[n] for n in shared)
         form = (tuple(into.items()), tuple(returned))
         recent = self._recent
@@ -260,11 +262,11 @@ class OnnxSession:
         bound memory at each run, so what was written there in place since is what it
         reads, and binding again costs more than the binding's own work (a decode block of 4
         steps 20-60 us more here: benchmarks/block_bench.py)."""
-        key = self._key(feeds, returned, into)
+        shared = sorted(set(into.values()))
+        key = self._key(feeds, shared, returned, into)
         kept = self._bindings.pop(key, None)
         if kept is None:
             binding = self._session.io_binding()
-            shared = sorted(set(into.values()))
             values = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n]) for n in shared}  # no copy
             for name, value in values.items():
                 binding.bind_ortvalue_input(name, value)
@@ -273,7 +275,7 @@ class OnnxSession:
             kept = _Kept(binding, [feeds[n] for n in shared], {})
         else:
             binding = kept.binding
-        targets = set(into.values())
+        targets = set(shared)
         for name, array in feeds.items():
             if name in targets:
                 continue
