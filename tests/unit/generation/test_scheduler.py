@@ -225,6 +225,48 @@ async def test_a_failing_observer_strands_no_sequence(make: Make) -> None:
     assert later.completion_tokens == 3
 
 
+async def test_a_request_read_during_a_step_on_the_loop_thread_joins_at_the_next_one(
+    decoder: Decoder, make: Make
+) -> None:
+    """A request whose bytes the event loop reads while the scheduler holds it (a step or block
+    on the loop's thread) becomes a new task: it is admitted before the next step, not after
+    one more. The arrival is made as a socket's is: a callback queued during the step creates
+    the handler's task, which tokenizes and submits."""
+    assert decoder.run_now is not None
+    loop = asyncio.get_running_loop()
+    kinds: list[str] = []
+    arrived_at: list[int] = []
+    newcomer: list[Seq] = []
+    tasks: list[asyncio.Task[None]] = []
+    inline = 0
+
+    class Steps(Observer):
+        def on_generation_step(self, model: str, version: str, kind: str, *rest: Any) -> None:
+            kinds.append(kind)
+
+    async def handler() -> None:  # what a request's task does before it waits for its text
+        newcomer.append(scheduler.submit(scheduler.encode("w3 w4"), greedy(4)))
+
+    def read() -> None:  # the socket's callback: the request is read, its task made
+        arrived_at.append(len(kinds))
+        tasks.append(loop.create_task(handler()))
+
+    def now(*args: Any, repeat: Repeat | None = None) -> dict[str, Any] | None:
+        nonlocal inline
+        out = decoder.run_now(*args, repeat=repeat)  # type: ignore[misc]
+        inline += 1
+        if inline == 3:
+            loop.call_soon(read)
+        return out
+
+    scheduler = make(Steps(), inline_step_ms=1000.0, run_now=now)
+    first = scheduler.submit(scheduler.encode("w5 w6"), greedy(60))
+    await asyncio.wait_for(until(lambda: bool(newcomer)), 10)
+    await asyncio.wait_for(newcomer[0].result(), 10)
+    assert kinds[arrived_at[0]] == "prefill", kinds[arrived_at[0] - 2 : arrived_at[0] + 3]
+    assert (await asyncio.wait_for(first.result(), 10)).completion_tokens == 60
+
+
 async def test_quick_steps_run_on_the_loop_thread_and_slow_ones_do_not(
     decoder: Decoder, make: Make
 ) -> None:
