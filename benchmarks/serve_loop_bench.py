@@ -9,11 +9,16 @@ the rounds alternate between them (the order turned each round: this machine's s
 within minutes). A round is ceiling_bench's closed loop (`--in-flight` requests without end,
 prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k 50, the raw
 asyncio client) for `--seconds` after a warm-up, read from the server's own counters:
-tokens/s, a decode step's mean rows and time, the window's share in decode steps.
+tokens/s, a decode step's mean rows and time, the window's share in decode steps, and a
+request's time outside the decode batch: by Little's law, the requests in flight less the rows
+a step, over the requests a second (reading, tokenizing, waiting for a row, the prefill, the
+answer and the client's turn).
 
 Reported: each tree's medians over the rounds, and the median of the rounds' tokens/s ratios.
-Rows a step moves little with the machine's speed, so it shows a change in how soon
-newcomers join where tokens/s swings with the runtime's step.
+Rows a step, and the time outside the batch, move little with the machine's speed, so they
+show a change in how soon newcomers join where tokens/s swings with the runtime's step. (On
+a CPU a step costs about in proportion to its rows, so more rows a step is not more tokens a
+second; on a GPU it is.)
 
     python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD
     python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD \
@@ -37,6 +42,11 @@ from ceiling_bench import DECODERS
 from common import Server, machine_description, median_of, worktree
 from generate_bench import build_repo, set_generation, workload
 from steady import Load, steady_load
+
+
+def outside_ms(load: Load, in_flight: int) -> float:
+    """A request's mean time outside the decode batch (Little's law)."""
+    return (in_flight - load.rows) / max(load.requests_per_s, 1e-9) * 1000
 
 
 def main() -> int:
@@ -72,7 +82,8 @@ def main() -> int:
                 results[name].append(got)
                 print(
                     f"round {round_ + 1} {name}: {got.tokens_per_s:.0f} tokens/s, "
-                    f"{got.rows:.2f} rows a step of {got.step_ms:.3f} ms",
+                    f"{got.rows:.2f} rows a step of {got.step_ms:.3f} ms, "
+                    f"{outside_ms(got, args.in_flight):.1f} ms outside the batch",
                     flush=True,
                 )
     (first, _), (second, _) = variants
@@ -81,8 +92,11 @@ def main() -> int:
     print(f"\nMachine: {machine_description()}")
     print(f"Command: python benchmarks/serve_loop_bench.py {' '.join(sys.argv[1:])}\n")
     print(f"{case.name}, {args.in_flight} requests in flight\n")
-    print("| variant | tokens/s | rows a step | decode step ms | time in decode steps |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| variant | tokens/s | rows a step | decode step ms | time in decode steps "
+        "| a request outside the batch, ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, loads in results.items():
 
         def med(field: str, loads: list[Load] = loads) -> float:
@@ -90,7 +104,8 @@ def main() -> int:
 
         print(
             f"| {name} | {med('tokens_per_s'):.0f} | {med('rows'):.2f} | "
-            f"{med('step_ms'):.3f} | {med('step_share'):.0%} |"
+            f"{med('step_ms'):.3f} | {med('step_share'):.0%} | "
+            f"{median_of([outside_ms(load, args.in_flight) for load in loads]):.1f} |"
         )
     shown = ", ".join(f"{r:.2f}" for r in ratio)
     print(f"\n{second} / {first}, tokens a second: median {median_of(ratio):.3f} ({shown})")

@@ -20,6 +20,9 @@ TOKEN_COUNTS = re.compile(
     r"^inferd_generation_(?:time_to_first_token|inter_token)_seconds_count\{[^}]*\} ([0-9.e+]+)$",
     re.MULTILINE,
 )
+FIRST_TOKENS = re.compile(
+    r"^inferd_generation_time_to_first_token_seconds_count\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE
+)
 STEPS = re.compile(
     r"^inferd_generation_step_(seconds|rows)_(sum|count)"
     r'\{[^}]*kind="(decode|prefill)"[^}]*\} ([0-9.e+]+)$',
@@ -40,6 +43,8 @@ class Load:
     """The window's time spent in prefills (the runtime's calls), by the server's clock."""
     prefill_ms: float = 0.0
     """A prefill's mean time."""
+    requests_per_s: float = 0.0
+    """Generations that got their first token, a second."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class Counters:
     rows: float
     prefill_s: float = 0.0
     prefills: float = 0.0
+    firsts: float = 0.0
 
 
 def counters(url: str) -> Counters:
@@ -66,6 +72,7 @@ def counters(url: str) -> Counters:
         seen.get(("rows", "sum", "decode"), 0.0),
         seen.get(("seconds", "sum", "prefill"), 0.0),
         seen.get(("seconds", "count", "prefill"), 0.0),
+        sum(float(v) for v in FIRST_TOKENS.findall(text)),
     )
 
 
@@ -104,4 +111,5 @@ def steady_load(
         (after.rows - before.rows) / steps,
         (after.prefill_s - before.prefill_s) / (ended - started),
         (after.prefill_s - before.prefill_s) / prefills * 1000,
+        (after.firsts - before.firsts) / (ended - started),
     )
