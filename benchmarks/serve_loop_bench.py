@@ -17,8 +17,10 @@ answer and the client's turn).
 Reported: each tree's medians over the rounds, and the median of the rounds' tokens/s ratios.
 Rows a step, and the time outside the batch, move little with the machine's speed, so they
 show a change in how soon newcomers join where tokens/s swings with the runtime's step. (On
-a CPU a step costs about in proportion to its rows, so more rows a step is not more tokens a
-second; on a GPU it is.)
+a CPU a 16-row step's rows cost nearly all of it, 33 us a row of the demo decoder's 654 us by
+benchmarks/block_bench.py's 1- and 16-row steps, so a few tenths of a row more a step are a
+percent or two of tokens/s at most; on a GPU, where a step's time hardly grows with its rows,
+they are the share of rows gained.)
 
     python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD
     python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD \

@@ -259,8 +259,8 @@ class Scheduler:
         read in that turn is a new task that first runs in the next one (through its handler
         to `submit`), while this loop, queued before it, would start the next steps first. So
         a newcomer joins at the next step, not after one more step or block on the loop's
-        thread (a demo decoder's block of 4 steps: 3-5 ms a request; at 16 requests in flight
-        0.6 more rows a step: benchmarks/RESULTS.md)."""
+        thread (the demo decoder at 16 requests in flight: 0.6 more rows a step, a request's
+        time outside the batch 21 -> 9 ms: benchmarks/RESULTS.md)."""
         await asyncio.sleep(0)
 
     def _choose(self) -> list[Seq]:
