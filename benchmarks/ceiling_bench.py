@@ -6,7 +6,8 @@ the in-place KV cache that `inferd export --kv-cache inplace` writes): the demo 
 
 1. the raw ceiling: ONNX Runtime in this process, decode steps of 16 rows over a 128-token
    cache, no sampling (the graph's own draw runs greedy), no server, the median step of 2 s
-   (tokens/s; the server idle meanwhile);
+   (tokens/s; the server idle meanwhile), measured before each load and after it: a load's
+   ceiling is the mean of the two beside it (this machine's speed moves within minutes);
 2. inferd (`inferd serve`, continuous batching, max_running 16) under a closed loop that keeps
    16 requests in flight without end (prompts 8-64 tokens, max_new_tokens uniform over 8-256,
    temperature 0.8, top-k 50, whole answers): after a warm-up, the tokens the server made
@@ -17,10 +18,10 @@ the in-place KV cache that `inferd export --kv-cache inplace` writes): the demo 
 
 Reported: each load's tokens/s and its ratio to the ceiling measured beside it, medians of the
 rounds (the ceiling itself moves between minutes on a shared machine; each ratio is taken
-within its round); and, from the server's step metrics, the share of the window spent in decode
-steps and a decode step's mean time and rows, to set beside the raw step's (the difference: the
-load's other work on the same two cores, and rows of other lengths than the raw step's 128),
-and the share spent in prefills and a prefill's mean time (the rest of the window: HTTP,
+against the ceilings just before and after its own window); and, from the server's step
+metrics, the share of the window spent in decode steps and a decode step's mean time and rows,
+to set beside the raw step's (the difference: the load's other work on the same two cores, and
+rows of other lengths than the raw step's 128), and the share spent in prefills and a prefill's mean time (the rest of the window: HTTP,
 tokenizing, answering, the loop's own Python).
 
     python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
@@ -58,8 +59,8 @@ DECODERS = dict(zip(("demo", "21m"), CASES, strict=True))
 
 @dataclass(frozen=True)
 class Round:
-    ceiling: float
-    ceiling_step_ms: float
+    ceilings: dict[int, float]
+    """Each load's raw ceiling: the mean of those measured just before and after it."""
     loads: dict[int, Load]
 
 
@@ -78,29 +79,31 @@ def run_case(
         server = Server(root)
         try:
             for _ in range(rounds):
-                ceiling = raw_ceiling(model_file, case.shape, "inplace")
-                made = {}
+                before = raw_ceiling(model_file, case.shape, "inplace")
+                made, ceilings = {}, {}
                 for load in LOADS:
                     bodies = [orjson.dumps(b) for b in workload(400, seed=load)]
                     made[load] = steady_load(server.url, load, bodies, 3.0, window_s)
-                results.append(Round(ceiling, 16 / ceiling * 1000, made))
-                print(case.name, f"ceiling {ceiling:.0f}", made, flush=True)
+                    after = raw_ceiling(model_file, case.shape, "inplace")
+                    ceilings[load], before = (before + after) / 2, after
+                results.append(Round(ceilings, made))
+                print(case.name, "ceilings", ceilings, made, flush=True)
         finally:
             server.stop()
     return results
 
 
 def report(case: Case, results: list[Round], window_s: float) -> str:
-    ceiling = median_of([r.ceiling for r in results])
-    step = median_of([r.ceiling_step_ms for r in results])
+    ceiling = median_of([c for r in results for c in r.ceilings.values()])
+    step = 16 / ceiling * 1000
     rows = []
     for load in LOADS:
 
         def med(field: str, load: int = load) -> float:
             return median_of([getattr(r.loads[load], field) for r in results])
 
-        ratio = median_of([r.loads[load].tokens_per_s / r.ceiling for r in results])
-        spread = ", ".join(f"{r.loads[load].tokens_per_s / r.ceiling:.0%}" for r in results)
+        ratio = median_of([r.loads[load].tokens_per_s / r.ceilings[load] for r in results])
+        spread = ", ".join(f"{r.loads[load].tokens_per_s / r.ceilings[load]:.0%}" for r in results)
         rows.append(
             f"| {load} | {med('tokens_per_s'):.0f} | **{ratio:.0%}** ({spread}) | "
             f"{med('step_share'):.0%} | {med('step_ms'):.2f} | {med('rows'):.1f} | "
@@ -164,10 +167,10 @@ def main() -> None:
         "in-place KV cache, `ignore_eos`; closed loops of 16 and 1 requests in flight without "
         "end, prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k "
         "50; the client: raw asyncio HTTP/1.1 (uvloop) on the same cores; tokens counted by "
-        "the server over a window after a 3 s warm-up; each round's ratio to the raw ceiling "
-        "measured just before it: ONNX Runtime in process, decode steps of 16 rows over a "
-        "128-token cache, no sampling (the graph's draw runs greedy), no server, the median "
-        "step of 2 s).",
+        "the server over a window after a 3 s warm-up; each load's ratio to the raw ceiling, "
+        "the mean of those measured just before and after its window: ONNX Runtime in "
+        "process, decode steps of 16 rows over a 128-token cache, no sampling (the graph's "
+        "draw runs greedy), no server, the median step of 2 s).",
     ]
     for case in cases:
         sections += ["", report(case, run_case(case, rounds, window, inline, block), window)]
