@@ -21,8 +21,9 @@ rounds (the ceiling itself moves between minutes on a shared machine; each ratio
 against the ceilings just before and after its own window); and, from the server's step
 metrics, the share of the window spent in decode steps and a decode step's mean time and rows,
 to set beside the raw step's (the difference: the load's other work on the same two cores, and
-rows of other lengths than the raw step's 128), and the share spent in prefills and a prefill's mean time (the rest of the window: HTTP,
-tokenizing, answering, the loop's own Python).
+rows of other lengths than the raw step's 128), and the share spent in prefills and a
+prefill's mean time (the rest of the window: HTTP, tokenizing, answering, the loop's own
+Python).
 
     python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
     python benchmarks/ceiling_bench.py --quick

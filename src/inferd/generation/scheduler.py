@@ -250,8 +250,8 @@ class Scheduler:
                     await self._let_arrivals_in()
 
     def _room(self) -> bool:
-        """Whether a generation arriving now would be admitted at once: a free row and none
-        waiting ahead of it."""
+        """Whether a generation arriving now would find a free row with none waiting ahead of
+        it (the KV budget aside)."""
         return not self._waiting and len(self._running) < self._config.max_running
 
     async def _let_arrivals_in(self) -> None:
