@@ -6,6 +6,7 @@ in-process ONNX Runtime on the same machine, and written with the command that p
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -187,6 +188,29 @@ def worktree(ref: str, path: Path) -> Iterator[Path]:
         subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False
         )
+
+
+def two_variants(parser: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, str]]:
+    """`--variant NAME=REF`, given twice: the (name, git ref) pairs of an A/B between code
+    trees (the parser's error otherwise)."""
+    variants = [tuple(spec.split("=", 1)) for spec in specs]
+    if len(variants) != 2 or any(len(v) != 2 for v in variants):
+        parser.error("two variants: NAME=REF NAME=REF")
+    return [(name, ref) for name, ref in variants]
+
+
+def alternated(names: list[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, name) of each variant in each round, the order turned each round: a machine
+    whose speed moves within minutes weighs on both alike."""
+    for round_ in range(rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            yield round_, name
+
+
+def ratio_line(first: str, second: str, ratios: list[float], what: str) -> str:
+    """The A/B's verdict: the median of the rounds' ratios of `what`, and each round's."""
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    return f"{second} / {first}, {what}: median {median_of(ratios):.3f} ({shown})"
 
 
 def median_of(values: list[float]) -> float:

@@ -28,7 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import machine_description, median_of, worktree
+from common import (
+    alternated,
+    machine_description,
+    median_of,
+    ratio_line,
+    two_variants,
+    worktree,
+)
 from generate_bench import CASES, build_repo, set_generation
 
 MODEL_DIR = "bench-gen"
@@ -114,9 +121,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
-    variants = [tuple(v.split("=", 1)) for v in args.variant]
-    if len(variants) != 2:
-        parser.error("two variants: NAME=REF NAME=REF")
+    variants = two_variants(parser, args.variant)
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     with tempfile.TemporaryDirectory(prefix="inferd-loop-") as tmp, contextlib.ExitStack() as trees:
         root = build_repo(Path(tmp) / "repo", CASES[0].shape, "inplace")
@@ -125,12 +130,10 @@ def main() -> int:
             name: trees.enter_context(worktree(ref, Path(tmp) / f"tree-{name}")) / "src"
             for name, ref in variants
         }
-        for round_ in range(args.rounds):
-            order = variants if round_ % 2 == 0 else variants[::-1]
-            for name, _ in order:
-                got = run_tree(srcs[name], root / MODEL_DIR, args.in_flight, args.seconds)
-                results[name].append(got)
-                print(f"round {round_ + 1} {name}: {got}", flush=True)
+        for round_, name in alternated(list(srcs), args.rounds):
+            got = run_tree(srcs[name], root / MODEL_DIR, args.in_flight, args.seconds)
+            results[name].append(got)
+            print(f"round {round_ + 1} {name}: {got}", flush=True)
     (first, _), (second, _) = variants
     pairs = zip(results[first], results[second], strict=True)
     ratio = [b["rows_per_s"] / a["rows_per_s"] for a, b in pairs]
@@ -142,8 +145,7 @@ def main() -> int:
         step = median_of([r["step_us"] for r in rows])
         rate = median_of([r["rows_per_s"] for r in rows])
         print(f"| {name} | {step:.0f} | {rate:.0f} |")
-    shown = ", ".join(f"{r:.2f}" for r in ratio)
-    print(f"\n{second} / {first}, rows a second: median {median_of(ratio):.3f} ({shown})")
+    print("\n" + ratio_line(first, second, ratio, "rows a second"))
     return 0
 
 

@@ -41,7 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ceiling_bench import DECODERS
-from common import Server, machine_description, median_of, worktree
+from common import (
+    Server,
+    alternated,
+    machine_description,
+    median_of,
+    ratio_line,
+    two_variants,
+    worktree,
+)
 from generate_bench import build_repo, set_generation, workload
 from steady import Load, steady_load
 
@@ -59,9 +67,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=6.0, help="counted per round")
     args = parser.parse_args()
-    variants = [tuple(v.split("=", 1)) for v in args.variant]
-    if len(variants) != 2 or any(len(v) != 2 for v in variants):
-        parser.error("two variants: NAME=REF NAME=REF")
+    variants = two_variants(parser, args.variant)
     case = DECODERS[args.decoder]
     results: dict[str, list[Load]] = {name: [] for name, _ in variants}
     bodies = [orjson.dumps(b) for b in workload(400, seed=args.in_flight)]
@@ -77,17 +83,15 @@ def main() -> int:
             server = Server(root, env={"PYTHONPATH": str(src)})
             stack.callback(server.stop)
             servers[name] = server
-        for round_ in range(args.rounds):
-            order = variants if round_ % 2 == 0 else variants[::-1]
-            for name, _ in order:
-                got = steady_load(servers[name].url, args.in_flight, bodies, 2.0, args.seconds)
-                results[name].append(got)
-                print(
-                    f"round {round_ + 1} {name}: {got.tokens_per_s:.0f} tokens/s, "
-                    f"{got.rows:.2f} rows a step of {got.step_ms:.3f} ms, "
-                    f"{outside_ms(got, args.in_flight):.1f} ms outside the batch",
-                    flush=True,
-                )
+        for round_, name in alternated(list(servers), args.rounds):
+            got = steady_load(servers[name].url, args.in_flight, bodies, 2.0, args.seconds)
+            results[name].append(got)
+            print(
+                f"round {round_ + 1} {name}: {got.tokens_per_s:.0f} tokens/s, "
+                f"{got.rows:.2f} rows a step of {got.step_ms:.3f} ms, "
+                f"{outside_ms(got, args.in_flight):.1f} ms outside the batch",
+                flush=True,
+            )
     (first, _), (second, _) = variants
     pairs = zip(results[first], results[second], strict=True)
     ratio = [b.tokens_per_s / a.tokens_per_s for a, b in pairs]
@@ -109,8 +113,7 @@ def main() -> int:
             f"{med('step_ms'):.3f} | {med('step_share'):.0%} | "
             f"{median_of([outside_ms(load, args.in_flight) for load in loads]):.1f} |"
         )
-    shown = ", ".join(f"{r:.2f}" for r in ratio)
-    print(f"\n{second} / {first}, tokens a second: median {median_of(ratio):.3f} ({shown})")
+    print("\n" + ratio_line(first, second, ratio, "tokens a second"))
     return 0
 
 

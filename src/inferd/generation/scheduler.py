@@ -247,21 +247,18 @@ class Scheduler:
                 # thread lets them run while it computes
                 await asyncio.sleep(0)
                 if self._held_loop and self._room():
-                    await self._let_arrivals_in()
+                    # one more turn: a request read in the turn above is a new task that
+                    # first runs in the next (its handler, to `submit`), while this loop,
+                    # queued before it, would start the next steps first; so it joins at the
+                    # next step, not one step or block later (the demo decoder at 16 in
+                    # flight: 0.6 more rows a step, a request's time outside the batch
+                    # 21 -> 9 ms: benchmarks/RESULTS.md)
+                    await asyncio.sleep(0)
 
     def _room(self) -> bool:
         """Whether a generation arriving now would find a free row with none waiting ahead of
         it (the KV budget aside)."""
         return not self._waiting and len(self._running) < self._config.max_running
-
-    async def _let_arrivals_in(self) -> None:
-        """One more turn of the event loop, after the one that read the sockets: a request
-        read in that turn is a new task that first runs in the next one (through its handler
-        to `submit`), while this loop, queued before it, would start the next steps first. So
-        a newcomer joins at the next step, not after one more step or block on the loop's
-        thread (the demo decoder at 16 requests in flight: 0.6 more rows a step, a request's
-        time outside the batch 21 -> 9 ms: benchmarks/RESULTS.md)."""
-        await asyncio.sleep(0)
 
     def _choose(self) -> list[Seq]:
         config = self._config
@@ -456,7 +453,7 @@ class Scheduler:
         ended: list[float] = []
         # a newcomer may join at the next step: none waits now (a head that waits was not
         # admitted for want of room, and those behind it queue after it), and a row is free
-        joinable = not self._waiting and len(self._running) < self._config.max_running
+        joinable = self._room()
 
         def between(k: int) -> bool:  # on the thread that runs the steps, after step k
             ended.append(time.perf_counter())
