@@ -30,6 +30,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,11 +152,12 @@ async def closed_loop(url: str, bodies: list[dict[str, object]]) -> RoundResult:
     )
 
 
-def raw_ceiling(
+def raw_step(
     model_file: Path, shape: GeneratorShape, layout: str, rows: int = CONCURRENCY, past: int = 128
-) -> float:
-    """Tokens/s of bare decode steps (rows x 1 token over a `past`-token cache) in process;
-    in place: the cache buffers bound as both past and present (IO binding), as served."""
+) -> Callable[[], None]:
+    """One bare decode step (rows x 1 token over a `past`-token cache) in process, its inputs
+    made once; in place: the cache buffers bound as both past and present (IO binding), as
+    served."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
@@ -169,29 +171,7 @@ def raw_ceiling(
     }
     tokens = np.ones((rows, 1), dtype=np.int64)
     positions = np.full((rows, 1), past, dtype=np.int64)
-    if layout == "inplace":
-        binding = session.io_binding()
-        binding.bind_cpu_input("input_ids", tokens)
-        binding.bind_cpu_input("position_ids", positions)
-        binding.bind_cpu_input("seqlens_k", np.full(rows, past, dtype=np.int32))
-        binding.bind_cpu_input("total_sequence_length", np.array(past + 1, dtype=np.int32))
-        binding.bind_output("logits")
-        if "draw_uniform" in {i.name for i in session.get_inputs()}:
-            # (imported here: an A/B against an older checkout's src runs this file too)
-            from inferd.generation.decoder import idle_draw_feeds
-            from inferd.prep.ranked_logits import TOP_WIDTH
-
-            for name, value in idle_draw_feeds(rows, TOP_WIDTH).items():
-                binding.bind_cpu_input(name, value)  # the graph's own draw, greedy: it runs too
-        presents = cache_names(shape.layers, PRESENT)
-        for (name, array), present in zip(cache.items(), presents, strict=True):
-            value = ort.OrtValue.ortvalue_from_numpy(array)
-            binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(present, value)
-
-        def step() -> None:
-            session.run_with_iobinding(binding)
-    else:
+    if layout != "inplace":
         feeds = {
             "input_ids": tokens,
             "attention_mask": np.ones((rows, past + 1), np.int64),
@@ -199,9 +179,36 @@ def raw_ceiling(
             **cache,
         }
 
-        def step() -> None:
+        def run() -> None:
             session.run(None, feeds)
 
+        return run
+    binding = session.io_binding()
+    binding.bind_cpu_input("input_ids", tokens)
+    binding.bind_cpu_input("position_ids", positions)
+    binding.bind_cpu_input("seqlens_k", np.full(rows, past, dtype=np.int32))
+    binding.bind_cpu_input("total_sequence_length", np.array(past + 1, dtype=np.int32))
+    binding.bind_output("logits")
+    if "draw_uniform" in {i.name for i in session.get_inputs()}:
+        # (imported here: an A/B against an older checkout's src runs this file too)
+        from inferd.generation.decoder import idle_draw_feeds
+        from inferd.prep.ranked_logits import TOP_WIDTH
+
+        for name, value in idle_draw_feeds(rows, TOP_WIDTH).items():
+            binding.bind_cpu_input(name, value)  # the graph's own draw, greedy: it runs too
+    presents = cache_names(shape.layers, PRESENT)
+    for (name, array), present in zip(cache.items(), presents, strict=True):
+        value = ort.OrtValue.ortvalue_from_numpy(array)
+        binding.bind_ortvalue_input(name, value)
+        binding.bind_ortvalue_output(present, value)
+    return lambda: session.run_with_iobinding(binding)
+
+
+def raw_ceiling(
+    model_file: Path, shape: GeneratorShape, layout: str, rows: int = CONCURRENCY, past: int = 128
+) -> float:
+    """Tokens/s of bare decode steps (`raw_step`), back to back."""
+    step = raw_step(model_file, shape, layout, rows, past)
     for _ in range(5):
         step()
     times: list[float] = []
