@@ -473,15 +473,11 @@ class Scheduler:
                 if not seq.params.greedy:
                     seq.give_back(steps - done)
         self._report("decode", len(rows), np.diff([started, *ended]).tolist())
-        gaps = []
-        for r, seq in enumerate(rows):
+        gaps: list[float] = []
+        for seq, tokens in zip(rows, drawn[:done].T.tolist(), strict=True):
             seq.cached += done
-            for k in range(done):
-                if seq.done or seq.cancelled:
-                    break
-                since = seq.accept(int(drawn[k, r]), ended[k])
-                if since is not None:
-                    gaps.append(since)
+            if not seq.cancelled:  # (one that ends within the block takes its tokens up to it)
+                gaps += seq.accept_many(tokens, ended)
         notify(self._observer.on_generation_tokens, self._model, (), gaps)
 
     def _retire(self) -> None:

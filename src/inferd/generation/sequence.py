@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -118,6 +119,49 @@ class Sequence:
             if len(self.generated) >= self.params.max_new_tokens or total >= self._context:
                 self.finish("length", now)
         return since
+
+    def accept_many(self, tokens: list[int], times: list[float]) -> list[float]:
+        """`accept` for tokens drawn one after another (a decode block's, each at the time its
+        step ended), up to the sequence's end (what comes after it is dropped); returns the
+        times between tokens (the first since the previous token, when there was one). Without
+        stop sequences the tokens are taken together, not one at a time."""
+        if not tokens:
+            return []
+        if self.params.stop or self.done:  # the text decides where it ends, token by token
+            gaps = []
+            for token, now in zip(tokens, times, strict=True):
+                if self.done:
+                    break
+                since = self.accept(token, now)
+                if since is not None:
+                    gaps.append(since)
+            return gaps
+        room = min(
+            self.params.max_new_tokens - len(self.generated),
+            self._context - len(self.prompt_ids) - len(self.generated),
+        )
+        end = tokens.index(self._eos) if self._eos in tokens else len(tokens)
+        taken = tokens[: min(end, room)]
+        stopped = end < min(len(tokens), room)  # an EOS before the length limit
+        times = times[: len(taken) + stopped]  # (the EOS's own time too)
+        before = self.last_token_at
+        gaps = [b - a for a, b in pairwise(times)]
+        if before is not None:
+            gaps.insert(0, times[0] - before)
+        if self.first_token_at is None:
+            self.first_token_at = times[0]
+        self.last_token_at = times[-1]
+        self.generated.extend(taken)
+        self.seen.update(taken)
+        self._text.extend(taken)
+        if taken and not self._whole and not self._pending:
+            self._pending = True
+            self.events.put_nowait(PENDING)
+        if stopped:
+            self.finish("stop", times[-1])
+        elif len(taken) == room:
+            self.finish("length", times[-1])
+        return gaps
 
     def finish(self, reason: str, now: float) -> None:
         if self.finished is not None:

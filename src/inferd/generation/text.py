@@ -31,6 +31,10 @@ class IncrementalText:
         """Adds a token without decoding it yet (`flush` decodes what is pending)."""
         self._ids.append(token)
 
+    def extend(self, tokens: list[int]) -> None:
+        """Adds tokens without decoding them yet."""
+        self._ids.extend(tokens)
+
     def push(self, token: int) -> str:
         """Adds a token; returns the text that is now safe to send (maybe empty)."""
         self._ids.append(token)

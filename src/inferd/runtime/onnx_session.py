@@ -153,8 +153,9 @@ class OnnxSession:
         self._shrink_above = options.arena_shrink_above_elements
         self._bindings: dict[object, _Kept] = {}
         """In-place runs' bindings, most recent last (`_bound`)."""
-        self._recent: tuple[object, tuple[Array, ...], object] | None = None
-        """The last binding key, with the shared arrays it was read from (`_key`)."""
+        self._recent: dict[object, tuple[tuple[Array, ...], object]] = {}
+        """Binding keys by the identity of the shared arrays they were read from, with those
+        arrays, least recently used first (`_key`)."""
         self._shrink = ort.RunOptions()
         gpu = f"gpu:{options.device_id or 0}"
         devices = ["cpu:0"] + ([gpu] if "CUDAExecutionProvider" in self._providers else [])
@@ -235,22 +236,18 @@ class OnnxSession:
         self, feeds: Feeds, shared: list[str], returned: list[str], into: Mapping[str, str]
     ) -> object:
         """`_binding_key`, without reading the shared arrays' memory again when they are the
-        very arrays of the last call (a decoder's store hands the same views every step):
-        reading an array's address costs more than a step's other bookkeeping. `shared`:
-        the inputs written `into`, sorted."""
+        very arrays of an earlier call (a decoder's store hands the same views every step,
+        and its decode steps and prefills take turns): reading an array's address costs more
+        than a step's other bookkeeping. `shared`: the inputs written `into`, sorted."""
         arrays = tuple(feeds[n] for n in shared)
-        form = (tuple(into.items()), tuple(returned))
-        recent = self._recent
-        if (
-            recent is not None
-            and recent[0] == form
-            and len(recent[1]) == len(arrays)
-            and all(a is b for a, b in zip(arrays, recent[1], strict=True))
-        ):
-            return recent[2]
-        key = self._binding_key(feeds, returned, into)
-        self._recent = (form, arrays, key)  # (holding them: no other array takes their ids)
-        return key
+        known = (tuple(into.items()), tuple(returned), tuple(map(id, arrays)))
+        recent = self._recent.pop(known, None)
+        if recent is None:
+            recent = (arrays, self._binding_key(feeds, returned, into))
+            while len(self._recent) >= KEPT_BINDINGS:
+                self._recent.pop(next(iter(self._recent)))
+        self._recent[known] = recent  # (holding the arrays: no other array takes their ids)
+        return recent[1]
 
     def _bound(
         self, feeds: Feeds, returned: list[str], into: Mapping[str, str]

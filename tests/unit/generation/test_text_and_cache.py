@@ -114,6 +114,49 @@ def test_a_streamed_sequence_is_decoded_by_its_reader_not_the_step(
     assert read_calls == 2  # one decode of the window before, one after: for all the tokens
 
 
+def test_tokens_taken_together_are_taken_as_one_at_a_time(tokenizer: Tokenizer) -> None:
+    """`accept_many` (a decode block's tokens, a row's together) leaves a sequence as `accept`
+    token by token does: the same tokens kept (up to an EOS, the length limit or the
+    context), the same end, text, token times, gaps between tokens and events, with or without
+    stop sequences, whole answers or streamed."""
+    rng = np.random.default_rng(0)
+    eos = 7
+    for case in range(300):
+        prompt = [int(t) for t in rng.integers(8, 300, int(rng.integers(1, 6)))]
+        stop = ("the", "s ") if case % 3 == 0 else ()
+        params = SamplingParams(
+            int(rng.integers(1, 14)), stop=stop, ignore_eos=bool(case % 5 == 0), seed=case
+        )
+        context = len(prompt) + int(rng.integers(1, 16))
+        tokens = [eos if rng.random() < 0.06 else int(t) for t in rng.integers(8, 300, 20)]
+        times = np.cumsum(rng.uniform(0.001, 0.01, 20)).tolist()
+
+        one, many = (Sequence(list(prompt), params, tokenizer, eos, context) for _ in "ab")
+        many.created = one.created
+        for seq in (one, many):
+            seq._whole = case % 2 == 0
+            seq.accept(tokens[0], times[0])  # the prefill's token
+        gaps_one, gaps_many = [], []
+        for k in range(1, 20):
+            if one.done:
+                break
+            since = one.accept(tokens[k], times[k])
+            if since is not None:
+                gaps_one.append(since)
+        at = 1
+        while at < 20 and not many.done:  # blocks of 1-5 tokens
+            width = int(rng.integers(1, 6))
+            gaps_many += many.accept_many(tokens[at : at + width], times[at : at + width])
+            at += width
+        assert many.generated == one.generated, case
+        assert many.finished == one.finished, case
+        assert (many.first_token_at, many.last_token_at) == (one.first_token_at, one.last_token_at)
+        assert gaps_many == pytest.approx(gaps_one), case
+        events = [[q.get_nowait() for _ in range(q.qsize())] for q in (one.events, many.events)]
+        assert events[1] == events[0], case
+    assert many.accept_many([], []) == []
+
+
 def test_a_stop_sequence_ends_the_text_before_it(tokenizer: Tokenizer) -> None:
     deltas, whole = feed(tokenizer, "Open the file. Then close it.", stop=("Then",))
     assert whole == "Open the file. "
