@@ -19,6 +19,7 @@ from inferd.config.model import RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.build import BuildContext
 from inferd.engine.generation import GeneratorServable
+from inferd.engine.heap import settle
 from inferd.engine.loading import LoadedModel, load_instances
 from inferd.engine.registry import Registry
 from inferd.engine.servable import Servable
@@ -103,6 +104,7 @@ class Loader:
                     await self._load_zero_shot(version)
         finally:
             self.done = True
+            settle()
         ready = sum(v.ready for v in registry.all_versions())
         log.info("model loading finished", extra={"ready_versions": ready})
 
@@ -263,6 +265,7 @@ class Loader:
             log.info("version retired", extra={"model": name, "version": number})
         self._registry.changed()
         self._registry.mark_loaded(name, int(time.time()))
+        settle()
         return self._registry.resolve(name)
 
     async def add_version(self, name: str, number: int) -> Version:
@@ -290,6 +293,7 @@ class Loader:
                     f"model '{name}' version {number} did not load: {version.reason}"
                 )
             self._registry.changed()
+            settle()
             return version
 
     async def retire_version(self, name: str, number: int) -> None:
@@ -301,6 +305,7 @@ class Loader:
             await retired.drain(self._settings.drain_timeout_s)
             await retired.close()
             self._registry.changed()
+            settle()
             log.info("version retired", extra={"model": name, "version": number})
 
     async def unload_model(self, name: str) -> None:
@@ -313,6 +318,7 @@ class Loader:
         for version in versions.values():
             await version.drain(self._settings.drain_timeout_s)
             await version.close()
+        settle()
         log.info("model unloaded", extra={"model": name})
 
 

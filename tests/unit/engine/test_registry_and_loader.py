@@ -4,6 +4,8 @@ on fake runtimes."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,30 @@ async def test_concurrent_loads_of_one_model_take_turns_and_leak_nothing(tmp_pat
     await engine.loader.unload_model("affine")
     assert all(r.closed for r in made), "every runtime a load opened is closed after unload"
     await engine.close()
+
+
+async def test_what_is_loaded_is_frozen_out_of_collections_and_an_unloaded_model_is_freed(
+    tmp_path: Path,
+) -> None:
+    """When loading ends, what is alive is collected once and frozen (`gc.freeze`): later
+    collections do not scan it. An unload unfreezes and collects first, so a model's objects
+    held only in reference cycles are freed then, not kept for good."""
+    add_model(tmp_path, "affine", {})
+    made: list[FakeRuntime] = []
+    engine = engine_for(tmp_path)
+    engine.loader._runtime_loader = fake_loader(made=made)
+    try:
+        await engine.load_all()
+        assert gc.get_freeze_count() > 0
+        (runtime,) = made
+        runtime.cycle = runtime  # type: ignore[attr-defined]  # (freed only by a collection)
+        gone = weakref.ref(runtime)
+        del runtime, made[:]
+        gc.collect()
+        assert gone() is not None, "in use: the version serves"
+        await engine.loader.unload_model("affine")
+        assert gone() is None, "the unloaded model's runtime, in a cycle, was collected"
+        assert gc.get_freeze_count() > 0  # frozen again after the unload
+    finally:
+        await engine.close()
+        gc.unfreeze()
