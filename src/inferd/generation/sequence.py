@@ -125,9 +125,9 @@ class Sequence:
         step ended), up to the sequence's end (what comes after it is dropped); returns the
         times between tokens (the first since the previous token, when there was one). Without
         stop sequences the tokens are taken together, not one at a time."""
-        if not tokens:
+        if not tokens or self.done:
             return []
-        if self.params.stop or self.done:  # the text decides where it ends, token by token
+        if self.params.stop:  # the text decides where it ends, token by token
             gaps = []
             for token, now in zip(tokens, times, strict=True):
                 if self.done:
