@@ -136,6 +136,13 @@ class RuntimeOptions(_Strict):
         "same_as_requested",
         description="How the CUDA arena grows; same_as_requested wastes less device memory.",
     )
+    gpu_mem_limit_mb: int | None = Field(
+        None,
+        ge=1,
+        description="The CUDA provider's arena limit (ONNX Runtime's gpu_mem_limit), in MiB; "
+        "unset: the whole device. A run that needs more fails as out of memory (5070, its "
+        "batch halved and retried).",
+    )
     allow_spinning: bool = Field(
         False,
         description="Let ONNX Runtime's idle threads spin for work. Off by default: in a server "
@@ -359,6 +366,14 @@ class GenerationConfig(_Strict):
         "step (a third of a 0.9 ms prefill), and the loop's work during a step on another "
         "thread made a 7 ms step 7% longer on two cores. Other requests then wait at most "
         "one step or prefill. 0: every step and prefill on a runtime thread.",
+    )
+    cache_placement: Literal["device", "host"] = Field(
+        "device",
+        description="Where an in-place decoder's KV cache and drawn tokens live: device, the "
+        "instance's own memory (on a GPU: the cache never crosses the bus, a step copies its "
+        "few small inputs in and its tokens out); host, numpy arrays that ONNX Runtime copies "
+        "to the GPU and back on every step (the baseline the GPU check measures against). The "
+        "same memory on a CPU instance.",
     )
     block_steps: int = Field(
         4,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+from inferd.config.model import GenerationConfig
 from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import Servable
@@ -15,11 +16,18 @@ from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
-from inferd.runtime.protocol import Array, Feeds
+from inferd.runtime.memory import HostMemory
+from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime
 from inferd.tasks.text import OFF_LOOP_CHARS
 
 Prompt = str | Messages
 """A prompt, or chat messages to render into one."""
+
+
+def cache_memory(config: GenerationConfig, runtime: Runtime) -> DeviceMemory:
+    """Where the scheduler's in-place KV cache lives: the runtime instance's own memory
+    (`cache_placement: device`), or the host's."""
+    return runtime.memory if config.cache_placement == "device" else HostMemory()
 
 
 class GeneratorServable(Servable):
@@ -49,6 +57,7 @@ class GeneratorServable(Servable):
             version=str(ctx.version),
             observer=ctx.observer,
             run_now=loaded.pool.run_now,
+            memory=cache_memory(ctx.config.generation, loaded.pool.first),
         )
         self._scheduler.start()
 

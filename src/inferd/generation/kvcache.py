@@ -132,6 +132,9 @@ class PaddedKV:
     def advances(self) -> bool:
         return False  # the cache grows by a column a step: each step's feeds are new
 
+    def drawn(self, step: Step) -> Array:
+        raise NotImplementedError("a concatenating cache's steps do not draw in place")
+
     def advance(self, step: Step) -> None:
         raise NotImplementedError("a concatenating cache's steps are not run back to back")
 

@@ -11,22 +11,30 @@ from typing import Protocol
 
 from inferd.config.model import GenerationConfig
 from inferd.generation.decoder import DecoderShape
-from inferd.runtime.protocol import Array
+from inferd.runtime.protocol import Array, DeviceArray, DeviceMemory
 
 
 @dataclass(frozen=True)
 class Step:
     feeds: dict[str, Array]
+    """The inputs on the host."""
     into: dict[str, str] = field(default_factory=dict)
     """Outputs the runtime writes into an input's array, in place (output -> input)."""
     slots: tuple[int, ...] = ()
     """A prefill's rows in the batch, one per prompt."""
     lengths: tuple[int, ...] = ()
     """A prefill's prompt lengths."""
+    bound: dict[str, DeviceArray] = field(default_factory=dict)
+    """The inputs in the instance's own memory (a device-resident KV cache, drawn tokens)."""
     last_aligned: bool = False
     """A prefill whose prompts all end at its last position (or whose graph gives each row's
     last real token alone: `DecoderShape.last_only`): the position the graph ranks candidates
     at (inferd.prep.ranked_logits), so they are each prompt's next-token ones."""
+
+    @property
+    def inputs(self) -> dict[str, Array | DeviceArray]:
+        """Every input of the run, wherever it lies (the same array objects)."""
+        return {**self.feeds, **self.bound}
 
 
 class KVStore(Protocol):
@@ -67,6 +75,11 @@ class KVStore(Protocol):
         """Whether a decode step's own feeds can become the next step's (`advance`)."""
         ...
 
+    def drawn(self, step: Step) -> Array:
+        """The tokens a decode step drew in the graph into its own `input_ids`, [rows] on the
+        host (only they cross from the device)."""
+        ...
+
     def advance(self, step: Step) -> None:
         """After a decode step whose drawn tokens were written into its own `input_ids`: takes
         the step (`after_decode`), then moves its feeds one position on, in place, so they
@@ -81,12 +94,17 @@ class KVStore(Protocol):
     def clear(self) -> None: ...
 
 
-def kv_store(shape: DecoderShape, config: GenerationConfig) -> KVStore:
+def kv_store(
+    shape: DecoderShape, config: GenerationConfig, memory: DeviceMemory | None = None
+) -> KVStore:
+    """The store for the decoder's layout; an in-place cache in `memory` (the host's when
+    None). A concatenating cache is new arrays every step: it stays on the host."""
     from inferd.generation.kvcache import PaddedKV
     from inferd.generation.slots import SlotKV
+    from inferd.runtime.memory import HostMemory
 
     if shape.inplace:
         capacity = min(config.context_length, config.max_kv_tokens)
         rows = max(1, min(config.max_running, config.max_kv_tokens // capacity))
-        return SlotKV(shape, capacity, rows)
+        return SlotKV(shape, capacity, rows, memory or HostMemory())
     return PaddedKV(shape)

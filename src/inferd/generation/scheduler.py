@@ -52,7 +52,7 @@ from inferd.generation.params import SamplingParams, check_prompt
 from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, notify
-from inferd.runtime.protocol import Array, Repeat
+from inferd.runtime.protocol import Array, Bound, DeviceMemory, Repeat
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class RunStep(Protocol):
 
     def __call__(
         self,
-        feeds: dict[str, Array],
+        feeds: Bound,
         output_names: Sequence[str],
         into: dict[str, str],
         repeat: Repeat | None = None,
@@ -78,7 +78,7 @@ class RunNow(Protocol):
 
     def __call__(
         self,
-        feeds: dict[str, Array],
+        feeds: Bound,
         output_names: Sequence[str],
         into: dict[str, str],
         repeat: Repeat | None = None,
@@ -99,7 +99,10 @@ class Scheduler:
         version: str = "",
         observer: Observer | None = None,
         run_now: RunNow | None = None,
+        memory: DeviceMemory | None = None,
     ) -> None:
+        """`memory`: where an in-place KV cache lives (the runtime instance's own, or the
+        host's when None)."""
         self._run = run
         self._run_now = run_now
         self._held_loop = False
@@ -124,7 +127,7 @@ class Scheduler:
         """The sequences still generating."""
         self._rows: list[Seq] = []
         """The batch's rows in order: the running, and finished ones not yet compacted away."""
-        self._kv = kv_store(shape, config)
+        self._kv = kv_store(shape, config, memory)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -313,7 +316,7 @@ class Scheduler:
         per_token = self._prefill_token_s
         expected = None if per_token is None else per_token * computed
         started = time.perf_counter()
-        out = await self._step(step.feeds, names, step.into, expected)
+        out = await self._step(step.inputs, names, step.into, expected)
         now = time.perf_counter()
         self._prefill_token_s = _moving(per_token, (now - started) / computed)
         if ranked:
@@ -357,7 +360,7 @@ class Scheduler:
         if in_graph:
             self._set_draw(step.feeds, rows, set(live), 1)
         started = time.perf_counter()
-        out = await self._step(step.feeds, names, step.into, self._decode_s)
+        out = await self._step(step.inputs, names, step.into, self._decode_s)
         now = time.perf_counter()
         self._learn_step(now - started)
         self._kv.after_decode(step, out)
@@ -382,7 +385,7 @@ class Scheduler:
 
     async def _step(
         self,
-        feeds: dict[str, Array],
+        feeds: Bound,
         names: Sequence[str],
         into: dict[str, str],
         expected_s: float | None,
@@ -457,7 +460,7 @@ class Scheduler:
 
         def between(k: int) -> bool:  # on the thread that runs the steps, after step k
             ended.append(time.perf_counter())
-            drawn[k] = feeds[TOKENS][:, 0]
+            drawn[k] = self._kv.drawn(step)
             self._kv.advance(step)
             if k + 1 == steps or (joinable and self._waiting):
                 return False
@@ -465,7 +468,7 @@ class Scheduler:
             return True
 
         started = time.perf_counter()
-        await self._step(feeds, (), into, self._decode_s, Repeat(steps, between))
+        await self._step(step.inputs, (), into, self._decode_s, Repeat(steps, between))
         done = len(ended)
         self._learn_step((ended[-1] - started) / done)  # (a block may end early)
         if done < steps:

@@ -7,7 +7,12 @@ copied per step, and a short sequence does not pay for the longest one in the ba
 The live rows are kept packed at the front, so a step runs on the contiguous view `[:rows]`;
 a prefill writes its prompts straight into the rows after them. When sequences leave, the
 last rows move into their places (one row's real tokens copied each), and the order of the
-rest is kept."""
+rest is kept.
+
+The buffers and a decode step's tokens live in a `DeviceMemory` (inferd.runtime.protocol):
+the instance's own (on a GPU the cache never crosses the bus; a step's drawn tokens are read
+back alone), or the host's. The step's other small inputs (positions, lengths, draws) stay on
+the host, written in place, and are copied in by the runtime with each run."""
 
 from __future__ import annotations
 
@@ -25,21 +30,30 @@ from inferd.generation.decoder import (
     idle_draw_feeds,
 )
 from inferd.generation.kvstore import Step
-from inferd.runtime.protocol import Array
+from inferd.runtime.memory import HostMemory
+from inferd.runtime.protocol import Array, DeviceArray, DeviceMemory
 
 
 class SlotKV:
-    def __init__(self, shape: DecoderShape, capacity: int, max_rows: int) -> None:
+    def __init__(
+        self,
+        shape: DecoderShape,
+        capacity: int,
+        max_rows: int,
+        memory: DeviceMemory | None = None,
+    ) -> None:
         self._shape = shape
         self.capacity = capacity
         """Token positions a row holds: the most a sequence may reach."""
         self.max_rows = max_rows
-        self._buffers: list[Array] = []
+        self.memory: DeviceMemory = memory or HostMemory()
+        self._buffers: list[Array | DeviceArray] = []
         self._lengths = np.zeros(max_rows, dtype=np.int64)
         """Real tokens in each row's cache."""
-        self._tokens = np.zeros((max_rows, 1), dtype=np.int64)
-        """A decode step's input tokens (the rows' first ones): the same memory every step, so
-        a binding of it as the graph's drawn output is kept (inferd.runtime.onnx_session)."""
+        self._tokens: Array | DeviceArray | None = None
+        """A decode step's input tokens (the rows' first ones), in `memory`: the same memory
+        every step, so a binding of it as the graph's drawn output is kept
+        (inferd.runtime.onnx_session)."""
         # a decode step's other inputs, the same memory every step too (the rows' first
         # ones), written in place: a kept binding reads them without binding them again, and
         # a run whose inputs were not bound again costs less
@@ -49,9 +63,9 @@ class SlotKV:
         self._draws = idle_draw_feeds(max_rows, shape.top_width) if shape.draws else {}
         """The draw inputs, greedy until the scheduler writes each row's draw into them."""
         self._greedy = {name: buffer[0].copy() for name, buffer in self._draws.items()}
-        self._decoding: dict[int, dict[str, Array]] = {}
-        """A decode step's inputs for each row count: views made once, so every step of as
-        many rows hands the runtime the very same arrays."""
+        self._decoding: dict[int, tuple[dict[str, Array], dict[str, Array | DeviceArray]]] = {}
+        """A decode step's host inputs and `memory` inputs for each row count: views made
+        once, so every step of as many rows hands the runtime the very same arrays."""
         self._rows = 0
 
     @property
@@ -67,24 +81,46 @@ class SlotKV:
             return 1 << 62  # never fits
         return rows * self.capacity
 
-    def _views(self, start: int, stop: int) -> dict[str, Array]:
+    def _views(self, start: int, stop: int) -> dict[str, Array | DeviceArray]:
         if not self._buffers:  # on first use; kept until the store is cleared
             size = (self.max_rows, self._shape.heads, self.capacity, self._shape.head_dim)
-            self._buffers = [np.zeros(size, self._shape.dtype) for _ in self._shape.past_names]
+            self._buffers = [
+                self.memory.zeros(size, self._shape.dtype) for _ in self._shape.past_names
+            ]
         names = self._shape.past_names
-        return {n: buffer[start:stop] for n, buffer in zip(names, self._buffers, strict=True)}
+        return {
+            n: self.memory.rows(buffer, start, stop)
+            for n, buffer in zip(names, self._buffers, strict=True)
+        }
+
+    def _token_rows(self, rows: int) -> Array | DeviceArray:
+        if self._tokens is None:
+            self._tokens = self.memory.zeros((self.max_rows, 1), np.dtype(np.int64))
+        return self.memory.rows(self._tokens, 0, rows)
 
     def _step(
-        self, feeds: dict[str, Array], start: int, stop: int, prompt_lengths: tuple[int, ...] = ()
+        self,
+        feeds: dict[str, Array],
+        placed: dict[str, Array | DeviceArray],
+        start: int,
+        stop: int,
+        prompt_lengths: tuple[int, ...] = (),
     ) -> Step:
-        """The step on rows [start, stop) (their buffer views as past, written as present,
-        in `feeds` already)."""
+        """The step on rows [start, stop): host `feeds`, and the inputs in `memory` (their
+        buffer views as past, written as present)."""
         into = dict(zip(self._shape.present_names, self._shape.past_names, strict=True))
         slots = tuple(range(start, stop)) if prompt_lengths else ()
         # right-padded: every prompt ends at the last position only when all are as long,
         # unless the graph gives each row's last real token alone
         aligned = self._shape.last_only or len(set(prompt_lengths)) == 1
-        return Step(feeds, into, slots, prompt_lengths, aligned)
+        feeds = dict(feeds)
+        bound: dict[str, DeviceArray] = {}
+        for name, array in placed.items():
+            if isinstance(array, DeviceArray):
+                bound[name] = array
+            else:
+                feeds[name] = array
+        return Step(feeds, into, slots, prompt_lengths, bound, aligned)
 
     def prefill(self, prompts: Sequence[Sequence[int]], slots: Sequence[int], pad_id: int) -> Step:
         """Right-padded prompts, written into the rows right after the running ones."""
@@ -105,8 +141,8 @@ class SlotKV:
             TOTAL: np.array(width, dtype=np.int32),
         }
         self._shape.idle_draw(feeds)
-        feeds.update(self._views(start, start + len(prompts)))
-        return self._step(feeds, start, start + len(prompts), tuple(lengths))
+        views = self._views(start, start + len(prompts))
+        return self._step(feeds, views, start, start + len(prompts), tuple(lengths))
 
     def take_prefill(self, step: Step, out: dict[str, Array]) -> None:
         rows = np.array(step.slots)
@@ -124,28 +160,34 @@ class SlotKV:
         that keeps running (static batching) is held at the last position."""
         rows = tokens.shape[0]
         at = np.minimum(positions.astype(np.int64), self.capacity - 1)
-        feeds = self._decoding.get(rows)
-        if feeds is None:
+        made = self._decoding.get(rows)
+        if made is None:
             # one buffer each: a drawing step writes its tokens into the first (advance)
-            feeds = {
-                TOKENS: self._tokens[:rows],
-                POSITIONS: self._positions[:rows],
-                SEQLENS: self._seqlens[:rows],
-                TOTAL: self._total,
-                **{name: buffer[:rows] for name, buffer in self._draws.items()},
-                **self._views(0, rows),
-            }
-            self._decoding[rows] = feeds
-        feeds[TOKENS][:, 0] = tokens
+            made = (
+                {
+                    POSITIONS: self._positions[:rows],
+                    SEQLENS: self._seqlens[:rows],
+                    TOTAL: self._total,
+                    **{name: buffer[:rows] for name, buffer in self._draws.items()},
+                },
+                {TOKENS: self._token_rows(rows), **self._views(0, rows)},
+            )
+            self._decoding[rows] = made
+        feeds, placed = made
+        self.memory.write(placed[TOKENS], tokens.reshape(rows, 1))
         feeds[POSITIONS][:, 0] = at
         feeds[SEQLENS][:] = at
         self._total[...] = int(at.max()) + 1
         for name, greedy in self._greedy.items():
             feeds[name][:] = greedy
-        return self._step(dict(feeds), 0, rows)
+        return self._step(feeds, placed, 0, rows)
+
+    def drawn(self, step: Step) -> Array:
+        tokens = step.bound.get(TOKENS)
+        return self.memory.read(step.feeds[TOKENS] if tokens is None else tokens)[:, 0]
 
     def after_decode(self, step: Step, out: dict[str, Array]) -> None:
-        rows = step.feeds[TOKENS].shape[0]
+        rows = step.feeds[SEQLENS].shape[0]
         self._lengths[:rows] = np.minimum(step.feeds[SEQLENS] + 1, self.capacity)
 
     @property
@@ -168,7 +210,7 @@ class SlotKV:
             order[hole] = source
             used = int(self._lengths[source])
             for buffer in self._buffers:
-                buffer[hole, :, :used] = buffer[source, :, :used]
+                self.memory.copy_prefix(buffer, hole, source, used)
             self._lengths[hole] = used
         self._rows = len(live)
         return order

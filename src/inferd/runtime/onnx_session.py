@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
 from inferd.runtime.datatypes import v2_from_onnx_type
+from inferd.runtime.device_memory import OrtMemory
 from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
-from inferd.runtime.protocol import Array, Feeds, Repeat, TensorSpec
+from inferd.runtime.protocol import Array, Bound, DeviceArray, Repeat, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ def _provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
     if provider == "CUDAExecutionProvider":
         strategy = {"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"}
         chosen["arena_extend_strategy"] = strategy[options.cuda_arena_extend_strategy]
+        if options.gpu_mem_limit_mb is not None:
+            chosen["gpu_mem_limit"] = str(options.gpu_mem_limit_mb * 1024 * 1024)
     return chosen
 
 
@@ -153,13 +157,26 @@ class OnnxSession:
         self._shrink_above = options.arena_shrink_above_elements
         self._bindings: dict[object, _Kept] = {}
         """In-place runs' bindings, most recent last (`_bound`)."""
-        self._recent: dict[object, tuple[tuple[Array, ...], object]] = {}
+        self._recent: dict[object, tuple[tuple[Array | DeviceArray, ...], object]] = {}
         """Binding keys by the identity of the shared arrays they were read from, with those
         arrays, least recently used first (`_key`)."""
         self._shrink = ort.RunOptions()
         gpu = f"gpu:{options.device_id or 0}"
+        on_gpu = any(p in GPU_PROVIDERS for p in self._providers)
         devices = ["cpu:0"] + ([gpu] if "CUDAExecutionProvider" in self._providers else [])
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", ";".join(devices))
+        device, device_id = ("cuda" if on_gpu else "cpu"), options.device_id or 0
+
+        def allocate(shape: tuple[int, ...], dtype: np.dtype[np.generic]) -> tuple[int, object]:
+            value = ort.OrtValue.ortvalue_from_shape_and_type(
+                list(shape), dtype.type, device, device_id
+            )
+            return value.data_ptr(), value
+
+        self._memory = OrtMemory(device, device_id, allocate)
+        self.host_bytes = 0
+        """Bytes of host arrays the runs read or returned: on a GPU instance what crossed the
+        bus with them (arrays in `memory` are bound where they lie and do not count)."""
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -173,9 +190,13 @@ class OnnxSession:
     def providers(self) -> tuple[str, ...]:
         return self._providers
 
+    @property
+    def memory(self) -> OrtMemory:
+        return self._memory
+
     def run(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
@@ -188,16 +209,18 @@ class OnnxSession:
         ):
             run_options = self._shrink  # an unusually large batch: return its memory after
         with _translated_errors():
-            if into:
-                return self._run_into(feeds, names, into)
+            if into or any(isinstance(a, DeviceArray) for a in feeds.values()):
+                return self._run_into(feeds, names, into or {})
             if not names:
                 return {}  # (ONNX Runtime reads an empty list as every output)
             results = self._session.run(names, dict(feeds), run_options)
+        self.host_bytes += sum(a.nbytes for a in feeds.values())
+        self.host_bytes += sum(r.nbytes for r in results if isinstance(r, np.ndarray))
         return dict(zip(names, results, strict=True))
 
     def run_steps(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None,
         into: Mapping[str, str] | None,
         repeat: Repeat,
@@ -217,6 +240,7 @@ class OnnxSession:
             try:
                 for k in range(repeat.steps):
                     self._session.run_with_iobinding(binding)
+                    self.host_bytes += kept.host_bytes
                     if not repeat.between(k):
                         break
             finally:
@@ -224,16 +248,16 @@ class OnnxSession:
         return {}
 
     @staticmethod
-    def _binding_key(feeds: Feeds, returned: list[str], into: Mapping[str, str]) -> object:
+    def _binding_key(feeds: Bound, returned: list[str], into: Mapping[str, str]) -> object:
         shared = sorted(set(into.values()))
         return (
             tuple(into.items()),
             tuple(returned),
-            tuple((n, feeds[n].ctypes.data, feeds[n].shape, feeds[n].strides) for n in shared),
+            tuple((n, *_where(feeds[n])) for n in shared),
         )
 
     def _key(
-        self, feeds: Feeds, shared: list[str], returned: list[str], into: Mapping[str, str]
+        self, feeds: Bound, shared: list[str], returned: list[str], into: Mapping[str, str]
     ) -> object:
         """`_binding_key`, without reading the shared arrays' memory again when they are the
         very arrays of an earlier call (a decoder's store hands the same views every step,
@@ -250,7 +274,7 @@ class OnnxSession:
         return recent[1]
 
     def _bound(
-        self, feeds: Feeds, returned: list[str], into: Mapping[str, str]
+        self, feeds: Bound, returned: list[str], into: Mapping[str, str]
     ) -> tuple[object, ort.IOBinding, _Kept]:
         """The binding of `feeds` for a run whose outputs in `into` (output -> input name) are
         written into that input's own array: the kept one for the same shared buffers (taken
@@ -264,15 +288,26 @@ class OnnxSession:
         kept = self._bindings.pop(key, None)
         if kept is None:
             binding = self._session.io_binding()
-            values = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n]) for n in shared}  # no copy
-            for name, value in values.items():
-                binding.bind_ortvalue_input(name, value)
-            for output, source in into.items():
-                binding.bind_ortvalue_output(output, values[source])
             kept = _Kept(binding, [feeds[n] for n in shared], {})
+            for name in shared:
+                array = feeds[name]
+                if isinstance(array, DeviceArray):
+                    _bind_address(binding, name, array, output=False)
+                    continue
+                value = ort.OrtValue.ortvalue_from_numpy(array)  # no copy
+                binding.bind_ortvalue_input(name, value)
+                kept.values[name] = value
+                kept.shared_bytes += 2 * array.nbytes  # (read and written by each run)
+            for output, source in into.items():
+                target = feeds[source]
+                if isinstance(target, DeviceArray):
+                    _bind_address(binding, output, target, output=True)
+                else:
+                    binding.bind_ortvalue_output(output, kept.values[source])
         else:
             binding = kept.binding
         targets = set(shared)
+        changed = False
         for name, array in feeds.items():
             if name in targets:
                 continue
@@ -281,8 +316,16 @@ class OnnxSession:
                 continue  # (the same array object: the same memory, shape and type)
             where = _where(array)
             if before is None or before[1] != where:
-                binding.bind_cpu_input(name, array)
+                if isinstance(array, DeviceArray):
+                    _bind_address(binding, name, array, output=False)
+                else:
+                    binding.bind_cpu_input(name, array)
             kept.small[name] = (array, where)
+            changed = True
+        if changed:
+            kept.host_bytes = kept.shared_bytes + sum(
+                a.nbytes for a, _ in kept.small.values() if not isinstance(a, DeviceArray)
+            )
         for name in returned:  # bound again: each run gets its own arrays
             binding.bind_output(name)
         return key, binding, kept
@@ -293,7 +336,7 @@ class OnnxSession:
             self._bindings.pop(next(iter(self._bindings)))
 
     def _run_into(
-        self, feeds: Feeds, names: list[str], into: Mapping[str, str]
+        self, feeds: Bound, names: list[str], into: Mapping[str, str]
     ) -> dict[str, Array]:
         """Outputs in `into` (output -> input name) are written into that input's own array
         (CPU memory, bound once as both), not returned; the others are returned as usual.
@@ -307,11 +350,14 @@ class OnnxSession:
             self._session.run_with_iobinding(binding)
         finally:
             self._keep(key, kept)
+        self.host_bytes += kept.host_bytes
         if not returned:
             return {}
         # in the order first bound (binding a name again keeps its place)
         outputs = dict(zip([*into, *returned], binding.get_outputs(), strict=True))
-        return {name: outputs[name].numpy() for name in returned}
+        results = {name: outputs[name].numpy() for name in returned}
+        self.host_bytes += sum(r.nbytes for r in results.values())
+        return results
 
     def close(self) -> None:
         # InferenceSession frees its memory when dropped; drop our reference now.
@@ -324,15 +370,29 @@ class _Kept:
     """A binding kept for its shared buffers (`OnnxSession._bound`)."""
 
     binding: ort.IOBinding
-    arrays: list[Array]
+    arrays: list[Array | DeviceArray]
     """The shared buffers: alive while their binding is kept."""
-    small: dict[str, tuple[Array, tuple[object, ...]]]
+    small: dict[str, tuple[Array | DeviceArray, tuple[object, ...]]]
     """Each other input as last bound, and where it lies (`_where`): alive while bound."""
+    values: dict[str, ort.OrtValue] = field(default_factory=dict)
+    """The host buffers' OrtValues (views of their memory), alive while bound."""
+    shared_bytes: int = 0
+    """Bytes of the host buffers a run reads and writes in place."""
+    host_bytes: int = 0
+    """Bytes of host arrays a run of this binding reads and writes (`host_bytes`)."""
 
 
-def _where(array: Array) -> tuple[object, ...]:
+def _where(array: Array | DeviceArray) -> tuple[object, ...]:
     """An array's memory, shape, strides and type: what a binding of it reads."""
+    if isinstance(array, DeviceArray):
+        return (array.device, array.address, array.shape, array.dtype.str)
     return (array.ctypes.data, array.shape, array.strides, array.dtype.str)
+
+
+def _bind_address(binding: ort.IOBinding, name: str, array: DeviceArray, output: bool) -> None:
+    """Binds an array in the instance's own memory where it lies, by address."""
+    bind = binding.bind_output if output else binding.bind_input
+    bind(name, array.device, array.device_id, array.dtype.type, list(array.shape), array.address)
 
 
 def _first_line(exc: BaseException) -> str:

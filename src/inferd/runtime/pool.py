@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
-from inferd.runtime.protocol import Array, Feeds, Repeat, Runtime
+from inferd.runtime.protocol import Array, Bound, Repeat, Runtime
 
 
 class InstancePool:
@@ -110,7 +110,7 @@ class InstancePool:
 
     async def run(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
         repeat: Repeat | None = None,
@@ -150,7 +150,7 @@ class InstancePool:
 
     def run_now(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
         repeat: Repeat | None = None,
@@ -182,7 +182,7 @@ class InstancePool:
         self,
         index: int,
         elements: int,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None,
         into: Mapping[str, str] | None,
         repeat: Repeat | None,
@@ -212,7 +212,7 @@ class InstancePool:
             return solo  # it would run alone: on every core
         return self._dispatch.choose(elements, among=self._narrow)
 
-    def run_sync(self, feeds: Feeds, into: Mapping[str, str] | None = None) -> dict[str, Array]:
+    def run_sync(self, feeds: Bound, into: Mapping[str, str] | None = None) -> dict[str, Array]:
         """Runs on every instance in turn (warm-up), on the calling thread."""
         result: dict[str, Array] = {}
         for instance in self._instances:
@@ -227,14 +227,14 @@ class InstancePool:
             instance.close()
 
 
-def _elements(feeds: Feeds, repeat: Repeat | None) -> int:
+def _elements(feeds: Bound, repeat: Repeat | None) -> int:
     """The work given to an instance, for its expected completion (`repeat`: every run)."""
     return sum(int(array.size) for array in feeds.values()) * (repeat.steps if repeat else 1)
 
 
 def _run(
     instance: Runtime,
-    feeds: Feeds,
+    feeds: Bound,
     output_names: Sequence[str] | None,
     into: Mapping[str, str] | None,
     repeat: Repeat | None,

@@ -13,6 +13,77 @@ Array = npt.NDArray[np.generic]
 Feeds = Mapping[str, Array]
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class DeviceArray:
+    """An array in a runtime instance's own memory (inferd.runtime.memory): on its GPU for a
+    CUDA instance, on the host for a CPU one. Runs bind it by address, so a buffer that steps
+    reuse (a decoder's KV cache, its drawn tokens) stays where the model runs and is never
+    copied per run. `rows` views share the memory; `owner` keeps it alive."""
+
+    device: str
+    """ONNX Runtime's device name: cpu or cuda."""
+    device_id: int
+    address: int
+    shape: tuple[int, ...]
+    dtype: np.dtype[np.generic]
+    owner: object
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def rows(self, start: int, stop: int) -> DeviceArray:
+        """Rows [start, stop) of the leading axis: a view of the same memory."""
+        if not 0 <= start <= stop <= self.shape[0]:
+            raise ValueError(f"rows [{start}, {stop}) outside {self.shape[0]}")
+        row = self.nbytes // self.shape[0] if self.shape[0] else 0
+        shape = (stop - start, *self.shape[1:])
+        return DeviceArray(
+            self.device, self.device_id, self.address + start * row, shape, self.dtype, self.owner
+        )
+
+
+Bound = Mapping[str, "Array | DeviceArray"]
+"""A run's inputs: host arrays, and arrays in the instance's own memory bound by address."""
+
+
+class DeviceMemory(Protocol):
+    """Where a decoder's reused buffers live (inferd.runtime.memory): the instance's device
+    memory, or the host's. Reads and writes between the host and that memory are counted
+    (`to_host_bytes`, `to_device_bytes`): what crosses the bus on a GPU."""
+
+    @property
+    def device(self) -> str:
+        """cpu, or cuda:N; host for plain host arrays."""
+        ...
+
+    to_host_bytes: int
+    to_device_bytes: int
+
+    def zeros(self, shape: tuple[int, ...], dtype: np.dtype[np.generic]) -> Array | DeviceArray: ...
+
+    def rows(self, buffer: Array | DeviceArray, start: int, stop: int) -> Array | DeviceArray:
+        """Rows [start, stop) of the leading axis: a view."""
+        ...
+
+    def write(self, target: Array | DeviceArray, values: Array) -> None:
+        """Host values into the buffer (of its shape, or broadcast to it)."""
+        ...
+
+    def read(self, source: Array | DeviceArray) -> Array:
+        """The buffer's values, on the host (a new array)."""
+        ...
+
+    def copy_prefix(self, buffer: Array | DeviceArray, dst: int, src: int, length: int) -> None:
+        """`buffer[dst, :, :length] = buffer[src, :, :length]` for a [rows, heads, capacity,
+        head_dim] buffer, within its memory."""
+        ...
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """An input or output as the model sees it.
@@ -56,9 +127,14 @@ class Runtime(Protocol):
     @property
     def providers(self) -> tuple[str, ...]: ...
 
+    @property
+    def memory(self) -> DeviceMemory:
+        """The instance's own memory (its device's), for buffers its runs bind by address."""
+        ...
+
     def run(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
     ) -> dict[str, Array]:
@@ -70,7 +146,7 @@ class Runtime(Protocol):
 
     def run_steps(
         self,
-        feeds: Feeds,
+        feeds: Bound,
         output_names: Sequence[str] | None,
         into: Mapping[str, str] | None,
         repeat: Repeat,

@@ -2,7 +2,9 @@
 tier) and on a real exported GPT-2 in both KV cache layouts (concatenated and in place; slow):
 a sequence's output never depends on its neighbours, requests join and leave a running batch,
 cancelled sequences free their rows, the static baseline keeps its batch closed, the KV budget
-and queue limits hold, and a failing observer strands nothing."""
+and queue limits hold, and a failing observer strands nothing. The in-place layout runs with
+its cache in host arrays and in the instance's own memory (`cache_placement: device`, here the
+CPU's: the path a GPU instance takes, with the CPU's copies)."""
 
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
+from inferd.runtime.memory import HostMemory
 from inferd.runtime.onnx_session import OnnxSession
-from inferd.runtime.protocol import Repeat
+from inferd.runtime.protocol import DeviceMemory, Repeat
 from tests import fake_decoder
 from tests.generator_model import MODEL, build_generator_repo
 
@@ -37,6 +40,9 @@ class Decoder:
     run: RunStep
     parts: GenerationParts
     run_now: RunNow | None = None
+    session: OnnxSession | None = None
+    memory: DeviceMemory | None = None
+    """Where an in-place cache lives (None: host arrays)."""
 
 
 def _fake() -> Decoder:
@@ -53,9 +59,15 @@ def _exported(root: Path, kv_cache: str) -> Decoder:
     assert entry.config is not None
     path = entry.versions[-1].path
     config = entry.config
-    loaded = load_instances(config, lambda options: OnnxSession(path, options), path.parent)
+    sessions: list[OnnxSession] = []
+
+    def session(options: Any) -> OnnxSession:
+        sessions.append(OnnxSession(path, options))
+        return sessions[-1]
+
+    loaded = load_instances(config, session, path.parent)
     assert loaded.generation is not None
-    return Decoder(loaded.pool.run, loaded.generation, loaded.pool.run_now)
+    return Decoder(loaded.pool.run, loaded.generation, loaded.pool.run_now, sessions[0])
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +89,16 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Decoder
         "fake",
         pytest.param("concat", marks=pytest.mark.slow),
         pytest.param("inplace", marks=pytest.mark.slow),
+        pytest.param("inplace-device", marks=pytest.mark.slow),
     ],
 )
 def decoder(request: pytest.FixtureRequest, exports: Callable[[str], Decoder]) -> Decoder:
     if request.param == "fake":
         return _fake()
+    if request.param == "inplace-device":
+        decoder = exports("inplace")
+        assert decoder.session is not None
+        return replace(decoder, memory=decoder.session.memory)
     return exports(request.param)
 
 
@@ -107,6 +124,7 @@ async def make(decoder: Decoder) -> AsyncIterator[Make]:
             parts.pad_id,
             observer=observer,
             run_now=run_now or decoder.run_now,
+            memory=decoder.memory,
         )
         scheduler.start()
         made.append(scheduler)
@@ -523,3 +541,70 @@ async def test_a_block_ends_early_for_a_newcomer_and_seeds_keep_their_text(
     assert blocks[0] == (8, 8) and blocks[1] == (8, 3), blocks  # ended after the step
     assert done.text == alone.finished.text and first.generated == alone.generated  # type: ignore[union-attr]
     assert late[0].generated == other.generated
+
+
+@pytest.mark.slow
+async def test_a_cache_in_the_instances_memory_gives_the_same_tokens_and_stays_there(
+    exports: Callable[[str], Decoder],
+) -> None:
+    """The device-resident path (the cache and the drawn tokens in the instance's own memory,
+    bound by address) against host arrays, on the same real decoder: the same tokens, seed for
+    seed, through prefills, single steps, blocks of steps drawn in the graph and compaction as
+    sequences leave; and what crosses between the host and that memory (the probe: the
+    session's host arrays and the memory's own reads and writes) is the steps' small inputs and
+    tokens, far less than one copy of the cache, where host arrays send the whole cache
+    through each run."""
+    decoder = exports("inplace")
+    session = decoder.session
+    assert session is not None
+    shape = decoder.parts.shape
+    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, max_running=8)
+    cases = [
+        (prompt, SamplingParams(n, temperature=t, top_k=k, seed=i, ignore_eos=True))
+        for i, (prompt, n, t, k) in enumerate(
+            [
+                ("Return the number of items", 40, 0.0, 0),
+                ("a", 12, 0.9, 40),
+                ("Open the file and read", 33, 0.7, 20),
+                ("the quick brown fox jumps over the lazy dog", 25, 1.0, 0),
+                ("Raise ValueError when", 50, 0.8, 50),
+            ]
+        )
+    ]
+
+    async def generate(memory: DeviceMemory) -> tuple[list[list[int]], int, int]:
+        before = session.host_bytes
+        scheduler = Scheduler(
+            decoder.run,
+            shape,
+            decoder.parts.tokenizer,
+            config,
+            decoder.parts.eos_id,
+            decoder.parts.pad_id,
+            run_now=decoder.run_now,
+            memory=memory,
+        )
+        scheduler.start()
+        try:
+            seqs = [scheduler.submit(scheduler.encode(p), params) for p, params in cases]
+            for seq in seqs:
+                await asyncio.wait_for(seq.result(), 60)
+        finally:
+            await scheduler.close()
+        crossed = session.host_bytes - before + memory.to_host_bytes + memory.to_device_bytes
+        return [s.generated for s in seqs], crossed, sum(len(s.generated) for s in seqs)
+
+    on_host, host_crossed, tokens = await generate(HostMemory())
+    placed = session.memory
+    assert placed.device == "cpu"
+    on_device, device_crossed, _ = await generate(placed)
+    assert on_device == on_host
+    assert placed.to_host_bytes > 0 and placed.to_device_bytes > 0  # tokens out, tokens in
+    rows = config.max_running
+    cache_bytes = (
+        len(shape.past_names) * rows * shape.heads * 512 * shape.head_dim * shape.dtype.itemsize
+    )
+    assert device_crossed < cache_bytes / 4, (device_crossed, cache_bytes)
+    # host arrays: each step reads and writes at least the running rows' cache
+    row_bytes = cache_bytes // rows
+    assert host_crossed > tokens * row_bytes, (host_crossed, tokens, row_bytes)
