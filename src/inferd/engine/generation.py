@@ -24,10 +24,19 @@ Prompt = str | Messages
 """A prompt, or chat messages to render into one."""
 
 
-def cache_memory(config: GenerationConfig, runtime: Runtime) -> DeviceMemory:
+def cache_memory(config: GenerationConfig, runtimes: list[Runtime]) -> DeviceMemory:
     """Where the scheduler's in-place KV cache lives: the runtime instance's own memory
-    (`cache_placement: device`), or the host's."""
-    return runtime.memory if config.cache_placement == "device" else HostMemory()
+    (`cache_placement: device`), or the host's. A cache on a GPU is that GPU's: its steps run
+    there alone (ValueError, failing the load, for a generator of several GPU instances)."""
+    if config.cache_placement == "host":
+        return HostMemory()
+    memory = runtimes[0].memory
+    if memory.device != "cpu" and len(runtimes) > 1:
+        raise ValueError(
+            f"a generator's KV cache lives on one device ({memory.device}): give it one GPU "
+            "instance, or set generation.cache_placement: host"
+        )
+    return memory
 
 
 class GeneratorServable(Servable):
@@ -57,7 +66,7 @@ class GeneratorServable(Servable):
             version=str(ctx.version),
             observer=ctx.observer,
             run_now=loaded.pool.run_now,
-            memory=cache_memory(ctx.config.generation, loaded.pool.first),
+            memory=cache_memory(ctx.config.generation, loaded.pool.instances),
         )
         self._scheduler.start()
 

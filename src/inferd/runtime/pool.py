@@ -98,6 +98,10 @@ class InstancePool:
         return self._instances[0]
 
     @property
+    def instances(self) -> list[Runtime]:
+        return list(self._instances)
+
+    @property
     def loads(self) -> list[InstanceLoad]:
         """Each instance's queued work, learned speed and totals."""
         return self._dispatch.loads
