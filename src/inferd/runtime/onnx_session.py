@@ -91,6 +91,25 @@ def _provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
     return chosen
 
 
+_PRELOADED = False
+
+
+def _preload_cuda_libraries() -> None:
+    """Loads the CUDA and cuDNN libraries that NVIDIA's wheels install (nvidia-cublas,
+    nvidia-cudnn-cu13, ...), which the dynamic loader does not search: ONNX Runtime's own
+    `preload_dlls`, once, before the first GPU session. Without it the CUDA provider finds
+    them only on LD_LIBRARY_PATH, and falls back to the CPU."""
+    global _PRELOADED
+    preload = getattr(ort, "preload_dlls", None)
+    if _PRELOADED or preload is None:
+        return
+    _PRELOADED = True
+    try:
+        preload(cuda=True, cudnn=True, msvc=False)
+    except Exception as exc:  # libraries on the loader's path serve instead
+        log.warning("CUDA libraries not preloaded", extra={"reason": _first_line(exc)})
+
+
 def _require_gpu(providers: Sequence[str], options: RuntimeOptions) -> None:
     """An instance placed on a GPU loads there or not at all (no silent CPU fallback)."""
     if options.device_id is not None and not any(p in GPU_PROVIDERS for p in providers):
@@ -129,6 +148,8 @@ class OnnxSession:
     def __init__(self, path: Path, options: RuntimeOptions) -> None:
         providers = resolve_providers(options.providers, ort.get_available_providers())
         _require_gpu(providers, options)
+        if any(p in GPU_PROVIDERS for p in providers):
+            _preload_cuda_libraries()
         provider_options = [_provider_options(p, options) for p in providers]
         try:
             self._session = ort.InferenceSession(
