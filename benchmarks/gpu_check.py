@@ -7,8 +7,9 @@ exit status 0 only when every check passes. Made to end within a short lease (a 
 1. Providers: a session with the CUDA provider and `device_id` on each listed GPU really runs
    there (its providers, and an answer equal to numpy's).
 2. An encoder (a BERT with random weights, exported by `inferd export`, and its fp16 copy as
-   `inferd quantize --to fp16` converts it): raw in-process throughput at its best batch against inferd
-   serving it over `/embed` at saturation, fp32 and fp16 (goal: served >= 0.9 of raw).
+   `inferd quantize --to fp16` converts it): raw in-process throughput at its best batch
+   against inferd serving it over `/embed` at saturation, fp32 and fp16 (goal: served >= 0.9
+   of raw).
 3. Generation (a GPT-2 with random weights, in-place KV cache, drawing in its graph):
    tokens/s at 1 and 16 in flight with the cache in the instance's memory (`cache_placement:
    device`), with the cache in host arrays (`host`), against the raw decode ceiling on the
