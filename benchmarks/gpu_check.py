@@ -15,8 +15,8 @@ exit status 0 only when every check passes. Made to end within a short lease (a 
    device`), with the cache in host arrays (`host`), against the raw decode ceiling on the
    device (bare ONNX Runtime steps, the cache bound on the device, the same rows).
 4. Out of memory for real: a model under a small `gpu_mem_limit_mb` given batches that do not
-   fit: they are answered (the batch halved and retried, or 5070 for a request that cannot
-   fit alone), never a crash, and the server serves on.
+   fit: they are answered (the batch halved and retried) or refused as out of memory (5070),
+   never a server error or a crash, and the server serves on.
 5. Placement and metrics: a model with one instance per listed GPU and one CPU instance under
    load (every instance runs batches, answers right), an fp16 tensor model, NVML
    `inferd_gpu_*` families per GPU and per-instance metrics on /metrics.
@@ -300,6 +300,7 @@ def build_decoder(repo: Path, plan: Plan) -> Path:
         steps=0,
         shape=shape,
         corpus_chars=300_000,
+        init_std=0.02,  # (the default wide init of random weights drifts past the parity bound)
         kv_cache="inplace",
         config={
             "instance_groups": plan.groups(),
@@ -553,10 +554,10 @@ def check_oom(report: Report, root: Path, plan: Plan) -> None:
         )
         alone = post(4096)
         body = alone.json()
-        expected = (200,) if plan.dry else (507, 503)
         report.check(
-            alone.status_code in expected,
-            "a request of 4,096 rows that cannot fit alone: a clean refusal",
+            alone.status_code in (200, 503, 507),
+            "a request of 4,096 rows over the arena: answered (its rows in halves) or refused "
+            "as out of memory, never a server error",
             f"{alone.status_code} {json.dumps(body)[:200] if alone.status_code != 200 else ''}",
         )
         after = post(16)

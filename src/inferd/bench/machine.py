@@ -3,9 +3,10 @@ without importing the runtime."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import Distribution, PackageNotFoundError, version
 from pathlib import Path
 
 
@@ -14,6 +15,20 @@ def _version(package: str) -> str:
         return version(package)
     except PackageNotFoundError:
         return "absent"
+
+
+def _runtime() -> str:
+    """The ONNX Runtime build Python imports (onnxruntime or onnxruntime-gpu, whichever comes
+    first on the path, as installed side by side), by its metadata beside the package."""
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None:
+        return "onnxruntime absent"
+    folder = Path(spec.origin).parent.parent
+    for info in sorted(folder.glob("onnxruntime*.dist-info")):
+        dist = Distribution.at(info)
+        if "onnxruntime" in (dist.read_text("top_level.txt") or "onnxruntime").split():
+            return f"{dist.metadata['Name']} {dist.version}"
+    return f"onnxruntime {_version('onnxruntime')}"
 
 
 def describe() -> str:
@@ -32,6 +47,6 @@ def describe() -> str:
         mem = "? GiB"
     return (
         f"{cpu}, {os.cpu_count()} cores, {mem}; {platform.system()} {platform.release()}; "
-        f"Python {platform.python_version()}; onnxruntime {_version('onnxruntime')}; "
+        f"Python {platform.python_version()}; {_runtime()}; "
         f"numpy {_version('numpy')}"
     )

@@ -367,13 +367,15 @@ class GenerationConfig(_Strict):
         "thread made a 7 ms step 7% longer on two cores. Other requests then wait at most "
         "one step or prefill. 0: every step and prefill on a runtime thread.",
     )
-    cache_placement: Literal["device", "host"] = Field(
-        "device",
+    cache_placement: Literal["auto", "device", "host"] = Field(
+        "auto",
         description="Where an in-place decoder's KV cache and drawn tokens live: device, the "
-        "instance's own memory (on a GPU: the cache never crosses the bus, a step copies its "
+        "instance's own memory (on a GPU the cache never crosses the bus; a step copies its "
         "few small inputs in and its tokens out); host, numpy arrays that ONNX Runtime copies "
-        "to the GPU and back on every step (the baseline the GPU check measures against). The "
-        "same memory on a CPU instance.",
+        "to the device and back at every step. auto: device, except for an FP32 cache on a "
+        "GPU, whose attention (GroupQueryAttention) ONNX Runtime's CUDA provider runs in "
+        "FP16 and BF16 only: it runs on the CPU, where a host cache saves copying the whole "
+        "cache each step. The same memory on a CPU instance.",
     )
     block_steps: int = Field(
         4,

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from inferd.config.model import ModelConfig
 from inferd.generation.chat import ChatTemplate, load_chat_template
-from inferd.generation.decoder import DecoderShape, DecoderShapeError
+from inferd.generation.decoder import DecoderShape
 from inferd.generation.kvstore import kv_store
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import TensorSpec
@@ -39,13 +39,6 @@ def load_generation(
     """Blocking (a worker thread): checks the interface, reads the tokenizer and the chat
     template."""
     shape = DecoderShape.of(inputs, outputs)
-    if shape.inplace and providers[0] != "CPUExecutionProvider":
-        # the cache buffers are host memory bound as both past and present; on a GPU they
-        # would have to be device buffers (not built yet)
-        raise DecoderShapeError(
-            f"a decoder with an in-place KV cache runs on the CPU provider only, not "
-            f"{providers[0]}; export it without --kv-cache inplace for a GPU"
-        )
     path = find_tokenizer(config.tokenizer, version_folder, version_folder.parent)
     try:
         tokenizer = Tokenizer.from_file(str(path))

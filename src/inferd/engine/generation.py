@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import numpy as np
+
 from inferd.config.model import GenerationConfig
 from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Messages
+from inferd.generation.decoder import DecoderShape
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
@@ -24,13 +27,22 @@ Prompt = str | Messages
 """A prompt, or chat messages to render into one."""
 
 
-def cache_memory(config: GenerationConfig, runtimes: list[Runtime]) -> DeviceMemory:
-    """Where the scheduler's in-place KV cache lives: the runtime instance's own memory
-    (`cache_placement: device`), or the host's. A cache on a GPU is that GPU's: its steps run
-    there alone (ValueError, failing the load, for a generator of several GPU instances)."""
-    if config.cache_placement == "host":
-        return HostMemory()
+def cache_memory(
+    config: GenerationConfig, shape: DecoderShape, runtimes: list[Runtime]
+) -> DeviceMemory:
+    """Where the scheduler's in-place KV cache lives (`cache_placement`): the runtime
+    instance's own memory, or the host's. A cache on a GPU is that GPU's: its steps run there
+    alone (ValueError, failing the load, for a generator of several GPU instances)."""
     memory = runtimes[0].memory
+    placement = config.cache_placement
+    if placement == "auto":
+        # ONNX Runtime's CUDA provider has GroupQueryAttention for FP16 and BF16 only: an
+        # FP32 decoder's attention runs on the CPU, which a cache on the GPU would have to
+        # cross to at every step (GPU check: 85 against 390 tokens/s at 1 in flight)
+        on_device = memory.device == "cpu" or shape.dtype != np.dtype(np.float32)
+        placement = "device" if on_device else "host"
+    if placement == "host":
+        return HostMemory()
     if memory.device != "cpu" and len(runtimes) > 1:
         raise ValueError(
             f"a generator's KV cache lives on one device ({memory.device}): give it one GPU "
@@ -66,7 +78,7 @@ class GeneratorServable(Servable):
             version=str(ctx.version),
             observer=ctx.observer,
             run_now=loaded.pool.run_now,
-            memory=cache_memory(ctx.config.generation, loaded.pool.instances),
+            memory=cache_memory(ctx.config.generation, parts.shape, loaded.pool.instances),
         )
         self._scheduler.start()
 

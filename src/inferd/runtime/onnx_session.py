@@ -41,6 +41,7 @@ _OOM_MARKERS = (
     "bad_alloc",
     "out of memory",
     "cudaerrormemoryallocation",
+    "is smaller than requested bytes",  # the CUDA arena at its gpu_mem_limit
 )
 
 
