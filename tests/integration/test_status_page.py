@@ -6,8 +6,8 @@ $INFERD_TEST_ARTIFACTS)."""
 from __future__ import annotations
 
 import os
-import threading
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
