@@ -38,14 +38,15 @@ class ServerSettings(BaseModel):
         ge=1,
         description="gRPC calls served at a time (streams included); one over it is answered "
         "RESOURCE_EXHAUSTED (code 4290) at once, before its message is read, and counted in "
-        "inferd_grpc_refused_total. gRPC's core holds up to 4x this many calls not yet taken "
-        "by the server (beyond that it cancels them itself).",
+        "inferd_grpc_refused_total.",
     )
-    grpc_max_streams_per_connection: int = Field(
-        1024,
+    grpc_max_pending_calls: int = Field(
+        8192,
         ge=1,
-        description="HTTP/2 streams (calls) one gRPC connection may have open at a time "
-        "(SETTINGS_MAX_CONCURRENT_STREAMS): a client's further calls wait in the client.",
+        description="gRPC calls that gRPC's core holds until the server takes them (a burst "
+        "arrives faster than the event loop takes calls); over it, gRPC itself refuses new "
+        "streams (REFUSED_STREAM: the client sees UNAVAILABLE, safe to retry), uncounted. "
+        "Each holds its headers and at most its HTTP/2 window of message bytes.",
     )
     grpc_stream_window: int = Field(
         16,

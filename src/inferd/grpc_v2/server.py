@@ -46,16 +46,15 @@ async def start_grpc(
     if settings.grpc_port == 0:
         return None
     limit = settings.max_body_bytes
-    pending = 4 * settings.grpc_max_calls
+    pending = settings.grpc_max_pending_calls
     server = grpc.aio.server(
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.max_concurrent_streams", settings.grpc_max_streams_per_connection),
-            # calls gRPC's core holds until the server takes them: over its soft bound (1,000
-            # by default) it cancels a growing share of new calls without a word; the server
-            # takes calls as fast as they come and answers those over grpc_max_calls itself
+            # calls gRPC's core holds until the server takes them: past its own soft bound
+            # (1,000) it refuses a growing share of new calls without a word; the server takes
+            # calls as fast as they come and answers those over grpc_max_calls itself
             ("grpc.server.max_pending_requests", pending),
             ("grpc.server.max_pending_requests_hard_limit", pending),
         ]
