@@ -5,6 +5,7 @@ under 100 ms).
 
     python benchmarks/hostile_bench.py     # writes the "hostile" section of RESULTS.md
     python benchmarks/hostile_bench.py --quick
+    python benchmarks/hostile_bench.py --grpc   # the "hostile-grpc" section: 64 MiB messages
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
+import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
+from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.tools.demo import build_demo
 from inferd.tools.generator import build_generator
 from tests.generator_model import SHAPE
@@ -104,6 +108,91 @@ def attacks(url: str) -> list[tuple[str, Callable[[], str]]]:
     ]
 
 
+GRPC_KEY = "hostile-bench-key"
+MESSAGE = 64 * 1024 * 1024 - 1024
+"""Bytes of each gRPC attack: just under the default message limit (max_body_bytes)."""
+SERVICE = "/inference.GRPCInferenceService/"
+
+
+def grpc_call(target: str, method: str, data: bytes, key: bool) -> Callable[[], str]:
+    """One raw call of `method` carrying `data` (bytes, as a hostile client writes them)."""
+    metadata = (("authorization", f"Bearer {GRPC_KEY}"),) if key else ()
+
+    def send() -> str:
+        with grpc.insecure_channel(
+            target, options=[("grpc.max_send_message_length", MESSAGE + 1024)]
+        ) as channel:
+            call = channel.unary_unary(SERVICE + method)
+            try:
+                call(data, metadata=metadata, timeout=120)
+            except grpc.RpcError as exc:
+                details = exc.details() or ""  # type: ignore[attr-defined]
+                code = details[1:5] if details.startswith("[") else ""
+                name = exc.code().name  # type: ignore[attr-defined]
+                return name + (f" ({code})" if code else "")
+            return "OK"
+
+    return send
+
+
+def grpc_attacks(target: str) -> list[tuple[str, Callable[[], str]]]:
+    tiny_unknown = b"\xa0\x06\x01" * (MESSAGE // 3)  # field 100, varint 1, again and again
+    empty_inputs = b"\x2a\x00" * (MESSAGE // 2)  # `inputs`, each an empty tensor
+    packed = b"\x01" * (MESSAGE - 64)  # one-byte integers in one packed list
+    contents = pb.InferTensorContents.DESCRIPTOR.fields_by_name["int64_contents"].number
+    packed_ints = _message(5, _message(5, _message(contents, packed)))  # inputs.contents.int64
+    floats = pb.ModelInferRequest(model_name="sentiment-head")
+    typed = floats.inputs.add(name="embedding", datatype="FP32", shape=[43690, 384])
+    typed.contents.fp32_contents.extend(np.full(43690 * 384, 0.05, np.float32).tolist())
+    legal_floats = floats.SerializeToString()
+    truncated = _message(1, b"m")[:-1] + tiny_unknown[: MESSAGE - 16]
+    attacks: list[tuple[str, Callable[[], str]]] = []
+    for key in (False, True):
+        who = "with a key" if key else "no key"
+        attacks += [
+            (
+                f"ModelInfer, 64 MiB of tiny unknown fields, {who}",
+                grpc_call(target, "ModelInfer", tiny_unknown, key),
+            ),
+            (
+                f"ModelInfer, 64 MiB of empty inputs, {who}",
+                grpc_call(target, "ModelInfer", empty_inputs, key),
+            ),
+        ]
+    attacks += [
+        (
+            "ModelInfer, 64 MiB of one-byte packed integers, with a key",
+            grpc_call(target, "ModelInfer", packed_ints, True),
+        ),
+        (
+            "ModelInfer, 64 MiB cut short, with a key",
+            grpc_call(target, "ModelInfer", truncated, True),
+        ),
+        (
+            "ModelMetadata, 64 MiB of tiny unknown fields, with a key",
+            grpc_call(target, "ModelMetadata", tiny_unknown, True),
+        ),
+        (
+            f"ModelInfer, {len(legal_floats) >> 20} MiB of typed FP32 (43,690 rows), with a key",
+            grpc_call(target, "ModelInfer", legal_floats, True),
+        ),
+    ]
+    return attacks
+
+
+def _message(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def under_probe(url: str, attack: Callable[[], str]) -> tuple[str, float, list[float]]:
     """Runs `attack` on a thread, probing /health every 20 ms on one connected client."""
     probes: list[float] = []
@@ -124,7 +213,12 @@ def under_probe(url: str, attack: Callable[[], str]) -> tuple[str, float, list[f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--grpc", action="store_true", help="64 MiB gRPC messages, with and without a key"
+    )
     args = parser.parse_args()
+    if args.grpc:
+        return main_grpc(args.quick)
     rows = []
     with tempfile.TemporaryDirectory(prefix="inferd-hostile-") as tmp:
         repo = build_demo(Path(tmp) / "demo")
@@ -159,6 +253,46 @@ def main() -> int:
         *rows,
     ]
     publish("hostile", "\n".join(lines), args.quick)
+    return 0
+
+
+def main_grpc(quick: bool) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="inferd-hostile-") as tmp:
+        repo = build_demo(Path(tmp) / "demo")
+        keys = Path(tmp) / "api.keys"
+        keys.write_text(GRPC_KEY + "\n")
+        server = Server(repo, "--api-keys-file", str(keys))
+        try:
+            assert server.grpc_target is not None
+            for name, attack in grpc_attacks(server.grpc_target):
+                answer, took, probes = under_probe(server.url, attack)
+                print(f"{name}: {answer} in {took * 1000:.0f} ms", flush=True)
+                rows.append(
+                    f"| {name} | {answer} | {took * 1000:.0f} | {len(probes)} | "
+                    f"{statistics.median(probes) * 1000:.1f} | {max(probes) * 1000:.1f} |"
+                    if probes
+                    else f"| {name} | {answer} | {took * 1000:.0f} | 0 | - | - |"
+                )
+        finally:
+            server.stop()
+    command = ("python benchmarks/hostile_bench.py " + " ".join(sys.argv[1:])).strip()
+    lines = [
+        "## Hostile gRPC messages: the answer, and /health meanwhile",
+        "",
+        f"Machine: {machine_description()}.",
+        "Server: `inferd serve` on the demo repository with an API key, default "
+        "configuration. Each message (just under the 64 MiB limit, built before the clock "
+        "starts) is sent alone on a new channel by a raw gRPC client while one connected "
+        "client asks `/health` every 20 ms. The time includes sending the 64 MiB.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| message | answer | ms | probes | /health p50 ms | /health max ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+        *rows,
+    ]
+    publish("hostile-grpc", "\n".join(lines), quick)
     return 0
 
 

@@ -74,6 +74,11 @@ class QueueFullError(InferdError):
     code = ErrorCode.QUEUE_FULL
 
 
+class DeadlineUnmetError(QueueFullError):
+    """Queued work the request's deadline leaves no time for: shed as a full queue (4290);
+    a protocol whose deadlines are the client's (gRPC) answers it as a deadline passed."""
+
+
 class UnavailableError(InferdError):
     """Not ready, draining, or shut down."""
 

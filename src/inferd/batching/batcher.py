@@ -35,6 +35,7 @@ from inferd.batching.padding import concat_chunks, merge_feeds, split_outputs
 from inferd.batching.sizing import BatchSizer
 from inferd.errors import (
     DeadlineExceededError,
+    DeadlineUnmetError,
     ErrorCode,
     InferdError,
     InternalError,
@@ -312,7 +313,7 @@ class DynamicBatcher:
         if deadline is not None:
             wait_s = self.expected_wait_s(sum(rows for _, rows in parts))
             if wait_s is not None and now + wait_s > deadline:
-                raise QueueFullError(
+                raise DeadlineUnmetError(
                     f"the queue holds about {wait_s * 1000:.0f} ms of work, more than this "
                     f"request's deadline allows ({(deadline - now) * 1000:.0f} ms)",
                     retry_after_s=wait_s,

@@ -33,6 +33,35 @@ class ServerSettings(BaseModel):
         description="Port of the KServe V2 gRPC service (same host, same process and models); "
         "0: no gRPC.",
     )
+    grpc_max_calls: int = Field(
+        2048,
+        ge=1,
+        description="gRPC calls served at a time (streams included); one over it is answered "
+        "RESOURCE_EXHAUSTED (code 4290) at once, before its message is read, and counted in "
+        "inferd_grpc_refused_total.",
+    )
+    grpc_max_pending_calls: int = Field(
+        8192,
+        ge=1,
+        description="gRPC calls that gRPC's core holds until the server takes them (a burst "
+        "arrives faster than the event loop takes calls); over it, gRPC itself refuses new "
+        "streams (REFUSED_STREAM: the client sees UNAVAILABLE, safe to retry), uncounted. "
+        "Each holds its headers and at most its HTTP/2 window of message bytes.",
+    )
+    grpc_stream_window: int = Field(
+        16,
+        ge=1,
+        description="Requests of one ModelStreamInfer stream running at a time, and responses "
+        "waiting to be sent: past them the server stops reading the stream, so a client that "
+        "does not read its responses is held back by HTTP/2 flow control.",
+    )
+    grpc_max_message_fields: int = Field(
+        262144,
+        ge=1,
+        description="Fields (and elements of packed integer lists) a received gRPC message may "
+        "hold; over it, INVALID_ARGUMENT (code 4005). Bounds protobuf's parse time: tensors "
+        "in raw_input_contents or packed floats do not count element by element.",
+    )
     repository: Path | None = Field(
         None, description="Model repository folder; none: the demo repository (built once)."
     )

@@ -94,7 +94,7 @@ def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorC
         except UnicodeDecodeError:
             raise InvalidInputError(f"input '{name}': a BYTES element is not valid UTF-8") from None
         return array.reshape(shape)
-    wide = np.array(values, dtype=np.float64 if dtype.kind == "f" else None)
+    wide = _to_numpy(values, _WIDE.get(dtype.kind, np.int64), count)
     if dtype.kind in "iu" and wide.size:
         info = np.iinfo(dtype)  # type: ignore[type-var]  # an integer type here
         if int(wide.min()) < info.min or int(wide.max()) > info.max:
@@ -102,6 +102,19 @@ def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorC
                 f"input '{name}': value out of range for {datatype} [{info.min}, {info.max}]"
             )
     return wide.astype(dtype, copy=False).reshape(shape)
+
+
+_WIDE: dict[str, type[np.generic]] = {"f": np.float64, "u": np.uint64}
+CHUNK = 65536
+"""Typed values converted at a time: each conversion holds the interpreter for its length (a
+few milliseconds), so a large message decoded in a worker thread leaves the loop its turns."""
+
+
+def _to_numpy(values: Sequence[Any], dtype: type[np.generic], count: int) -> Array:
+    out = np.empty(count, dtype=dtype)
+    for start in range(0, count, CHUNK):
+        out[start : start + CHUNK] = values[start : start + CHUNK]
+    return out
 
 
 def encode_outputs(answer: InferAnswer, outputs: Mapping[str, Array]) -> InferAnswer:

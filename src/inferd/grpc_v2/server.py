@@ -6,6 +6,7 @@ and its admission), on `grpc_port`. Started and stopped by the app's lifespan: a
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -14,9 +15,11 @@ from grpc_health.v1 import health_pb2_grpc
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
+from inferd.grpc_v2.gate import Gate, gated_handlers
 from inferd.grpc_v2.health import Health
+from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.service import InferenceService
-from inferd.grpc_v2.wire import parse_infer_request, serialize_infer_response
+from inferd.grpc_v2.wire import serialize_infer_response
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.server.auth import Keys, read_keys
@@ -37,49 +40,68 @@ async def start_grpc(
     engine: Engine,
     metrics: Metrics | None,
     live: LiveWindow | None = None,
-) -> grpc.aio.Server | None:
+) -> GrpcServer | None:
     """The started server; None when `grpc_port` is 0. Raises OSError when the port cannot
     be bound (another server holds it: gRPC's port reuse is off, so that is an error)."""
     if settings.grpc_port == 0:
         return None
     limit = settings.max_body_bytes
+    pending = settings.grpc_max_pending_calls
     server = grpc.aio.server(
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
+            # calls gRPC's core holds until the server takes them: past its own soft bound
+            # (1,000) it refuses a growing share of new calls without a word; the server takes
+            # calls as fast as they come and answers those over grpc_max_calls itself
+            ("grpc.server.max_pending_requests", pending),
+            ("grpc.server.max_pending_requests_hard_limit", pending),
         ]
     )
     keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
     recorder = RequestRecorder(
         metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present, live
     )
-    add_inference_service(
-        InferenceService(engine, keys, recorder, settings.strict_readiness), server
+    reader = Reader(settings.grpc_max_message_fields)
+    service = InferenceService(
+        engine, recorder, settings.strict_readiness, reader, settings.grpc_stream_window
     )
+    add_inference_service(service, Gate(keys, settings.grpc_max_calls, metrics), reader, server)
     health_pb2_grpc.add_HealthServicer_to_server(Health(engine, settings.strict_readiness), server)
     address = grpc_address(settings)
     try:
         server.add_insecure_port(address)
     except RuntimeError as exc:
+        reader.close()
         raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
     await server.start()
     log.info("gRPC serving", extra={"address": address})
-    return server
+    return GrpcServer(server, reader)
 
 
-def add_inference_service(service: InferenceService, server: grpc.aio.Server) -> None:
-    """The generated registration, with ModelInfer's messages read and written by `wire`
-    (no copies of tensors) instead of protobuf's whole-message parse and serialization."""
+@dataclass(slots=True)
+class GrpcServer:
+    server: grpc.aio.Server
+    reader: Reader
+
+
+def add_inference_service(
+    service: InferenceService, gate: Gate, reader: Reader, server: grpc.aio.Server
+) -> None:
+    """The generated registration, every method behind the gate (inferd.grpc_v2.gate), with
+    ModelInfer's response written by `wire` (no copies of tensors)."""
     collected = _Handlers()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
         service, collected
     )
-    handlers = dict(collected.handlers)
-    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        service.ModelInfer,
-        request_deserializer=parse_infer_request,
-        response_serializer=serialize_infer_response,
+    handlers = gated_handlers(
+        service,
+        collected.handlers,
+        gate,
+        reader,
+        service.refuse,
+        {"ModelInfer": serialize_infer_response},
     )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(collected.service, handlers),)
@@ -104,6 +126,7 @@ class _Handlers:
         self.handlers = handlers
 
 
-async def stop_grpc(server: grpc.aio.Server | None) -> None:
-    if server is not None:
-        await server.stop(STOP_GRACE_S)
+async def stop_grpc(running: GrpcServer | None) -> None:
+    if running is not None:
+        await running.server.stop(STOP_GRACE_S)
+        running.reader.close()

@@ -34,22 +34,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferd.engine import Engine, Generation
 from inferd.errors import (
     DeadlineExceededError,
+    DeadlineUnmetError,
     EmptyInputError,
     ErrorCode,
     InferdError,
     InternalError,
     InvalidInputError,
+    TooManyItemsError,
 )
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.codec import decode_inputs, encode_outputs, parameter_values
+from inferd.grpc_v2.gate import PROBES
+from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.status import GRPC_STATUS
 from inferd.grpc_v2.wire import InferAnswer, InferCall
 from inferd.observability.trace import RequestTrace, current_trace, tracing
 from inferd.server import v2_views as views
-from inferd.server.auth import Keys, bearer
 from inferd.server.errors import HTTP_STATUS
 from inferd.server.jsonbody import validate_fields
 from inferd.server.observe import ROUTE_KEY_MAX, RequestRecorder
@@ -58,13 +61,12 @@ from inferd.server.route_key import take_route_key
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-PROBES = frozenset({"ServerLive", "ServerReady"})
-"""Open without a key, and counted but not logged (as HTTP's `/v2/health/...`)."""
-ADMIN = frozenset({"RepositoryModelLoad", "RepositoryModelUnload"})
 TEXT_INPUT = "text_input"
 TEXT_OUTPUT = "text_output"
 FINAL = "triton_final_response"
 CLIENT_CLOSED = 499
+MAX_PARAMETERS = 1024
+"""Parameters of one request that are read (more: refused)."""
 
 R = TypeVar("R")
 M = TypeVar("M", bound=Message)
@@ -94,12 +96,18 @@ def _message(body: dict[str, Any], message: M) -> M:
 
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, engine: Engine, keys: Keys, recorder: RequestRecorder, strict_readiness: bool
+        self,
+        engine: Engine,
+        recorder: RequestRecorder,
+        strict_readiness: bool,
+        reader: Reader,
+        stream_window: int,
     ) -> None:
         self._engine = engine
-        self._keys = keys
         self._recorder = recorder
         self._strict = strict_readiness
+        self._reader = reader
+        self._window = stream_window
 
     # -- every call ------------------------------------------------------------------------
 
@@ -109,7 +117,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         method: str,
         model: str | None,
         run: Callable[[], Awaitable[R]],
+        quiet: bool = False,
     ) -> R:
+        """Runs a call that the gate (inferd.grpc_v2.gate) let in; `quiet`: counted, not
+        logged (probes, and refused messages, which the reader logs once a second)."""
         metadata = _metadata(context)
         trace = RequestTrace(
             request_id=metadata.get("x-request-id") or uuid.uuid4().hex,
@@ -121,16 +132,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         status = 500
         try:
             with tracing(trace):
-                if method not in PROBES:
-                    refused = self._keys.refusal(
-                        method in ADMIN, bearer(_bytes(metadata.get("authorization")))
-                    )
-                    if refused is not None:
-                        raise refused
                 answer = await run()
             status = 200
             return answer
-        except InferdError as exc:
+        except InferdError as raised:
+            exc = _for_grpc(raised)
             status = self._mark(trace, exc)
             await self._abort(context, trace, exc)
             raise  # (abort raised already)
@@ -154,8 +160,22 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 model,
                 status,
                 time.perf_counter() - trace.started,
-                quiet=method in PROBES,
+                quiet=quiet or method in PROBES,
             )
+
+    async def refuse(
+        self,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        method: str,
+        error: InferdError,
+        quiet: bool,
+    ) -> None:
+        """Answers a call the gate or the reader refused with `error`, recorded as any."""
+
+        async def refused() -> None:
+            raise error
+
+        await self._call(context, method, None, refused, quiet)
 
     @staticmethod
     def _mark(trace: RequestTrace, exc: InferdError) -> int:
@@ -283,21 +303,21 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
         async def infer() -> InferAnswer | pb.ModelInferResponse:
             if self._generates(request.model_name):
-                generating = self._generate(request, call.raw, context, streamed=False)
+                generating = self._generate(call, context, streamed=False)
                 responses = [r async for r in generating]
                 return responses[-1]
-            return await self._infer(request, call.raw, context)
+            return await self._infer(call, context)
 
         return await self._call(context, "ModelInfer", request.model_name, infer)
 
-    async def _infer(
-        self, request: pb.ModelInferRequest, raw: Sequence[memoryview] | None, context: Any
-    ) -> InferAnswer:
+    async def _infer(self, call: InferCall, context: Any) -> InferAnswer:
+        request = call.message
         trace = current_trace()
         started = time.perf_counter()
         parameters = self._parameters(request)
-        feeds = decode_inputs(request, raw)
-        output_names = [o.name for o in request.outputs] or None
+        feeds, output_names = await self._reader.off_loop(
+            call.size, lambda: _read_tensors(request, call.raw)
+        )
         timeout_s = _timeout_s(context, parameters)
         trace.preprocess_s = time.perf_counter() - started
         served, outputs = await self._engine.infer(
@@ -316,6 +336,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return answer
 
     def _parameters(self, request: pb.ModelInferRequest) -> dict[str, Any]:
+        if len(request.parameters) > MAX_PARAMETERS:
+            raise TooManyItemsError(
+                f"the request has {len(request.parameters)} parameters; at most "
+                f"{MAX_PARAMETERS} are read"
+            )
         parameters = parameter_values(request.parameters)
         if parameters:  # (the route key's entry stays: parameters are free-form)
             take_route_key(self._engine, parameters, request.model_name, None, parameters)
@@ -326,16 +351,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return config is not None and config.task == "text-generation"
 
     async def _generate(
-        self,
-        request: pb.ModelInferRequest,
-        raw: Sequence[memoryview] | None,
-        context: Any,
-        streamed: bool,
+        self, call: InferCall, context: Any, streamed: bool
     ) -> AsyncIterator[pb.ModelInferResponse]:
         """A generation's responses: with `streamed`, one per token, the last flagged final;
         else one with the whole text."""
+        request = call.message
         parameters = self._parameters(request)
-        prompt = _prompt(decode_inputs(request, raw))
+        feeds = await self._reader.off_loop(call.size, lambda: decode_inputs(request, call.raw))
+        prompt = _prompt(feeds)
         settings = validate_fields(GenerationParameters, parameters)
         generation = await self._engine.start_generation(
             request.model_name,
@@ -388,43 +411,59 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             generation.close()
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+        self, requests: AsyncIterator[InferCall | InferdError], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Every request of the stream runs at once, as it arrives; responses go out as they
-        are ready (a generation's in order), each with its request's `id`. A request that
-        fails gets `error_message` (and the stream goes on)."""
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        """The stream's requests run as they arrive, at most `stream_window` at a time;
+        responses go out as they are ready (a generation's in order), each with its request's
+        `id`. A request that fails gets `error_message` (and the stream goes on).
+
+        Bounded, so that a client that writes and does not read is held back by HTTP/2's flow
+        control rather than by the server's memory: with `stream_window` requests running the
+        next one is not read, and at most `stream_window` responses wait to be sent (a request
+        whose response finds them full waits, holding its place in the window)."""
+        window = asyncio.Semaphore(self._window)
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(self._window)
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(request: pb.ModelInferRequest) -> None:
-            async def responses() -> None:
-                if self._generates(request.model_name):
-                    async for response in self._generate(request, None, context, streamed=True):
-                        out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
-                else:
-                    answer = await self._infer(request, None, context)
-                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=answer.complete()))
-
+        async def answer(item: InferCall | InferdError) -> None:
             try:
-                await self._stream_call(context, request, responses)
-            except InferdError as exc:
-                out.put_nowait(
-                    pb.ModelStreamInferResponse(
-                        error_message=f"[{int(exc.code)}] {exc.message}",
-                        infer_response=pb.ModelInferResponse(
-                            model_name=request.model_name, id=request.id
-                        ),
-                    )
-                )
+                if isinstance(item, InferdError):
+                    await out.put(_stream_error(item, None))
+                    return
+                request = item.message
+
+                async def responses() -> None:
+                    if self._generates(request.model_name):
+                        async for response in self._generate(item, context, streamed=True):
+                            await out.put(pb.ModelStreamInferResponse(infer_response=response))
+                    else:
+                        answered = await self._infer(item, context)
+                        await out.put(
+                            pb.ModelStreamInferResponse(infer_response=answered.complete())
+                        )
+
+                try:
+                    await self._stream_call(context, request, responses)
+                except InferdError as exc:
+                    await out.put(_stream_error(exc, request))
+            finally:
+                window.release()
 
         async def read() -> None:
-            async for request in request_iterator:
-                task = asyncio.get_running_loop().create_task(answer(request))
+            incoming = aiter(requests)
+            while True:
+                await window.acquire()
+                try:
+                    item = await anext(incoming)
+                except StopAsyncIteration:
+                    window.release()
+                    break
+                task = asyncio.get_running_loop().create_task(answer(item))
                 running.add(task)
                 task.add_done_callback(running.discard)
             while running:
                 await asyncio.gather(*list(running), return_exceptions=True)
-            out.put_nowait(None)
+            await out.put(None)
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -449,14 +488,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         status = 500
         try:
             with tracing(trace):
-                refused = self._keys.refusal(False, bearer(_bytes(metadata.get("authorization"))))
-                if refused is not None:
-                    raise refused
                 await run()
             status = 200
-        except InferdError as exc:
+        except InferdError as raised:
+            exc = _for_grpc(raised)
             status = self._mark(trace, exc)
-            raise
+            raise exc from None
         except asyncio.CancelledError:
             status = CLIENT_CLOSED
             raise
@@ -484,8 +521,30 @@ def _metadata(context: Any) -> dict[str, str]:
     return found
 
 
-def _bytes(value: str | None) -> bytes | None:
-    return None if value is None else value.encode("latin-1", "replace")
+def _for_grpc(exc: InferdError) -> InferdError:
+    """A refusal for a deadline the queue's expected wait exceeds is, for a gRPC call whose
+    deadline is its client's, DEADLINE_EXCEEDED (over HTTP it stays 429 with Retry-After)."""
+    if isinstance(exc, DeadlineUnmetError):
+        return DeadlineExceededError(exc.message)
+    return exc
+
+
+def _read_tensors(
+    request: pb.ModelInferRequest, raw: Sequence[memoryview]
+) -> tuple[dict[str, np.ndarray], list[str] | None]:
+    """The request's inputs and the outputs it names (off the loop for a large message)."""
+    return decode_inputs(request, raw), [o.name for o in request.outputs] or None
+
+
+def _stream_error(
+    exc: InferdError, request: pb.ModelInferRequest | None
+) -> pb.ModelStreamInferResponse:
+    response = pb.ModelInferResponse()
+    if request is not None:
+        response.model_name, response.id = request.model_name, request.id
+    return pb.ModelStreamInferResponse(
+        error_message=f"[{int(exc.code)}] {exc.message}", infer_response=response
+    )
 
 
 def _timeout_s(context: Any, parameters: dict[str, Any]) -> float | None:

@@ -427,6 +427,13 @@ class Metrics(Observer):
             ["model", "version", "route", "outcome"],
             registry=r,
         )
+        self.grpc_refused = Counter(
+            "inferd_grpc_refused",
+            "gRPC calls refused before their message was read, by reason (calls: over "
+            "grpc_max_calls)",
+            ["reason"],
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_MemoryLimitCollector())
         r.register(_EngineCollector(lambda: self._view))
@@ -465,6 +472,9 @@ class Metrics(Observer):
             self._request_children[key] = children
         children[0].inc()
         children[1].observe(total_s)
+
+    def on_grpc_refused(self, reason: str) -> None:
+        self.grpc_refused.labels(reason).inc()
 
     def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
         label = self.model_label(model)

@@ -24,7 +24,11 @@ from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.dataplane import DataPlane, data_route
 from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
 from inferd.server.job_service import Jobs
-from inferd.server.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from inferd.server.middleware import (
+    BodyLimitMiddleware,
+    CatchAllMiddleware,
+    RequestIdMiddleware,
+)
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.routes import (
     chat,
@@ -141,6 +145,7 @@ def create_app(
         api_keys=read_keys(settings.api_keys_file),
         admin_keys=read_keys(settings.admin_keys_file),
     )
+    app.add_middleware(CatchAllMiddleware)  # inside observation: the 500 is recorded
     app.add_middleware(
         ObserveMiddleware,
         metrics=metrics,

@@ -18,7 +18,16 @@ from inferd.errors import ConfigError, ErrorCode, ForbiddenError, InferdError, U
 from inferd.server.errors import response_for
 
 OPEN_PATHS = frozenset(
-    {"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics", "/", "/v1/status"}
+    {
+        "/health",
+        "/ready",
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/metrics",
+        "/",
+        "/status.js",
+        "/v1/status",
+    }
 )
 ADMIN_PREFIXES = ("/v2/repository/models/",)
 

@@ -133,18 +133,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(status, int(code), str(detail), request_id_of(request))
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    request_id = request_id_of(request)
-    log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
-    _mark(request, int(ErrorCode.INTERNAL))
-    return error_response(
-        500,
-        int(ErrorCode.INTERNAL),
-        f"internal error; the server log has the details under request id {request_id}",
-        request_id,
-    )
-
-
 async def _client_gone(request: Request, exc: Exception) -> Response:
     # Never reaches the gone client; nginx's 499 shows the case in access logs.
     return Response(status_code=CLIENT_CLOSED)
@@ -156,4 +144,3 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InferdError, _inferd_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)

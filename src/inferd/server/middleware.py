@@ -1,15 +1,20 @@
-"""Pure ASGI middleware: request ids and the body size limit (cheaper than BaseHTTPMiddleware)."""
+"""Pure ASGI middleware: request ids, the body size limit, and the last catch of an
+unexpected exception (cheaper than BaseHTTPMiddleware)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inferd.errors import ErrorCode
+from inferd.observability.trace import current_trace
 from inferd.server.errors import PayloadTooLargeError, error_response
 
+log = logging.getLogger(__name__)
 _GOOD_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -94,3 +99,43 @@ class BodyLimitMiddleware:
 
 def _message(limit: int) -> str:
     return f"request body over the limit of {limit} bytes"
+
+
+class CatchAllMiddleware:
+    """No exception leaves inferd's handling: one that nothing else answered is logged with
+    the request id and answered 500 (code 5000, the request id in the body), and the
+    connection stays usable (Starlette's own last handler answers, then raises on to the
+    server, which closes the connection without saying so: a pooling client's next request
+    on it fails). When the answer had already started, it cannot be replaced: its body is cut
+    short and the server closes the connection, the only signal HTTP/1.1 has left then."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        except Exception as exc:
+            request_id = str(scope.get("state", {}).get("request_id", ""))
+            log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
+            if started:
+                return  # (the server closes the connection of an unfinished answer)
+            current_trace().error_code = int(ErrorCode.INTERNAL)
+            response = error_response(
+                500,
+                int(ErrorCode.INTERNAL),
+                f"internal error; the server log has the details under request id {request_id}",
+                request_id,
+            )
+            await response(scope, receive, send)

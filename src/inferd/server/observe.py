@@ -27,7 +27,16 @@ from inferd.server.http_limits import received_at
 log = logging.getLogger("inferd.request")
 
 QUIET_PATHS = frozenset(
-    {"/health", "/ready", "/v2/health/live", "/v2/health/ready", "/metrics", "/", "/v1/status"}
+    {
+        "/health",
+        "/ready",
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/metrics",
+        "/",
+        "/status.js",
+        "/v1/status",
+    }
 )
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from google.protobuf.message import DecodeError
 
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.grpc_v2.scan import Malformed
 from inferd.grpc_v2.wire import InferAnswer, parse_infer_request, serialize_infer_response
 from inferd.server.v2_binary import encode_binary
+
+BUDGET = 1000
 
 
 def request_with_raw() -> pb.ModelInferRequest:
@@ -27,7 +29,7 @@ def request_with_raw() -> pb.ModelInferRequest:
 def test_a_request_parses_to_the_same_fields_with_its_raw_contents_as_views() -> None:
     request = request_with_raw()
     data = request.SerializeToString()
-    call = parse_infer_request(data)
+    call = parse_infer_request(data, BUDGET)
     expected = pb.ModelInferRequest()
     expected.CopyFrom(request)
     del expected.raw_input_contents[:]
@@ -43,7 +45,7 @@ def test_raw_entries_anywhere_in_the_message_keep_their_order() -> None:
     head = pb.ModelInferRequest(raw_input_contents=[raw[0]]).SerializeToString()
     tail = pb.ModelInferRequest(raw_input_contents=[raw[1]]).SerializeToString()
     data = head + request.SerializeToString() + tail  # (concatenated messages merge)
-    call = parse_infer_request(data)
+    call = parse_infer_request(data, BUDGET)
     assert call.message == request
     assert [bytes(view) for view in call.raw] == raw
 
@@ -58,7 +60,7 @@ def test_unknown_fields_of_every_wire_type_pass_through_to_protobuf() -> None:
         + bytes(4)  # field 92, fixed32
         + b"\xea\x05\x02hi"  # field 93, length-delimited
     )
-    call = parse_infer_request(request.SerializeToString() + unknown)
+    call = parse_infer_request(request.SerializeToString() + unknown, BUDGET)
     assert call.message.model_name == "m"
     assert [bytes(view) for view in call.raw] == [b"abcd"]
     assert call.message.SerializeToString().endswith(unknown)
@@ -69,15 +71,15 @@ def test_unknown_fields_of_every_wire_type_pass_through_to_protobuf() -> None:
     [b"\x0a\x05ab", b"\x0a", b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"],
     ids=["truncated-field", "truncated-length", "varint-too-long"],
 )
-def test_malformed_bytes_get_protobufs_own_error(data: bytes) -> None:
-    with pytest.raises(DecodeError):
-        parse_infer_request(data)
+def test_malformed_bytes_are_refused_before_protobuf_parses_them(data: bytes) -> None:
+    with pytest.raises(Malformed):
+        parse_infer_request(data, BUDGET)
 
 
-def test_a_group_is_left_to_protobufs_parser_and_the_raw_contents_still_come() -> None:
+def test_a_group_is_refused_the_protocol_has_none() -> None:
     raw = pb.ModelInferRequest(raw_input_contents=[b"xy"]).SerializeToString()
-    call = parse_infer_request(b"\xcb\x05\xcc\x05" + raw)  # (an empty group: field 89)
-    assert [bytes(view) for view in call.raw] == [b"xy"]
+    with pytest.raises(Malformed):
+        parse_infer_request(b"\xcb\x05\xcc\x05" + raw, BUDGET)  # (an empty group: field 89)
 
 
 def test_a_response_serializes_to_the_message_protobuf_would_write() -> None:

@@ -1,0 +1,171 @@
+"use strict";
+const POLL_MS = 2000;
+const KEEP = 90;  // points per chart: three minutes at one every two seconds
+const SERIES = [
+  // key, title, unit, lines
+  ["rps", "requests / s", "", ["rps"]],
+  ["latency", "p50 / p99", "ms", ["p50", "p99"]],
+  ["queue", "queue depth", "", ["queue"]],
+  ["batch", "mean batch size", "", ["batch"]],
+  ["padding", "padding efficiency", "%", ["padding"]],
+  ["errors", "errors / s", "", ["errors"]],
+];
+const COLORS = ["var(--accent)", "var(--second)"];
+const history = new Map();   // model -> {points: {line: [values]}, totals}
+const cards = new Map();     // model -> elements
+
+function el(tag, attrs, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+function svg(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  return node;
+}
+
+function card(model) {
+  if (cards.has(model)) return cards.get(model);
+  const root = el("section", {class: "card", "data-model": model});
+  const title = el("div");
+  title.append(el("h2", {}, model), el("span", {class: "task"}));
+  const versions = el("div", {class: "versions"});
+  const split = el("div", {class: "split", hidden: ""});
+  const reason = el("div", {class: "reason"});
+  const charts = el("div", {class: "charts"});
+  const parts = {root, task: title.lastChild, versions, split, reason, charts: {}, note: el("div", {class: "note"})};
+  for (const [key, name, unit, lines] of SERIES) {
+    const box = el("div", {class: "chart"});
+    const value = el("span", {class: "value"}, "–");
+    const head = el("div");
+    head.append(el("span", {class: "name"}, name), value);
+    const plot = svg("svg", {viewBox: `0 0 ${KEEP - 1} 100`, preserveAspectRatio: "none",
+                             "data-series": key, "data-last": "0"});
+    const polylines = lines.map((line, i) => {
+      const p = svg("polyline", {"data-line": line, stroke: COLORS[i], points: ""});
+      plot.append(p);
+      return p;
+    });
+    box.append(head, plot);
+    charts.append(box);
+    parts.charts[key] = {plot, value, polylines, unit, lines};
+  }
+  root.append(title, versions, split, reason, charts, parts.note);
+  document.getElementById("models").append(root);
+  cards.set(model, parts);
+  return parts;
+}
+
+function sum(versions, field) {
+  return versions.reduce((total, v) => total + (v[field] || 0), 0);
+}
+
+function push(model, values) {
+  let h = history.get(model);
+  if (!h) {
+    h = {points: {}};
+    history.set(model, h);
+  }
+  for (const [line, value] of Object.entries(values)) {
+    const points = h.points[line] || (h.points[line] = []);
+    points.push(value);
+    if (points.length > KEEP) points.shift();
+  }
+  return h;
+}
+
+function draw(parts, h) {
+  for (const chart of Object.values(parts.charts)) {
+    const all = chart.lines.flatMap(line => h.points[line] || []).filter(v => v !== null);
+    const top = Math.max(1e-9, ...all) * 1.1;
+    chart.polylines.forEach((poly, i) => {
+      const values = h.points[chart.lines[i]] || [];
+      const offset = KEEP - values.length;
+      poly.setAttribute("points", values.map((v, x) =>
+        `${x + offset},${(100 - (v === null ? 0 : v) / top * 100).toFixed(2)}`).join(" "));
+    });
+    const lasts = chart.lines.map(line => {
+      const values = h.points[line] || [];
+      return values.length ? values[values.length - 1] : null;
+    });
+    chart.plot.setAttribute("data-last", String(lasts[0] === null ? 0 : lasts[0]));
+    const shown = lasts.map(v => v === null ? "–" : fmt(v)).join(" / ");
+    chart.value.textContent = lasts.some(v => v !== null) && chart.unit ? `${shown} ${chart.unit}` : shown;
+  }
+}
+
+function fmt(v) {
+  if (Math.abs(v) >= 100) return v.toFixed(0);
+  if (Math.abs(v) >= 10) return v.toFixed(1);
+  return v.toFixed(2);
+}
+
+function update(status) {
+  document.getElementById("server").textContent = `${status.server.name} ${status.server.version}`;
+  document.getElementById("ready").textContent = status.ready ? "yes" : "no";
+  document.getElementById("in-flight").textContent = status.in_flight;
+  document.getElementById("jobs").textContent =
+    `${status.jobs.running} running (${status.jobs.store})`;
+  document.getElementById("updated").textContent = new Date(status.time * 1000).toLocaleTimeString();
+  for (const model of status.models) {
+    const parts = card(model.name);
+    parts.task.textContent = model.task || "";
+    parts.versions.replaceChildren(...(model.versions.length
+      ? model.versions.map(v => el("span", {class: `badge ${v.state}`, "data-version": v.version,
+                                            title: v.reason || ""}, `v${v.version} ${v.state}`))
+      : [el("span", {class: `badge ${model.state}`}, model.state || "")]));
+    parts.reason.textContent = model.reason || model.versions.filter(v => v.reason)
+      .map(v => `v${v.version}: ${v.reason}`).join("; ");
+    const rollout = model.rollout;
+    if (rollout) {
+      const canary = Math.round(rollout.weight * 100);
+      parts.split.hidden = false;
+      parts.split.replaceChildren(
+        el("div", {class: "stable", style: `width:${100 - canary}%`}, `v${rollout.stable} ${100 - canary}%`),
+        el("div", {class: "canary", style: `width:${canary}%`}, `v${rollout.candidate} ${canary}%`));
+    } else {
+      parts.split.hidden = true;
+    }
+    const totals = {
+      rows: sum(model.versions, "rows"), batches: sum(model.versions, "batches"),
+      real: sum(model.versions, "real_elements"), padded: sum(model.versions, "padded_elements"),
+      hits: sum(model.versions, "cache_hits"), misses: sum(model.versions, "cache_misses"),
+    };
+    const previous = (history.get(model.name) || {}).totals;
+    let batch = null, padding = null;
+    if (previous) {
+      const batches = totals.batches - previous.batches;
+      const padded = totals.padded - previous.padded;
+      // a model batched by another (zero-shot over its base) has no batches of its own
+      batch = totals.batches === 0 ? null : batches > 0 ? (totals.rows - previous.rows) / batches : 0;
+      padding = padded > 0 ? (totals.real - previous.real) / padded * 100 : null;
+    }
+    const live = model.live || {requests_per_s: 0, errors_per_s: 0, p50_ms: null, p99_ms: null};
+    const h = push(model.name, {
+      rps: live.requests_per_s, errors: live.errors_per_s, p50: live.p50_ms, p99: live.p99_ms,
+      queue: sum(model.versions, "queue_depth"), batch, padding,
+    });
+    h.totals = totals;
+    const lookups = totals.hits + totals.misses;
+    parts.note.textContent = lookups
+      ? `response cache: ${(totals.hits / lookups * 100).toFixed(1)}% of ${lookups} lookups hit`
+      : "";
+    draw(parts, h);
+  }
+}
+
+async function poll() {
+  try {
+    const response = await fetch("/v1/status", {cache: "no-store"});
+    if (!response.ok) throw new Error(`status ${response.status}`);
+    update(await response.json());
+    document.getElementById("error").textContent = "";
+  } catch (error) {
+    document.getElementById("error").textContent = `cannot read /v1/status: ${error.message}`;
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+poll();
