@@ -20,7 +20,6 @@ finished meanwhile keeps its answer in memory and writes it once the store answe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -85,23 +84,26 @@ class JobWorker:
         self._callbacks = callbacks
         self._running: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._census_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._depth_reported = 0.0
 
     @property
     def running(self) -> int:
         return len(self._running)
 
     def start(self) -> None:
-        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="inferd-jobs")
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._loop(), name="inferd-jobs")
+        self._census_task = loop.create_task(self._census(), name="inferd-jobs-census")
 
     async def stop(self, timeout_s: float) -> None:
         """Takes no more jobs; waits up to `timeout_s` for the running ones (one cut off
         stays in a shared store, for another worker)."""
         self._stopping = True
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for task in (self._loop_task, self._census_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._running:
             _, left = await asyncio.wait(self._running, timeout=timeout_s)
             for task in left:
@@ -126,24 +128,24 @@ class JobWorker:
                 await asyncio.sleep(ERROR_PAUSE_S)
                 continue
             pause = STORE_PAUSE_S
-            self._report_depth()
             if delivery is None:
                 continue
             task = asyncio.get_running_loop().create_task(self._run(delivery))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _report_depth(self) -> None:
-        now = time.monotonic()
-        if now - self._depth_reported < DEPTH_EVERY_S:
-            return
-        self._depth_reported = now
-
-        async def report() -> None:
-            with contextlib.suppress(Exception):
+    async def _census(self) -> None:
+        """Reads the queue's depth for the metrics every `DEPTH_EVERY_S`, busy or not (a
+        shared store also checks then that it still holds its data)."""
+        while not self._stopping:
+            try:
                 notify(self._observer.on_jobs_waiting, await self._store.depth())
-
-        asyncio.get_running_loop().create_task(report())
+            except UnavailableError:
+                pass  # the store logged it, once
+            except Exception:
+                log.exception("the job queue's depth could not be read")
+                await asyncio.sleep(ERROR_PAUSE_S)
+            await asyncio.sleep(DEPTH_EVERY_S)
 
     async def _run(self, delivery: Delivery) -> None:
         priority.background()  # this task's batches: the runtimes' background threads
