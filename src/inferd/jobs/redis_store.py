@@ -22,6 +22,7 @@ the caller and one warning for the log (`reach`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -91,6 +92,7 @@ class RedisJobStore:
         self._finish = self._client.register_script(redis_scripts.FINISH)
         self._drop = self._client.register_script(redis_scripts.DROP)
         self._epoch: Epoch | None = None
+        self._making = asyncio.Lock()
         self._lost_epochs: dict[str, Epoch] = {}
         """Epochs this process saw lost, by tag: their ids answer as lost jobs."""
         self._known = 0
@@ -123,6 +125,10 @@ class RedisJobStore:
     async def _make(self) -> Epoch:
         """The stream, the group and the epoch, made if missing (MKSTREAM; SET NX); a changed
         epoch is a store that lost its data: logged once, its jobs remembered as lost."""
+        async with self._making:  # one at a time: a loss found by two calls is one loss
+            return await self._make_now()
+
+    async def _make_now(self) -> Epoch:
         try:
             await self._client.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
