@@ -12,11 +12,17 @@ jobs got through meanwhile (the capacity they took from idle time).
 
     python benchmarks/jobs_bench.py           # writes the "jobs" section of RESULTS.md
     python benchmarks/jobs_bench.py --quick
+    python benchmarks/jobs_bench.py --redis-memory   # what Redis holds for each job
+
+`--redis-memory` measures, on the Redis store alone (no server), Redis's `used_memory` for each
+job waiting in the queue and for each finished job's kept answer, beside the body and answer
+themselves (the bookkeeping of docs/operations.md's Redis sizing).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import tempfile
@@ -28,12 +34,16 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
+import redis
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
+from inferd.jobs.record import Job, JobState
+from inferd.jobs.redis_store import RedisJobStore
+from inferd.jobs.store import QueueBound, ResultBound, finished
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, open_loop, request_bytes, run_loop
 from tests.redis_server import redis_server
@@ -116,6 +126,60 @@ def measure(repo: Path, redis_url: str, texts: list[str], share: float, args: An
     return Measured(share, rate, capacity, backlog, results, drained)
 
 
+async def redis_bytes_per_job(url: str, jobs: int) -> tuple[float, float, int, int]:
+    """(bytes a queued job adds, bytes a finished job's kept answer adds, body bytes, answer
+    bytes): Redis's used_memory over `jobs` jobs, each way."""
+    body = orjson.dumps({"texts": ["a report of a few words"] * JOB_TEXTS})
+    answer = orjson.dumps({"error": "no model 'absent' (known: minilm)", "code": 4040})
+    store = RedisJobStore(
+        url, "memory", QueueBound(10**7, 10**12), 86400, 30, ResultBound(10**7, 10**12, 10**9, 1)
+    )
+    memory = redis.Redis.from_url(url)
+    try:
+        await store.open()
+        base = int(memory.info("memory")["used_memory"])
+        for _ in range(jobs):
+            await store.submit(Job(route="/embed", body=body))
+        queued = int(memory.info("memory")["used_memory"])
+        for _ in range(jobs):
+            delivery = await store.take("bench", 1.0)
+            if delivery is None:
+                raise RuntimeError("a queued job was not handed out")
+            done = finished(delivery.job, JobState.FAILED, 404, answer)
+            await store.finish(delivery, done)
+        kept = int(memory.info("memory")["used_memory"])
+    finally:
+        memory.close()
+        await store.close()
+    return (queued - base) / jobs, (kept - base) / jobs, len(body), len(answer)
+
+
+def redis_memory(args: Any) -> int:
+    jobs = 2000
+    with (
+        tempfile.TemporaryDirectory(prefix="inferd-jobs-") as name,
+        redis_server(Path(name) / "redis") as url,
+    ):
+        queued, kept, body, answer = asyncio.run(redis_bytes_per_job(url, jobs))
+    command = ("python benchmarks/jobs_bench.py " + " ".join(sys.argv[1:])).strip()
+    lines = [
+        "## Jobs: what Redis holds for each job",
+        "",
+        f"Machine: {machine_description()}.",
+        f"{jobs} jobs queued on the Redis store, then each finished (failed, as a job naming "
+        "an absent model does); Redis's `used_memory` before, once queued, once finished.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| | bytes a job (body or answer included) | of which the body or answer |",
+        "| --- | --- | --- |",
+        f"| waiting in the queue | {queued:.0f} | {body} |",
+        f"| finished: its answer kept (body dropped) | {kept:.0f} | {answer} |",
+    ]
+    publish("jobs-redis-memory", "\n".join(lines), args.quick)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20)
@@ -124,7 +188,12 @@ def main() -> int:
         "--shares", default="1,0.3,0.1", help="jobs_max_share values, one server each"
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--redis-memory", action="store_true", help="Redis's bytes for each job (no server)"
+    )
     args = parser.parse_args()
+    if args.redis_memory:
+        return redis_memory(args)
     if args.quick:
         args.seconds, args.rounds = 6, 1
     shares = [float(x) for x in args.shares.split(",")]

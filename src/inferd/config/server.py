@@ -220,6 +220,30 @@ class ServerSettings(BaseModel):
     jobs_result_ttl_s: float = Field(
         86400.0, gt=0, description="How long a finished job's answer is kept."
     )
+    jobs_max_results: int = Field(
+        100000,
+        ge=1,
+        description="Finished jobs' answers kept at most (the request bodies are not kept); "
+        "while as many are kept, a new job is 429 (code 4290) until some expire.",
+    )
+    jobs_max_results_mb: float = Field(
+        512.0,
+        gt=0,
+        description="The kept answers' bytes, in MB, at most; while they hold as much, a new "
+        "job is 429 (code 4290), and an answer that would not fit fails its job (5030).",
+    )
+    jobs_max_result_mb: float = Field(
+        16.0,
+        gt=0,
+        description="One job's answer, in MB, at most; a larger answer fails its job (4005).",
+    )
+    jobs_key_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="With API keys: the share of jobs_max_results and jobs_max_results_mb the "
+        "jobs of one key may hold, so that one key cannot fill the store. 1: no bound per key.",
+    )
     jobs_claim_after_s: float = Field(
         30.0,
         gt=0,

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 3
 FIRST_PAUSE_S = 1.0
 TIMEOUT_S = 10.0
+MAX_URL_CHARS = 2048
 
 
 class Callbacks:
@@ -29,14 +30,26 @@ class Callbacks:
         self._sending: set[asyncio.Task[None]] = set()
 
     def check(self, url: str) -> None:
-        """4004 unless `url` is http(s) to an allowed host (host, or host:port)."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInputError("callback_url must be an http or https URL")
+        """4004 unless `url` is a well-formed http(s) URL to an allowed host (host, or
+        host:port)."""
+        malformed = InvalidInputError(
+            "callback_url must be an http or https URL (no spaces or control characters, a "
+            f"host, a port from 1 to 65535, at most {MAX_URL_CHARS} characters)"
+        )
+        if len(url) > MAX_URL_CHARS or any(not ("!" <= c <= "~") for c in url):
+            raise malformed
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+            httpx.URL(url)  # what sends it must read it too
+        except (ValueError, httpx.InvalidURL) as exc:
+            raise malformed from exc
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+            raise malformed
         if not self.allowed_hosts:
             raise InvalidInputError("callbacks are off: the server allows no callback host")
         host = parts.hostname.lower()
-        named = {host, f"{host}:{parts.port}"} if parts.port else {host}
+        named = {host, f"{host}:{port}"} if port else {host}
         if not named & self.allowed_hosts:
             raise InvalidInputError(
                 f"callback host '{parts.netloc}' is not allowed; allowed: "

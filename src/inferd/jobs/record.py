@@ -1,4 +1,8 @@
-"""A job as it is kept: what was asked, where it stands, and how it ended."""
+"""A job as it is kept: what was asked, where it stands, and how it ended.
+
+A finished job keeps its answer, not its request: the store drops the body when the job
+finishes (`body` is then empty). A job the store lost (its record gone before its time to
+live ran out, e.g. Redis restarted without its data) is shown as failed with `LOST_REASON`."""
 
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
+
+from inferd.errors import ErrorCode
+
+LOST_REASON = "the job store lost this job"
 
 
 class JobState(enum.StrEnum):
@@ -38,13 +46,36 @@ class Job:
     """The HTTP status its route answered with."""
     result: bytes | None = None
     """The route's JSON answer (or its error body, when it failed)."""
+    owner: str | None = None
+    """A hash of the API key that submitted it (never the key); None: the server had no keys."""
+    lost: bool = False
+    """The store lost it: only `id` and `created_at` are known."""
 
     @property
     def done(self) -> bool:
         return self.state in (JobState.SUCCEEDED, JobState.FAILED)
 
+    @classmethod
+    def lost_record(cls, job_id: str, created_at: float) -> Job:
+        return cls(
+            route="",
+            body=b"",
+            id=job_id,
+            state=JobState.FAILED,
+            created_at=created_at,
+            lost=True,
+        )
+
     def view(self) -> dict[str, Any]:
         """What a client reads of it (`GET /v1/jobs/{id}`, and a callback's body)."""
+        if self.lost:
+            return {
+                "id": self.id,
+                "state": JobState.FAILED.value,
+                "reason": LOST_REASON,
+                "created_at": self.created_at,
+                "error": {"error": LOST_REASON, "code": int(ErrorCode.INTERNAL)},
+            }
         shown: dict[str, Any] = {
             "id": self.id,
             "state": self.state.value,
@@ -59,13 +90,15 @@ class Job:
             shown["status_code"] = self.status
             answer = orjson.loads(self.result) if self.result else None
             shown["result" if self.state is JobState.SUCCEEDED else "error"] = answer
+            if self.state is JobState.FAILED:
+                shown["reason"] = _reason(answer, self.status)
         return shown
 
     def to_fields(self) -> dict[str, bytes]:
         """As flat byte fields (a Redis hash); None fields are left out."""
         fields: dict[str, bytes] = {}
         for name, value in asdict(self).items():
-            if value is None:
+            if value is None or name == "lost":
                 continue
             fields[name] = value if isinstance(value, bytes) else str(value).encode()
         return fields
@@ -80,7 +113,7 @@ class Job:
         status = number("status")
         return cls(
             route=text["route"].decode(),
-            body=text["body"],
+            body=text.get("body", b""),
             callback_url=text["callback_url"].decode() if "callback_url" in text else None,
             id=text["id"].decode(),
             state=JobState(text["state"].decode()),
@@ -91,4 +124,12 @@ class Job:
             worker=text["worker"].decode() if "worker" in text else None,
             status=int(status) if status is not None else None,
             result=text.get("result"),
+            owner=text["owner"].decode() if "owner" in text else None,
         )
+
+
+def _reason(answer: object, status: int | None) -> str:
+    """A failed job's reason in words: its error's message, else its status."""
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        return str(answer["error"])
+    return f"its route answered status {status}"

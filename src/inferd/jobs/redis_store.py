@@ -3,42 +3,54 @@
 Keys, all under one hash tag so that a Redis Cluster keeps them in one slot:
 `{prefix}:stream`, the queue (one entry per job waiting or running, holding its id and the
 size of its body), read by the consumer group `inferd`; `{prefix}:bytes`, the bodies' total
-(the queue's second bound); and `{prefix}:job:<id>`, a hash with the job's record, which
-expires `result_ttl_s` after the job finished.
+(the queue's second bound); `{prefix}:job:<id>`, a hash with the job's record, which expires
+`result_ttl_s` after the job finished (its body is dropped then); `{prefix}:results` and
+`{prefix}:held`, the kept answers and their totals (`redis_scripts`); `{prefix}:epoch`, the
+secret that says the store is the one the jobs were written to (`epoch`).
 
-Nothing is lost: an entry is acknowledged and deleted only with the job's answer written (one
-transaction). A worker that stops mid-job (killed, its machine gone) leaves its entry pending;
-after `claim_after_s` without news from it, the next worker to look claims the entry
-(XAUTOCLAIM) and runs the job again. A worker running a job tells the stream so every third of
-that time (`keep`: XCLAIM to itself, which resets the entry's idle time), so a long job is
-never taken from a live worker. The queue's bounds are checked and the job added in one script:
-two processes cannot both take the last place.
+Nothing is lost while Redis keeps its data: an entry is acknowledged and deleted only with the
+job's answer written (one script). A worker that stops mid-job leaves its entry pending; after
+`claim_after_s` without news from it, the next worker to look claims it (XAUTOCLAIM) and runs
+the job again. A worker running a job tells the stream so every third of that time (`keep`).
+
+A Redis that comes back without its data is found by the epoch (every second, and on any miss)
+or by NOGROUP: the stream and group are made again, a new epoch written, a warning logged once
+with the jobs the store held when last read, and the old epoch remembered, so that `get`
+answers its jobs as lost. A Redis that cannot be reached is `UnavailableError` (503, 5030) for
+the caller and one warning for the log (`reach`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from inferd.errors import UnavailableError
+from inferd.jobs import redis_scripts
+from inferd.jobs.epoch import Epoch, new_secret
+from inferd.jobs.reach import UNREACHABLE, Reach
 from inferd.jobs.record import Job, JobState
-from inferd.jobs.store import Delivery, QueueBound
+from inferd.jobs.store import ANONYMOUS, Delivery, QueueBound, ResultBound
+
+log = logging.getLogger(__name__)
 
 GROUP = "inferd"
-
-_SUBMIT = """
-local jobs = redis.call('XLEN', KEYS[1])
-local held = tonumber(redis.call('GET', KEYS[3]) or '0')
-if jobs >= tonumber(ARGV[1]) or held + tonumber(ARGV[3]) > tonumber(ARGV[2]) then
-  return {0, jobs, held}
-end
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
-redis.call('XADD', KEYS[1], '*', 'id', ARGV[4], 'bytes', ARGV[3])
-redis.call('INCRBY', KEYS[3], ARGV[3])
-return {1, jobs, held}
-"""
+CONNECT_TIMEOUT_S = 2.0
+SOCKET_TIMEOUT_S = 10.0
+"""Above the longest blocking read (`take`'s wait)."""
+RETRY_AFTER_S = 2.0
+"""Retry-After of a 503 while Redis cannot be reached."""
 
 
 class RedisJobStore:
@@ -51,55 +63,214 @@ class RedisJobStore:
         bound: QueueBound,
         result_ttl_s: float,
         claim_after_s: float,
+        results: ResultBound | None = None,
+        on_lost: Callable[[int], None] = lambda count: None,
     ) -> None:
-        self._client: aioredis.Redis = aioredis.from_url(url)
-        self._stream = f"{{{prefix}}}:stream"
-        self._bytes = f"{{{prefix}}}:bytes"
+        # one quick retry: a pooled connection to a Redis that restarted fails once, then
+        # reconnects; more retries only delay the 503 of a Redis that is down
+        self._client: aioredis.Redis = aioredis.from_url(
+            url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1),
+        )
+        self.reach = Reach()
+        tag = f"{{{prefix}}}"
+        self._stream = f"{tag}:stream"
+        self._bytes = f"{tag}:bytes"
+        self._epoch_key = f"{tag}:epoch"
+        self._results_key = f"{tag}:results"
+        self._held = f"{tag}:held"
         self._prefix = prefix
         self._bound = bound
+        self._results = results or ResultBound.unbounded()
+        self._ttl_s = result_ttl_s
         self._ttl_ms = int(result_ttl_s * 1000)
         self._claim_ms = int(claim_after_s * 1000)
-        self._submit = self._client.register_script(_SUBMIT)
+        self._on_lost = on_lost
+        self._submit = self._client.register_script(redis_scripts.SUBMIT)
+        self._finish = self._client.register_script(redis_scripts.FINISH)
+        self._drop = self._client.register_script(redis_scripts.DROP)
+        self._epoch: Epoch | None = None
+        self._making = asyncio.Lock()
+        self._lost_epochs: dict[str, Epoch] = {}
+        """Epochs this process saw lost, by tag: their ids answer as lost jobs."""
+        self._known = 0
+        """Jobs (waiting, running, answers kept) when the store was last read."""
 
     def _key(self, job_id: str) -> str:
         return f"{{{self._prefix}}}:job:{job_id}"
 
+    @contextlib.asynccontextmanager
+    async def _reaching(self) -> AsyncIterator[None]:
+        """Redis's connection errors as 5030, logged once while they last (`reach`)."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            self.reach.failed(f"{type(exc).__name__}: {exc}")
+            raise UnavailableError(UNREACHABLE, retry_after_s=RETRY_AFTER_S) from exc
+        except ResponseError as exc:
+            if not str(exc).startswith("OOM"):
+                raise
+            raise UnavailableError(
+                "the job store is full (Redis is at its maxmemory)", retry_after_s=RETRY_AFTER_S
+            ) from exc
+        self.reach.answered()
+
     async def open(self) -> None:
-        """Reaches Redis (failing start-up when it cannot) and makes the group if needed."""
+        """Reaches Redis (failing start-up when it cannot), makes the stream and group if
+        needed, and reads (or writes) the epoch."""
+        await self._make()
+
+    async def _make(self) -> Epoch:
+        """The stream, the group and the epoch, made if missing (MKSTREAM; SET NX); a changed
+        epoch is a store that lost its data: logged once, its jobs remembered as lost."""
+        async with self._making:  # one at a time: a loss found by two calls is one loss
+            return await self._make_now()
+
+    async def _make_now(self) -> Epoch:
         try:
             await self._client.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        wrote = bool(await self._client.set(self._epoch_key, new_secret(), nx=True))
+        secret: Any = await self._client.get(self._epoch_key)
+        current = Epoch(secret.decode())
+        old = self._epoch
+        self._epoch = current
+        if old is None or old == current:
+            return current
+        self._lost_epochs[old.tag] = old
+        log.warning(
+            "the job store came back empty (Redis lost its data: a restart without "
+            "persistence, a failover to an empty replica, or a flush); its stream and group "
+            "are made again and new jobs run. The jobs it held are lost: each answers "
+            "failed, 'the job store lost this job'",
+            extra={"jobs_known": self._known, "prefix": self._prefix},
+        )
+        if wrote:  # one process counts a loss: the one that made the new epoch
+            self._on_lost(self._known)
+        self._known = 0
+        return current
+
+    async def _check(self, secret: bytes | None) -> None:
+        """Makes the store again when the epoch read (`secret`) is not this process's."""
+        if self._epoch is None or secret is None or secret.decode() != self._epoch.secret:
+            await self._make()
 
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def submit(self, job: Job) -> None:
-        fields: list[Any] = []
-        for name, value in job.to_fields().items():
-            fields += [name, value]
-        bound, size = self._bound, len(job.body)
-        added, jobs, held = await self._submit(
-            keys=[self._stream, self._key(job.id), self._bytes],
-            args=[bound.jobs, bound.body_bytes, size, job.id, *fields],
+    async def submit(self, job: Job) -> Job:
+        for _ in range(2):  # a second time when the epoch changed under it
+            async with self._reaching():
+                epoch = self._epoch or await self._make()
+                queued = await self._submit_in(job, epoch)
+                if queued is not None:
+                    return queued
+                await self._make()
+        raise UnavailableError("the job store changed twice while queuing", retry_after_s=1.0)
+
+    async def _submit_in(self, job: Job, epoch: Epoch) -> Job | None:
+        queued = Job(
+            route=job.route,
+            body=job.body,
+            callback_url=job.callback_url,
+            id=epoch.issue(time.time()),
+            owner=job.owner,
         )
-        if not added:
-            raise bound.refusal(int(jobs), int(held), size) or RuntimeError("refused in Redis")
+        fields: list[Any] = []
+        for name, value in queued.to_fields().items():
+            fields += [name, value]
+        owner = job.owner or ANONYMOUS
+        mine_n, mine_bytes = self._results.for_key(owner)
+        size = len(job.body)
+        status, count, held, retry_ms = await self._submit(
+            keys=[
+                self._stream,
+                self._key(queued.id),
+                self._bytes,
+                self._epoch_key,
+                self._results_key,
+                self._held,
+            ],
+            args=[
+                self._bound.jobs,
+                self._bound.body_bytes,
+                size,
+                queued.id,
+                epoch.secret,
+                owner,
+                self._results.results,
+                self._results.total_bytes,
+                mine_n,
+                mine_bytes,
+                *fields,
+            ],
+        )
+        status = int(status)
+        if status == 1:
+            return queued
+        if status == -1:
+            return None
+        if status == 0:
+            refusal = self._bound.refusal(int(count), int(held), size)
+        else:
+            refusal = self._results.refusal(
+                int(count), int(held), int(retry_ms) / 1000, owner if status == 3 else None
+            )
+        raise refusal or RuntimeError(f"refused in Redis ({status})")
 
     async def get(self, job_id: str) -> Job | None:
-        fields: Any = await self._client.hgetall(self._key(job_id))
-        return Job.from_fields(fields) if fields else None
+        async with self._reaching():
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self._key(job_id))
+                pipe.get(self._epoch_key)
+                fields, secret = await pipe.execute()
+            if fields and b"route" in fields:
+                return Job.from_fields(fields)
+            await self._check(secret)
+        return self._lost(job_id)
+
+    def _lost(self, job_id: str) -> Job | None:
+        """A lost record for an id an epoch this process knows issued, whose answer could not
+        have expired yet; else None."""
+        epochs = [*self._lost_epochs.values(), *([self._epoch] if self._epoch else [])]
+        for epoch in epochs:
+            made = epoch.issued_at(job_id)
+            if made is not None and time.time() - made < self._ttl_s:
+                return Job.lost_record(job_id, made)
+        return None
 
     async def take(self, worker: str, wait_s: float) -> Delivery | None:
-        entry = await self._claim_stale(worker)
-        if entry is None:
-            read: Any = await self._client.xreadgroup(
-                GROUP, worker, {self._stream: ">"}, count=1, block=max(1, int(wait_s * 1000))
-            )
-            if not read:
+        async with self._reaching():
+            try:
+                entry = await self._take_entry(worker, wait_s)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                await self._make()  # the stream or its group is gone
                 return None
-            entry = read[0][1][0]
+            if entry is None:
+                return None
+            return await self._begin(worker, entry)
+
+    async def _take_entry(
+        self, worker: str, wait_s: float
+    ) -> tuple[bytes, dict[bytes, bytes]] | None:
+        entry = await self._claim_stale(worker)
+        if entry is not None:
+            return entry
+        read: Any = await self._client.xreadgroup(
+            GROUP, worker, {self._stream: ">"}, count=1, block=max(1, int(wait_s * 1000))
+        )
+        if not read:
+            return None
+        first: tuple[bytes, dict[bytes, bytes]] = read[0][1][0]
+        return first
+
+    async def _begin(self, worker: str, entry: tuple[bytes, dict[bytes, bytes]]) -> Delivery | None:
         ticket, fields = entry[0].decode(), entry[1]
         job_id = fields[b"id"].decode()
         key = self._key(job_id)
@@ -115,9 +286,11 @@ class RedisJobStore:
             )
             pipe.hgetall(key)
             *_, record = await pipe.execute()
-        if "route" not in {k.decode() for k in record}:  # its record is gone: nothing to run
+        if b"route" not in record:  # its record is gone: nothing to run
             await self._client.delete(key)
-            await self._drop(ticket, int(fields.get(b"bytes", b"0")))
+            await self._drop(
+                keys=[self._stream, self._bytes], args=[ticket, int(fields.get(b"bytes", b"0"))]
+            )
             return None
         return Delivery(Job.from_fields(record), ticket)
 
@@ -133,41 +306,64 @@ class RedisJobStore:
         return None
 
     async def keep(self, delivery: Delivery) -> None:
-        await self._client.xclaim(
-            self._stream,
-            GROUP,
-            delivery.job.worker or "",
-            min_idle_time=0,
-            message_ids=[delivery.ticket],
-            justid=True,
-        )
+        async with self._reaching():
+            await self._client.xclaim(
+                self._stream,
+                GROUP,
+                delivery.job.worker or "",
+                min_idle_time=0,
+                message_ids=[delivery.ticket],
+                justid=True,
+            )
 
     async def finish(self, delivery: Delivery, job: Job) -> None:
-        key = self._key(job.id)
-        async with self._client.pipeline(transaction=True) as pipe:
-            fields: dict[Any, Any] = job.to_fields()
-            pipe.hset(key, mapping=fields)
-            pipe.pexpire(key, self._ttl_ms)
-            pipe.xack(self._stream, GROUP, delivery.ticket)
-            pipe.xdel(self._stream, delivery.ticket)
-            pipe.decrby(self._bytes, len(delivery.job.body))
-            await pipe.execute()
+        job = self._results.kept(job)
+        async with self._reaching():
+            if not await self._finish_as(delivery, job, force=False):
+                await self._finish_as(delivery, self._results.no_room(job), force=True)
+
+    async def _finish_as(self, delivery: Delivery, job: Job, force: bool) -> bool:
+        fields: list[Any] = []
+        for name, value in job.to_fields().items():
+            if name != "body":
+                fields += [name, value]
+        owner = job.owner or ANONYMOUS
+        kept = await self._finish(
+            keys=[self._stream, self._key(job.id), self._bytes, self._results_key, self._held],
+            args=[
+                delivery.ticket,
+                len(delivery.job.body),
+                self._ttl_ms,
+                job.id,
+                owner,
+                len(job.result or b""),
+                self._results.total_bytes,
+                self._results.for_key(owner)[1],
+                "1" if force else "0",
+                *fields,
+            ],
+        )
+        return bool(kept)
 
     async def requeue(self, delivery: Delivery) -> None:
         job = delivery.job
-        async with self._client.pipeline(transaction=True) as pipe:
+        async with self._reaching(), self._client.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(job.id), "state", JobState.QUEUED.value)
             pipe.xack(self._stream, GROUP, delivery.ticket)
             pipe.xdel(self._stream, delivery.ticket)
             pipe.xadd(self._stream, {"id": job.id, "bytes": len(job.body)})
             await pipe.execute()
 
-    async def _drop(self, ticket: str, size: int) -> None:
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.xack(self._stream, GROUP, ticket)
-            pipe.xdel(self._stream, ticket)
-            pipe.decrby(self._bytes, size)
-            await pipe.execute()
-
     async def depth(self) -> int:
-        return int(await self._client.xlen(self._stream))
+        """Jobs waiting or running; also reads the epoch (a store that lost its data is made
+        again here, within a second of the loss, even with no job coming)."""
+        async with self._reaching():
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.xlen(self._stream)
+                pipe.zcard(self._results_key)
+                pipe.get(self._epoch_key)
+                waiting, kept, secret = await pipe.execute()
+            await self._check(secret)
+            if secret is not None:
+                self._known = int(waiting) + int(kept)
+        return int(waiting)

@@ -11,12 +11,15 @@ A job whose route answers 429 (shedding) or 503 (not ready, draining) goes back 
 of the queue, as it is; any other answer is its result (a 4xx is the job's failure, kept
 like a success). A job begun `max_attempts` times (each time its worker stopped mid-job) is
 failed with 5000 rather than tried forever.
+
+A store that cannot be reached (`UnavailableError`) is the store's to log, once (its
+`reach`): the worker only waits, longer each time up to `STORE_PAUSE_MAX_S`, and a job that
+finished meanwhile keeps its answer in memory and writes it once the store answers again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from inferd.errors import ErrorCode
+from inferd.errors import ErrorCode, UnavailableError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.store import Delivery, JobStore, finished
@@ -46,6 +49,11 @@ REQUEUE_PAUSE_S = 0.2
 """After putting a shed job back: the pause before this worker takes another."""
 DEPTH_EVERY_S = 1.0
 """How often the queue's depth is read for the metrics (at most)."""
+STORE_PAUSE_S = 0.25
+STORE_PAUSE_MAX_S = 2.0
+"""The pauses before trying an unreachable store again: doubling from the first to the last."""
+ERROR_PAUSE_S = 5.0
+"""The pause after an unexpected error from the store (logged each time: at most this often)."""
 
 
 def worker_name() -> str:
@@ -76,23 +84,26 @@ class JobWorker:
         self._callbacks = callbacks
         self._running: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._census_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._depth_reported = 0.0
 
     @property
     def running(self) -> int:
         return len(self._running)
 
     def start(self) -> None:
-        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="inferd-jobs")
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._loop(), name="inferd-jobs")
+        self._census_task = loop.create_task(self._census(), name="inferd-jobs-census")
 
     async def stop(self, timeout_s: float) -> None:
         """Takes no more jobs; waits up to `timeout_s` for the running ones (one cut off
         stays in a shared store, for another worker)."""
         self._stopping = True
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for task in (self._loop_task, self._census_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._running:
             _, left = await asyncio.wait(self._running, timeout=timeout_s)
             for task in left:
@@ -101,34 +112,40 @@ class JobWorker:
         await self._callbacks.close()
 
     async def _loop(self) -> None:
+        pause = STORE_PAUSE_S
         while not self._stopping:
             if len(self._running) >= self._concurrency or not self._may_take():
                 await asyncio.sleep(IDLE_POLL_S)
                 continue
             try:
                 delivery = await self._store.take(self.name, TAKE_WAIT_S)
-            except Exception:
-                log.exception("the job store could not be read; trying again in 1 s")
-                await asyncio.sleep(1.0)
+            except UnavailableError:  # the store logged it, once
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, STORE_PAUSE_MAX_S)
                 continue
-            self._report_depth()
+            except Exception:
+                log.exception(f"the job store could not be read; trying again in {ERROR_PAUSE_S} s")
+                await asyncio.sleep(ERROR_PAUSE_S)
+                continue
+            pause = STORE_PAUSE_S
             if delivery is None:
                 continue
             task = asyncio.get_running_loop().create_task(self._run(delivery))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _report_depth(self) -> None:
-        now = time.monotonic()
-        if now - self._depth_reported < DEPTH_EVERY_S:
-            return
-        self._depth_reported = now
-
-        async def report() -> None:
-            with contextlib.suppress(Exception):
+    async def _census(self) -> None:
+        """Reads the queue's depth for the metrics every `DEPTH_EVERY_S`, busy or not (a
+        shared store also checks then that it still holds its data)."""
+        while not self._stopping:
+            try:
                 notify(self._observer.on_jobs_waiting, await self._store.depth())
-
-        asyncio.get_running_loop().create_task(report())
+            except UnavailableError:
+                pass  # the store logged it, once
+            except Exception:
+                log.exception("the job queue's depth could not be read")
+                await asyncio.sleep(ERROR_PAUSE_S)
+            await asyncio.sleep(DEPTH_EVERY_S)
 
     async def _run(self, delivery: Delivery) -> None:
         priority.background()  # this task's batches: the runtimes' background threads
@@ -144,15 +161,17 @@ class JobWorker:
             else:
                 status, answer = await self._answer(job)
             if status in RETRY_STATUSES and not self._stopping:
-                await self._store.requeue(delivery)
+                await self._until_stored(self._store.requeue, delivery)
                 notify(self._observer.on_job, "requeued", time.perf_counter() - started)
                 await asyncio.sleep(REQUEUE_PAUSE_S)
                 return
             state = JobState.SUCCEEDED if status < 400 else JobState.FAILED
             done = finished(job, state, status, answer)
-            await self._store.finish(delivery, done)
+            await self._until_stored(self._store.finish, delivery, done)
         except asyncio.CancelledError:
             raise  # stopped: the job stays in a shared store for another worker
+        except UnavailableError:
+            return  # stopped while the store was unreachable: the job stays in the queue
         except Exception:
             log.exception("a job could not be recorded", extra={"job_id": job.id})
             return
@@ -174,6 +193,23 @@ class JobWorker:
         if job.callback_url is not None:
             self._callbacks.send(job.callback_url, done)
 
+    async def _until_stored(
+        self, write: Callable[..., Awaitable[None]], delivery: Delivery, *args: Job
+    ) -> None:
+        """`write(delivery, *args)`, again while the store cannot be reached (the worker's claim
+        on the job lapses meanwhile, so another worker may run it too; its answer is the
+        same). Given up when the worker stops: the job stays in the queue for a worker."""
+        pause = STORE_PAUSE_S
+        while True:
+            try:
+                await write(delivery, *args)
+                return
+            except UnavailableError:
+                if self._stopping:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, STORE_PAUSE_MAX_S)
+
     async def _answer(self, job: Job) -> tuple[int, bytes]:
         try:
             return await self._run_route(job.route, job.body, job.id)
@@ -188,6 +224,8 @@ class JobWorker:
             await asyncio.sleep(self._keep_every_s)
             try:
                 await self._store.keep(delivery)
+            except UnavailableError:
+                continue  # the store logged it, once
             except Exception:
                 log.warning(
                     "could not renew a running job's claim", extra={"job_id": delivery.job.id}

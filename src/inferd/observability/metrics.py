@@ -402,6 +402,12 @@ class Metrics(Observer):
             "Jobs waiting or running in the job queue (all processes sharing it)",
             registry=r,
         )
+        self.jobs_lost = Counter(
+            "inferd_jobs_lost",
+            "Jobs the job store lost (Redis came back without its data): those it held, waiting, "
+            "running or answered, when last read; counted by the process that found the loss",
+            registry=r,
+        )
         self.rollout_decisions = Counter(
             "inferd_rollout_decisions",
             "Rollout decisions: start, advance, hold, promote, rollback, abort",
@@ -592,3 +598,6 @@ class Metrics(Observer):
 
     def on_jobs_waiting(self, depth: int) -> None:
         self.jobs_waiting.set(depth)
+
+    def on_jobs_lost(self, count: int) -> None:
+        self.jobs_lost.inc(count)

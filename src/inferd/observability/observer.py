@@ -81,6 +81,9 @@ class Observer:
     def on_jobs_waiting(self, depth: int) -> None:
         """The job queue's depth (waiting and running, every process sharing it)."""
 
+    def on_jobs_lost(self, count: int) -> None:
+        """The job store lost its data: `count` jobs it held when last read are lost."""
+
 
 def notify(method: Callable[..., object], *args: object) -> None:
     """Calls `method(*args)`; a failure is logged with its traceback, never raised."""
@@ -178,3 +181,7 @@ class Observers(Observer):
     def on_jobs_waiting(self, depth: int) -> None:
         for o in self.observers:
             notify(o.on_jobs_waiting, depth)
+
+    def on_jobs_lost(self, count: int) -> None:
+        for o in self.observers:
+            notify(o.on_jobs_lost, count)

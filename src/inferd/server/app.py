@@ -132,7 +132,17 @@ def create_app(
     # added first, so innermost: every middleware below still applies to the data plane
     routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
-    jobs = Jobs(settings, engine, app, routes, app.exception_handlers, metrics or Observer(), live)
+    api_keys = read_keys(settings.api_keys_file)
+    jobs = Jobs(
+        settings,
+        engine,
+        app,
+        routes,
+        app.exception_handlers,
+        metrics or Observer(),
+        live,
+        owned=bool(api_keys),
+    )
     app.state.jobs = jobs
     app.add_middleware(
         BodyLimitMiddleware,
@@ -142,7 +152,7 @@ def create_app(
     )
     app.add_middleware(
         AuthMiddleware,
-        api_keys=read_keys(settings.api_keys_file),
+        api_keys=api_keys,
         admin_keys=read_keys(settings.admin_keys_file),
     )
     app.add_middleware(CatchAllMiddleware)  # inside observation: the 500 is recorded

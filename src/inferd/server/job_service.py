@@ -2,11 +2,16 @@
 worker of this process, and how a job's route runs here: through the data plane itself (the
 same parsing, validation, engine calls and error answers as a request on the wire), with a
 request made in memory. Authentication and the body limit were applied to `POST /v1/jobs`.
+
+A job belongs to the API key that submitted it: the job keeps a hash of the key (never the
+key), and another key reading it gets the 404 of an unknown job. Without API keys, jobs have
+no owner. A job the store lost has no known owner: its id answers it as lost to any key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,10 +27,10 @@ from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job
 from inferd.jobs.share import JobShare
-from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound
+from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound, ResultBound
 from inferd.jobs.worker import JobWorker
 from inferd.observability.live import LiveWindow
-from inferd.observability.observer import Observer
+from inferd.observability.observer import Observer, notify
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.dataplane import DataPlane
 from inferd.server.errors import error_response
@@ -36,10 +41,16 @@ CLIENTS_QUIET_S = 1.0
 """With no client request for this long, jobs are not held to their share."""
 
 
-def open_store(settings: ServerSettings) -> JobStore:
+def open_store(settings: ServerSettings, observer: Observer) -> JobStore:
     bound = QueueBound(settings.jobs_max_queued, int(settings.jobs_max_queued_mb * 1e6))
+    results = ResultBound(
+        settings.jobs_max_results,
+        int(settings.jobs_max_results_mb * 1e6),
+        int(settings.jobs_max_result_mb * 1e6),
+        settings.jobs_key_share,
+    )
     if settings.jobs_redis_url is None:
-        return ProcessJobStore(bound, settings.jobs_result_ttl_s)
+        return ProcessJobStore(bound, settings.jobs_result_ttl_s, results)
     try:
         from inferd.jobs.redis_store import RedisJobStore
     except ImportError as exc:
@@ -52,7 +63,16 @@ def open_store(settings: ServerSettings) -> JobStore:
         bound,
         settings.jobs_result_ttl_s,
         settings.jobs_claim_after_s,
+        results,
+        lambda count: notify(observer.on_jobs_lost, count),
     )
+
+
+def owner_of(api_key: bytes | None) -> str | None:
+    """The owner a job submitted with `api_key` keeps: a hash of the key (None: no key)."""
+    if api_key is None:
+        return None
+    return hashlib.sha256(b"inferd-job-owner:" + api_key).hexdigest()[:32]
 
 
 class Jobs:
@@ -65,13 +85,16 @@ class Jobs:
         handlers: Any,
         observer: Observer,
         live: LiveWindow,
+        owned: bool = False,
     ) -> None:
+        """`owned`: the server has API keys, so jobs belong to the key that submitted them."""
         self._settings = settings
+        self.owned = owned
         self._engine = engine
         self._app = app
         self._routes = list(routes)
         self._plane = DataPlane(_no_route, self._routes, handlers)
-        self.store = open_store(settings)
+        self.store = open_store(settings, observer)
         hosts = [h for h in settings.jobs_callback_hosts.split(",") if h.strip()]
         self.callbacks = Callbacks(hosts)
         self._share = JobShare(settings.jobs_max_share, live.idle_s, CLIENTS_QUIET_S)
@@ -113,11 +136,28 @@ class Jobs:
         if callback_url is not None:
             self.callbacks.check(callback_url)
 
-    async def submit(self, route: str, body: dict[str, Any], callback_url: str | None) -> Job:
+    async def submit(
+        self, route: str, body: dict[str, Any], callback_url: str | None, api_key: bytes | None
+    ) -> Job:
         self.check(route, body, callback_url)
-        job = Job(route=route, body=orjson.dumps(body), callback_url=callback_url)
-        await self.store.submit(job)
-        return job
+        job = Job(
+            route=route,
+            body=orjson.dumps(body),
+            callback_url=callback_url,
+            owner=owner_of(api_key) if self.owned else None,
+        )
+        return await self.store.submit(job)
+
+    async def get(self, job_id: str, api_key: bytes | None) -> Job | None:
+        """The job, if it is `api_key`'s to read (any job, without API keys); else None."""
+        job = await self.store.get(job_id)
+        if job is None or not self.owned or job.owner is None:
+            return job
+        return job if job.owner == owner_of(api_key) else None
+
+    def detail(self) -> dict[str, Any]:
+        """The job store as `/ready` shows it."""
+        return {"store": self.store.kind, **self.store.reach.detail()}
 
     @staticmethod
     def _matches(route: Route, path: str) -> bool:

@@ -19,6 +19,9 @@ class ReadinessBody(BaseModel):
     reason: str
     in_flight: int
     models: dict[str, Any]
+    jobs: dict[str, Any] | None = None
+    """The job store: whether it answers (it does not decide readiness: inference goes on
+    without it)."""
 
 
 READY_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -40,6 +43,9 @@ def _ready(request: Request) -> Response:
         "in_flight": engine.in_flight,
         "models": readiness.models,
     }
+    jobs = getattr(request.app.state, "jobs", None)
+    if jobs is not None:
+        body["jobs"] = jobs.detail()
     return Response(
         orjson.dumps(body), 200 if readiness.ready else 503, media_type="application/json"
     )

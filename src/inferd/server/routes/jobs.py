@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.errors import NotFoundError
+from inferd.server.auth import bearer
 from inferd.server.body import read_json
 from inferd.server.job_service import Jobs
 from inferd.server.jsonbody import openapi_body
@@ -37,6 +38,12 @@ def jobs_of(request: Request) -> Jobs:
     return jobs
 
 
+def api_key(request: Request) -> bytes | None:
+    """The request's API key (the middleware checked it, when the server has keys)."""
+    authorization = request.headers.get("authorization")
+    return bearer(authorization.encode("latin-1")) if authorization is not None else None
+
+
 def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
@@ -46,14 +53,16 @@ def _json(body: object, status: int = 200, headers: dict[str, str] | None = None
 )
 async def submit(request: Request) -> Response:
     asked = await read_json(request, JobRequest)
-    job = await jobs_of(request).submit(asked.route, asked.body, asked.callback_url)
+    job = await jobs_of(request).submit(
+        asked.route, asked.body, asked.callback_url, api_key(request)
+    )
     where = f"/v1/jobs/{job.id}"
     return _json({**job.view(), "status_url": where}, status=202, headers={"Location": where})
 
 
 @router.get("/{job_id}", summary="A job: its state and, once done, its answer")
 async def status(request: Request, job_id: str) -> Response:
-    job = await jobs_of(request).store.get(job_id)
+    job = await jobs_of(request).get(job_id, api_key(request))
     if job is None:
         raise NotFoundError(f"no job '{job_id}' (unknown, or its answer expired)")
     return _json(job.view())
