@@ -212,7 +212,7 @@ def _needs() -> None:
     if missing:
         raise RuntimeError(
             f"{', '.join(missing)} missing: apt-get install --no-install-recommends docker.io "
-            "iptables (scripts/test.sh)"
+            "iptables iproute2 (scripts/test.sh)"
         )
 
 

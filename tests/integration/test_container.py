@@ -39,7 +39,7 @@ CACHE = ROOT / ".cache" / "container"
 SIZE_GOAL = 400 * 10**6
 """The image's size (bytes, as `docker image ls` counts them) it must stay under."""
 BUSY_WIDTH, BUSY_LAYERS = 256, 1024
-ROWS = 16
+ROWS = 64
 
 pytestmark = pytest.mark.timeout(900)  # the first run builds the base file system (mmdebstrap)
 
