@@ -3,7 +3,7 @@
 #   docker build -t inferd .
 #   docker run --rm -p 8000:8000 -p 8001:8001 -v "$PWD/models:/models:ro" inferd
 # Two stages. The first installs inferd and its dependencies (binary wheels only) into a virtual
-# environment and removes what serving never loads: pip and setuptools, the packages' own test
+# environment and removes what serving never loads: pip and setuptools, numpy's test
 # suites, ONNX Runtime's offline tools. The second is the base image, a user and that
 # environment: no compiler, no pip cache, no source tree. The environment keeps its compiled
 # bytecode: the root filesystem is read-only, so nothing could be compiled and kept at start.
@@ -11,10 +11,15 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/inferd
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# the dependencies first, from pyproject.toml alone: a change of the source reuses their layer
+COPY pyproject.toml ./
+RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > requirements.txt \
+ && /opt/inferd/bin/pip install --only-binary=:all: --requirement requirements.txt
+COPY README.md ./
 COPY src ./src
-RUN python3 -m pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/inferd/bin/pip install --only-binary=:all: /wheels/inferd-*.whl \
+RUN /opt/inferd/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && /opt/inferd/bin/pip install --no-deps /wheels/inferd-*.whl \
+ && /opt/inferd/bin/pip check \
  && /opt/inferd/bin/pip uninstall --yes pip setuptools \
  && cd /opt/inferd/lib/python3*/site-packages \
  && find . -depth -type d -name tests -path "./numpy/*" -exec rm -rf {} + \
