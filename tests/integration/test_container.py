@@ -112,6 +112,10 @@ def test_the_engine_leaves_the_host_as_it_found_it_also_when_a_test_fails() -> N
         assert "docker0" in during.links
         assert any(link.startswith("br-") for link in during.links)
         assert any("DOCKER" in rule for rule in during.rules["filter"])
+        forwarding = "/proc/sys/net/ipv4/ip_forward"
+        assert during.sysctls[forwarding] == "1"
+        if before.sysctls[forwarding] == "0":  # dockerd turned forwarding on and dropped it
+            assert "-P FORWARD DROP" in during.rules["filter"]
         raise RuntimeError("a test that fails")
     after = host_state()
     assert after.sysctls == before.sysctls
