@@ -108,7 +108,8 @@ def host_state() -> HostState:
 def restore_host(before: HostState, folders: list[Path]) -> list[str]:
     """Undoes what dockerd left (it must have exited): mounts under its folders and
     /run/docker, the links it made, the iptables rules and chains it added, the policies and
-    sysctls it changed. Returns what it undid; raises if the host still differs after."""
+    sysctls it changed. Returns what it undid; raises if the host still differs after (each
+    step is tried even when one before it failed)."""
     undone: list[str] = []
     roots = [str(f) for f in folders] + ["/run/docker"]
     extra = [m for m in _mounts() if m not in before.mounts]
@@ -132,16 +133,16 @@ def restore_host(before: HostState, folders: list[Path]) -> list[str]:
         old, new = before.rules[table], after[table]
         # the rules first (a chain is deleted only when nothing jumps to it), then the chains
         for line in reversed([r for r in new if r.startswith("-A ") and r not in old]):
-            _run("iptables", "-w", "-t", table, "-D", *shlex.split(line)[1:])
+            _run("iptables", "-w", "-t", table, "-D", *shlex.split(line)[1:], check=False)
             undone.append(f"iptables -t {table} -D {line[3:]}")
         for line in [c for c in new if c.startswith("-N ") and c not in old]:
             chain = line.split()[1]
-            _run("iptables", "-w", "-t", table, "-F", chain)
-            _run("iptables", "-w", "-t", table, "-X", chain)
+            _run("iptables", "-w", "-t", table, "-F", chain, check=False)
+            _run("iptables", "-w", "-t", table, "-X", chain, check=False)
             undone.append(f"iptables -t {table} -X {chain}")
         for line in old:
             if line.startswith("-P ") and line not in new:
-                _run("iptables", "-w", "-t", table, *shlex.split(line))
+                _run("iptables", "-w", "-t", table, *shlex.split(line), check=False)
                 undone.append(f"iptables -t {table} {line}")
     for path, value in before.sysctls.items():
         if Path(path).read_text().strip() != value:
