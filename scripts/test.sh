@@ -6,11 +6,16 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 
 # Debian packages the tests start or call: promtool (deploy/prometheus rules), redis-server (the
-# job queue's tests), chromium (the status page's tests)
+# job queue's tests), chromium (the status page's tests), dockerd with iptables, iproute2 and
+# mmdebstrap (the image's test: an engine of its own, the base image from the Debian archive)
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq

@@ -6,8 +6,8 @@ server does: each Deployment's arguments start a real inferd on a repository lai
 volume mounts lay it out, its probe paths answer on its named ports, its drain fits in its
 termination grace period, and the metric the autoscaler reads is one the server exports.
 
-No cluster and no image build here: what a cluster would add (scheduling, the kubelet's
-probing, the mesh) is not tested."""
+No cluster here: what a cluster would add (scheduling, the kubelet's probing, the mesh) is not
+tested. The image itself is built and run as the Deployment runs it in test_container.py."""
 
 from __future__ import annotations
 
