@@ -8,9 +8,10 @@ config's effect sizes: `max_error_rate_increase`, `max_latency_ratio` with
 at `significance`: Fisher's exact test on failures; for latency and queue time the
 Mann-Whitney U test on the whole distribution and Fisher's test on the share over the pooled
 95th percentile, the tail, the smaller p-value of the two doubled). A difference that is both
-fails the step; one that is large but not yet significant holds it (more requests, then a
-look again); anything else passes. Too few requests in either arm hold the step too: thin
-evidence never rolls back.
+fails the step; a failure rate over the allowed rise but not yet significant holds it, and
+so does a latency or queue time worth acting on with a p-value between `significance` and
+`HOLD_BELOW` (it may be real: more requests, then a look again); anything else passes. Too
+few requests in either arm hold the step too: thin evidence never rolls back.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from inferd.engine.rollout.statistics import (
 
 TAIL = 0.95
 """The pooled quantile above which a request counts as slow in the tail test."""
+HOLD_BELOW = 0.05
+"""A difference worth acting on with a p-value between `significance` and this holds the
+step (it may be real: more requests will tell); above it, it is noise, and does not count."""
 EARLY_SHARE = 0.1
 """A failure found before the window ends must clear this share of `significance` (the
 controller looks every tick: more looks, a stricter level)."""
@@ -150,6 +154,8 @@ def _failures(
             f"{said}: +{increase:.1%}, over the +{config.max_error_rate_increase:.1%} allowed, "
             f"p={p:.1g}",
         )
+    # always a hold: a failure rate's estimate settles as requests come (a p99's may not,
+    # on a noisy machine), and the stable version's failures are usually none
     return Verdict(Outcome.HOLD, f"{said}: higher, but not yet beyond noise (p={p:.2g})")
 
 
@@ -166,7 +172,7 @@ def _latency(
     said = f"p99 latency {ours * 1000:.1f} ms against {theirs * 1000:.1f} ms"
     if p < level:
         return Verdict(Outcome.FAIL, f"{said} (allowed x{config.max_latency_ratio:g}), p={p:.1g}")
-    return Verdict(Outcome.HOLD, f"{said}: slower, but not yet beyond noise (p={p:.2g})")
+    return _held(p, f"{said}: slower, but not yet beyond noise (p={p:.2g})")
 
 
 def _queue(
@@ -181,7 +187,11 @@ def _queue(
         return Verdict(
             Outcome.FAIL, f"{said} (allowed +{config.max_queue_increase_ms:g} ms), p={p:.1g}"
         )
-    return Verdict(Outcome.HOLD, f"{said}: longer, but not yet beyond noise (p={p:.2g})")
+    return _held(p, f"{said}: longer, but not yet beyond noise (p={p:.2g})")
+
+
+def _held(p: float, reason: str) -> Verdict | None:
+    return Verdict(Outcome.HOLD, reason) if p < HOLD_BELOW else None
 
 
 def _shift_p(candidate: Sequence[float], stable: Sequence[float]) -> float:
