@@ -309,8 +309,11 @@ class Engine:
                 served.stats.on_request(ok, seconds)
             if failed or not finished_only:
                 trace = current_trace()
+                # the version's own time: its queue wait is judged apart (it grows with the
+                # share of traffic a version takes, not with what the version does)
+                own = max(seconds - trace.queue_s, 0.0)
                 self.rollouts.record(
-                    served.model, served.version, failed, seconds, trace.queue_s, trace.route
+                    served.model, served.version, failed, own, trace.queue_s, trace.route
                 )
 
     # -- life -------------------------------------------------------------------------------
