@@ -7,6 +7,7 @@ from pathlib import Path
 
 from inferd.config.model import RuntimeOptions
 from inferd.engine.loading import load_instances
+from inferd.engine.rollout import ServingPolicy
 from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
 from inferd.runtime.placement import one_instance, placements
@@ -21,10 +22,16 @@ def _tensors(label: str, specs: tuple[TensorSpec, ...]) -> list[str]:
 
 
 def check_repository(root: Path, load: bool = True) -> int:
-    """Prints a report; returns 0 when everything would load, 1 otherwise."""
-    entries = scan_repository(root)
+    """Prints a report; returns 0 when everything would load, 1 otherwise. The versions are
+    those the server would serve: the version policy, then the rollouts' records (a
+    rolled-back version is named as withdrawn; an unreadable record is a problem)."""
+    policy = ServingPolicy.for_repository(root)
+    entries = [policy.select(entry) for entry in scan_repository(root)]
     problems = 0
     out: list[str] = [f"repository {root}"]
+    for name, unreadable in sorted(policy.unreadable_all().items()):
+        out.append(f"  {name}: ROLLOUT STATE UNREADABLE: {unreadable.path}: {unreadable.reason}")
+        problems += 1
     if not entries:
         out.append("  (no model folders)")
         problems += 1
@@ -58,6 +65,11 @@ def check_repository(root: Path, load: bool = True) -> int:
         for skipped in entry.skipped:
             out.append(f"    version {skipped.version}: SKIPPED: {skipped.error}")
             problems += 1
+        for withdrawn in policy.withdrawn(entry.name):
+            out.append(
+                f"    version {withdrawn}: WITHDRAWN: rolled back or aborted; out of traffic "
+                "until a new rollout names it"
+            )
         for version in entry.versions:
             if not load:
                 out.append(f"    version {version.version}: found {version.path.name}")

@@ -61,7 +61,10 @@ def _error_of(body: bytes) -> str:
 
 
 def describe(state: dict[str, Any]) -> str:
-    """The state in a few lines: versions, status and share, the window, the last decisions."""
+    """The state in a few lines: versions, status and share, the window, the last decisions
+    (a failed one: why)."""
+    if state["status"] == "failed":
+        return f"{state['model']}: rollout failed\n  {state['reason']}"
     lines = [
         f"{state['model']}: version {state['candidate']} beside {state['stable']}, "
         f"{state['status']} at {state['weight']:.0%} (step {state['step'] + 1} of "

@@ -418,34 +418,52 @@ class RolloutConfig(_Strict):
     min_requests: int = Field(
         50,
         ge=1,
-        description="Candidate requests a window needs before it is judged; fewer: the step "
-        "holds (and says so) until there are enough.",
+        description="Requests each version needs in a window before it is judged; fewer: the "
+        "step holds (and says so) until there are enough.",
     )
     max_error_rate_increase: float = Field(
         0.01,
         ge=0,
         le=1,
-        description="Rolled back when the candidate's share of failed requests (any error but "
-        "shedding's 4290) exceeds the stable version's by more than this; checked continuously "
-        "once a window has `min_requests`.",
+        description="The smallest rise of the candidate's share of failed requests (any error "
+        "but shedding's 4290) over the stable version's worth a rollback: a larger one rolls "
+        "back once it is beyond noise (see `significance`), at once when that is clear before "
+        "the window ends.",
     )
     max_latency_ratio: float = Field(
-        1.5,
+        1.25,
         gt=0,
-        description="Rolled back when the candidate's p99 latency is over this "
-        "multiple of the stable version's (judged at the window's end).",
+        description="The smallest ratio of the candidate's p99 latency to the stable "
+        "version's worth a rollback, once it is beyond noise (judged at the window's end).",
     )
     latency_slack_ms: float = Field(
-        5,
+        1,
         ge=0,
-        description="A p99 latency difference under this never rolls back, whatever the ratio "
-        "(a fast model's p99 moves by milliseconds with the machine's noise).",
+        description="A p99 latency difference under this never rolls back, whatever the ratio.",
     )
     max_queue_increase_ms: float = Field(
         50,
         ge=0,
-        description="Rolled back when the candidate's p99 queue time exceeds the stable "
-        "version's by more than this (judged at the window's end).",
+        description="The smallest rise of the candidate's p99 queue time over the stable "
+        "version's worth a rollback, once it is beyond noise (judged at the window's end).",
+    )
+    significance: float = Field(
+        0.001,
+        gt=0,
+        lt=0.5,
+        description="The chance each test may take of calling noise a difference (one-sided "
+        "p-value under which a difference counts as evidence: Fisher's exact test on failures, "
+        "the Mann-Whitney U test and a tail test on latency and queue time). Lower: fewer good "
+        "candidates rolled back, more requests needed to roll back a bad one. A difference "
+        "worth acting on but not yet beyond noise holds the step until more requests arrive.",
+    )
+    reference_percent: float = Field(
+        5,
+        gt=0,
+        le=50,
+        description="Share of traffic (percent) the stable version keeps at the last step "
+        "(100) until the promotion, so that both versions are measured over the same window "
+        "at every step.",
     )
 
     auto: bool = Field(

@@ -24,7 +24,7 @@ from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
 from inferd.engine.response_cache import ResponseCache
-from inferd.engine.rollout import Rollouts
+from inferd.engine.rollout import Rollouts, ServingPolicy
 from inferd.engine.servable import Classified, Embeddings, Servable
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError, QueueFullError
@@ -50,7 +50,9 @@ class Engine:
         root: Path | None = None,
     ) -> None:
         self._settings = settings
-        self.registry = Registry(entries)
+        # which versions serve: the version policy, then the rollouts' records (one place)
+        self.policy = ServingPolicy.for_repository(root)
+        self.registry = Registry([self.policy.select(entry) for entry in entries])
         self.admission = Admission(settings)
         self.loader = Loader(
             self.registry,
@@ -60,8 +62,9 @@ class Engine:
             root,
             lambda: self.admission.draining,
             lambda: self.admission.in_flight,
+            self.policy.select,
         )
-        self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), root)
+        self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
         self._background: list[asyncio.Task[None]] = []
         self._resumed = False
 
@@ -306,8 +309,11 @@ class Engine:
                 served.stats.on_request(ok, seconds)
             if failed or not finished_only:
                 trace = current_trace()
+                # the version's own time: its queue wait is judged apart (it grows with the
+                # share of traffic a version takes, not with what the version does)
+                own = max(seconds - trace.queue_s, 0.0)
                 self.rollouts.record(
-                    served.model, served.version, failed, seconds, trace.queue_s, trace.route
+                    served.model, served.version, failed, own, trace.queue_s, trace.route
                 )
 
     # -- life -------------------------------------------------------------------------------
@@ -329,8 +335,21 @@ class Engine:
         ]
 
     def readiness(self, strict: bool) -> Readiness:
+        """The registry's readiness, with each model whose rollout failed (its state file
+        could not be taken up) in its per-model detail; under `strict`, not ready then."""
         loaded = self.loader.done and self._resumed
-        return self.registry.readiness(strict, loaded, self.admission.draining)
+        readiness = self.registry.readiness(strict, loaded, self.admission.draining)
+        failures = self.rollouts.failures()
+        if not failures:
+            return readiness
+        models = dict(readiness.models)
+        for model, reason in failures.items():
+            if model in models:
+                models[model] = {**models[model], "rollout": {"status": "failed", "reason": reason}}
+        if strict and readiness.ready:
+            problems = "; ".join(f"model '{m}': {r}" for m, r in sorted(failures.items()))
+            return Readiness(False, problems, models)
+        return Readiness(readiness.ready, readiness.reason, models)
 
     @property
     def in_flight(self) -> int:

@@ -63,8 +63,11 @@ class Loader:
         root: Path | None,
         draining: Callable[[], bool],
         in_flight: Callable[[], int],
+        select: Callable[[ModelEntry], ModelEntry] = lambda entry: entry,
     ) -> None:
-        """`draining`: whether the server drains; `in_flight`: the requests it holds."""
+        """`draining`: whether the server drains; `in_flight`: the requests it holds;
+        `select`: the serving policy, which versions of a scanned model serve
+        (inferd.engine.rollout.policy)."""
         self._registry = registry
         self._settings = settings
         self._runtime_loader = runtime_loader
@@ -72,6 +75,7 @@ class Loader:
         self._root = root
         self._draining = draining
         self._in_flight = in_flight
+        self._select = select
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
         self._model_locks: dict[str, asyncio.Lock] = {}
@@ -218,8 +222,8 @@ class Loader:
     # -- repository changes (admin) -------------------------------------------------------
 
     async def load_model(self, name: str) -> Version:
-        """Reads a model's folder again and loads the versions its policy selects that do not
-        serve yet. Versions no longer selected are drained and closed only once a selected
+        """Reads a model's folder again and loads the versions the serving policy selects that
+        do not serve yet. Versions no longer selected are drained and closed only once a selected
         version serves: a new version that fails to load leaves the previous one serving. A
         second call for the same model waits for the first, then finds its versions serving."""
         if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
@@ -228,7 +232,7 @@ class Loader:
             return await self._load_model(name, self._root / name)
 
     async def _load_model(self, name: str, folder: Path) -> Version:
-        entry = scan_model(folder)
+        entry = self._select(scan_model(folder))
         if entry.error is not None or entry.config is None:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
         if not entry.config.needs_versions:

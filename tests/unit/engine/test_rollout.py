@@ -34,7 +34,9 @@ async def test_keys_keep_their_version_and_a_raise_moves_only_its_share(tmp_path
         before[key] = chosen.pop()
     canary = sum(route == "canary" for _, route in before.values()) / len(keys)
     assert canary == pytest.approx(0.05, abs=0.02)
-    rollouts._rollouts["affine"].step = 1  # 5% -> 20%
+    record = rollouts.policy.record("affine")
+    assert record is not None
+    record.step, record.weight = 1, 0.2  # 5% -> 20%
     after = {key: rollouts.choose("affine", key) for key in keys}
     moved = [k for k in keys if after[k] != before[k]]
     assert all(before[k] == (1, "stable") and after[k] == (2, "canary") for k in moved)
@@ -53,7 +55,7 @@ async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path)
             break
     state = engine.rollouts.status("affine")
     assert state["status"] == "holding" and state["weight"] == pytest.approx(0.1)
-    assert "not enough traffic to judge: 0 candidate requests" in state["reason"]
+    assert "not enough traffic to judge: 0 candidate and 0 stable requests" in state["reason"]
     assert [d["decision"] for d in state["decisions"]] == ["start", "hold"]
     promoted = await engine.rollouts.promote("affine")
     assert promoted["status"] == "promoted"

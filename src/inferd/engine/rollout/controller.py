@@ -1,0 +1,354 @@
+"""The rollout controller: the admin's actions (start, promote, roll back, abort), the loop
+that judges every running rollout, and the rollouts taken up again at start.
+
+A rollout raises its candidate's share step by step (`rollout.steps`); at the last step (100)
+the stable version keeps `reference_percent` until the promotion, so the two versions are
+measured over the same window at every step. Each window is judged when it has run its
+`analysis_window_s` (inferd.engine.rollout.judge): pass (the next step, a new window for both
+versions, or the promotion after the last), fail (rolled back at once) or hold (the window
+runs on, with more requests, and is judged again one window later; too few requests: again
+as soon as both versions have enough). Failures and shadowed disagreement clear before the
+window ends roll back at once.
+
+Every decision is a log line, a metric and an entry in the rollout's record, which the
+serving policy keeps (inferd.engine.rollout.policy, on disk in `.inferd/rollouts/`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from inferd.config.model import RolloutConfig
+from inferd.engine.loader import Loader
+from inferd.engine.registry import Registry
+from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
+from inferd.engine.rollout.policy import ServingPolicy
+from inferd.engine.rollout.router import Router
+from inferd.engine.rollout.store import DECISIONS_KEPT, Decision, RolloutRecord, Status
+from inferd.engine.rollout.watcher import RepositoryWatcher
+from inferd.engine.version import Version
+from inferd.errors import InferdError, InvalidInputError, NotFoundError
+from inferd.observability.observer import Observer, notify
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def share(record: RolloutRecord, config: RolloutConfig) -> float:
+    """The candidate's share (0 to 1) at the record's step: the step's percent, less the
+    stable version's `reference_percent` at the last step."""
+    percent = min(record.steps[record.step], 100 - config.reference_percent)
+    return percent / 100
+
+
+class Rollouts:
+    def __init__(
+        self, registry: Registry, loader: Loader, observer: Observer, policy: ServingPolicy
+    ) -> None:
+        self._registry = registry
+        self._loader = loader
+        self._observer = observer
+        self.policy = policy
+        self.router = Router(registry, policy, observer)
+        self.watcher = RepositoryWatcher(registry, policy, self.start)
+        self._next_look: dict[str, float] = {}
+        """Per model: when a held window is judged again (wall-clock seconds)."""
+        self._changes = asyncio.Lock()
+
+    # -- the data path (the router's) ----------------------------------------------------------
+
+    def choose(self, model: str, key: str | None) -> tuple[int, str] | None:
+        return self.router.choose(model, key)
+
+    def record(
+        self,
+        model: str,
+        version: int,
+        failed: bool,
+        latency_s: float,
+        queue_s: float,
+        route: str | None,
+    ) -> None:
+        self.router.record(model, version, failed, latency_s, queue_s, route)
+
+    def shadow_target(self, model: str) -> Version | None:
+        return self.router.shadow_target(model, self._config(model).shadow_percent)
+
+    def mirror(self, model: str, work: Awaitable[T], agree: Callable[[T], float]) -> None:
+        self.router.mirror(model, work, agree)
+
+    # -- what is shown -------------------------------------------------------------------------
+
+    def split(self, model: str) -> dict[str, Any] | None:
+        """A running rollout's versions and the candidate's share, or a failed one's reason
+        (None when none runs)."""
+        unreadable = self.policy.unreadable(model)
+        if unreadable is not None:
+            return {"status": Status.FAILED.value, "reason": self._failure(model)}
+        record = self.policy.record(model)
+        if record is None or not record.active:
+            return None
+        return {
+            "stable": record.stable,
+            "candidate": record.candidate,
+            "weight": record.weight,
+            "status": record.status.value,
+        }
+
+    def failures(self) -> dict[str, str]:
+        """Model -> why its rollout failed (its state file could not be taken up)."""
+        return {m: self._failure(m) for m in self.policy.unreadable_all()}
+
+    def _failure(self, model: str) -> str:
+        unreadable = self.policy.unreadable(model)
+        if unreadable is None:
+            return ""
+        return f"rollout state {unreadable.path} unreadable: {unreadable.reason}"
+
+    def status(self, model: str) -> dict[str, Any]:
+        if self.policy.unreadable(model) is not None:
+            return {
+                "model": model,
+                "status": Status.FAILED.value,
+                "reason": self._failure(model),
+                "stable": None,
+                "candidate": None,
+                "steps": [],
+                "step": 0,
+                "weight": 0.0,
+                "decisions": [],
+                "withdrawn": [],
+            }
+        record = self.policy.record(model)
+        if record is None:
+            raise NotFoundError(f"model '{model}' has no rollout")
+        state = record.model_dump(mode="json")
+        state["window"] = {
+            "stable": self.router.window(model, record.stable).facts(),
+            "candidate": self.router.window(model, record.candidate).facts(),
+            "elapsed_s": round(time.time() - record.window_started, 1),
+            "agreement": self.router.agreement(model).facts(),
+        }
+        return state
+
+    # -- the admin's actions ---------------------------------------------------------------------
+
+    async def start(self, model: str, to: int | None) -> dict[str, Any]:
+        """Loads the candidate (`to`, else the newest version folder above the serving one
+        that is not withdrawn) beside the stable version and gives it the first step's
+        share. A candidate that does not load never takes traffic: the answer says why."""
+        async with self._changes:
+            current = self.policy.record(model)
+            if current is not None and current.active:
+                raise InvalidInputError(
+                    f"model '{model}' already has a rollout of version {current.candidate} "
+                    "running; promote, roll back or abort it first"
+                )
+            stable = self._registry.resolve(model)
+            stable.ensure_ready()
+            if to is None:
+                to = await asyncio.to_thread(self.watcher.newest, model)
+                if to <= stable.version:
+                    raise InvalidInputError(
+                        f"model '{model}' has no version folder above {stable.version} "
+                        "(a rolled-back version is started again only by naming it)"
+                    )
+            if to == stable.version:
+                raise InvalidInputError(f"version {to} of '{model}' is the one serving")
+            await self._loader.add_version(model, to)
+            config = stable.config.rollout
+            record = self.policy.begin(model, stable.version, to, config.steps, time.time())
+            record.weight = share(record, config)
+            self._new_window(record)
+            self._decide(record, "start", f"version {to} beside {stable.version}")
+        return self.status(model)
+
+    async def promote(self, model: str) -> dict[str, Any]:
+        async with self._changes:
+            await self._promote(self._active(model), "promoted by the admin")
+        return self.status(model)
+
+    async def rollback(self, model: str, abort: bool = False) -> dict[str, Any]:
+        async with self._changes:
+            record = self._active(model)
+            if abort:
+                await self._end(record, Status.ABORTED, "abort", "aborted by the admin")
+            else:
+                await self._end(record, Status.ROLLED_BACK, "rollback", "rolled back by the admin")
+        return self.status(model)
+
+    def _active(self, model: str) -> RolloutRecord:
+        record = self.policy.record(model)
+        if record is None or not record.active:
+            raise NotFoundError(f"model '{model}' has no rollout running")
+        return record
+
+    async def watch(self, every_s: float) -> None:
+        await self.watcher.watch(every_s)
+
+    # -- the controller ----------------------------------------------------------------------------
+
+    async def run(self, tick_s: float = 0.25) -> None:
+        """Judges every running rollout every `tick_s` (until cancelled)."""
+        while True:
+            await asyncio.sleep(tick_s)
+            for record in self.policy.records():
+                if not record.active:
+                    continue
+                try:
+                    async with self._changes:
+                        await self.judge_now(record, time.time())
+                except Exception:  # a fault judging one rollout must not stop the others
+                    log.exception("judging a rollout failed", extra={"model": record.model})
+
+    async def judge_now(self, record: RolloutRecord, now: float) -> None:
+        """One look at a running rollout's window at wall-clock time `now`."""
+        if not record.active:
+            return
+        model = record.model
+        config = self._config(model)
+        stable_window = self.router.window(model, record.stable)
+        candidate_window = self.router.window(model, record.candidate)
+        shadowed = self.router.agreement(model).shadowed()
+        counts = (
+            Sample(stable_window.requests, stable_window.failures, (), ()),
+            Sample(candidate_window.requests, candidate_window.failures, (), ()),
+        )
+        early = judge_early(*counts, config, shadowed)
+        if early is not None:
+            await self._end(record, Status.ROLLED_BACK, "rollback", early.reason)
+            return
+        if now - record.window_started < config.analysis_window_s:
+            return
+        if now < self._next_look.get(model, 0.0):
+            return
+        enough = min(stable_window.requests, candidate_window.requests) >= config.min_requests
+        if not enough and record.status is Status.HOLDING and "not enough traffic" in record.reason:
+            return  # (nothing to look at yet: the hold stands as said)
+        verdict = judge(
+            stable_window.sample(),
+            candidate_window.sample(),
+            config,
+            shadowed,
+            stable_share=1 - record.weight,
+        )
+        if verdict.outcome is Outcome.FAIL:
+            await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)
+        elif verdict.outcome is Outcome.HOLD:
+            if enough:  # evidence too thin: more requests, then one more look
+                self._next_look[model] = now + config.analysis_window_s
+            self._hold(record, verdict.reason)
+        elif record.step + 1 >= len(record.steps):
+            await self._promote(record, f"every step passed ({verdict.reason})")
+        else:
+            record.step += 1
+            record.status = Status.RUNNING
+            record.weight = share(record, config)
+            # recorded with the evidence the step passed on, then the next step starts afresh
+            self._decide(
+                record,
+                "advance",
+                f"step passed ({verdict.reason}); candidate at {record.weight:.0%}",
+            )
+            self._new_window(record)
+
+    def _hold(self, record: RolloutRecord, reason: str) -> None:
+        """The step waits for evidence; a decision is recorded when the hold starts, or its
+        reason changes kind."""
+        kind = reason.split(":")[0]
+        if record.status is not Status.HOLDING or kind != record.reason.split(":")[0]:
+            record.status = Status.HOLDING
+            self._decide(record, "hold", reason)
+        else:
+            record.reason = reason
+
+    async def _promote(self, record: RolloutRecord, reason: str) -> None:
+        record.status = Status.PROMOTED
+        record.weight = 0.0
+        self._decide(record, "promote", reason)
+        await self._loader.retire_version(record.model, record.stable)
+
+    async def _end(self, record: RolloutRecord, status: Status, decision: str, reason: str) -> None:
+        self.policy.end(record, status)
+        self._decide(record, decision, reason)
+        await self._loader.retire_version(record.model, record.candidate)
+
+    def _config(self, model: str) -> RolloutConfig:
+        config = self._registry.config_of(model)
+        return config.rollout if config is not None else RolloutConfig()
+
+    def _new_window(self, record: RolloutRecord) -> None:
+        record.window_started = time.time()
+        self._next_look.pop(record.model, None)
+        self.router.reset(record.model, (record.stable, record.candidate))
+
+    def _decide(self, record: RolloutRecord, decision: str, reason: str) -> None:
+        record.reason = reason[:4096]
+        model = record.model
+        entry = Decision(
+            at=round(time.time(), 3),
+            decision=decision,
+            weight=record.weight,
+            reason=record.reason,
+            candidate=self.router.window(model, record.candidate).facts(),
+            stable=self.router.window(model, record.stable).facts(),
+            agreement=self.router.agreement(model).facts(),
+        )
+        record.decisions = [*record.decisions, entry][-DECISIONS_KEPT:]
+        level = logging.WARNING if decision in ("rollback", "hold") else logging.INFO
+        log.log(
+            level,
+            f"rollout {decision}",
+            extra={
+                "model": model,
+                "stable": record.stable,
+                "candidate": record.candidate,
+                "weight": record.weight,
+                "reason": reason,
+            },
+        )
+        notify(self._observer.on_rollout, model, decision, record.weight)
+        self.policy.save(record)
+
+    # -- life --------------------------------------------------------------------------------------
+
+    async def resume(self) -> None:
+        """Takes up the records of served models once start-up loading is done (the serving
+        policy chose what loaded): a running rollout gets a new window at its step's share;
+        one whose versions did not both load is aborted, and says why. A model whose record
+        could not be read is reported failed (`status`, /ready) and serves by its version
+        policy; the others resume."""
+        for model, reason in self.failures().items():
+            notify(self._observer.on_rollout, model, "failed", 0.0)
+            log.error("rollout failed", extra={"model": model, "reason": reason})
+        for record in self.policy.records():
+            if record.model not in self._registry.models() or not record.active:
+                continue
+            try:
+                await self._take_up(record)
+            except InferdError as exc:
+                await self._end(record, Status.ABORTED, "abort", f"could not resume: {exc.message}")
+
+    async def _take_up(self, record: RolloutRecord) -> None:
+        model = record.model
+        versions = self._registry.versions_map(model)
+        for number in (record.stable, record.candidate):
+            if number not in versions or not versions[number].ready:
+                await self._loader.add_version(model, number)
+        record.weight = share(record, self._config(model))
+        self._new_window(record)
+        log.info(
+            "rollout resumed",
+            extra={"model": model, "candidate": record.candidate, "weight": record.weight},
+        )
+
+    async def close(self) -> None:
+        await self.router.close()
+        for record in self.policy.records():
+            if record.active:
+                self.policy.save(record)  # (logs, never raises, when it cannot be written)
