@@ -22,22 +22,14 @@ from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
+from inferd.server.auth import OPEN_PATHS
 from inferd.server.http_limits import received_at
 
 log = logging.getLogger("inferd.request")
 
-QUIET_PATHS = frozenset(
-    {
-        "/health",
-        "/ready",
-        "/v2/health/live",
-        "/v2/health/ready",
-        "/metrics",
-        "/",
-        "/status.js",
-        "/v1/status",
-    }
-)
+QUIET_PATHS = OPEN_PATHS
+"""Probes, metrics and the status page: polled all day, not logged per request (the paths that
+need no key, inferd.server.auth)."""
 
 
 PAYLOAD_LIMIT = 256
