@@ -52,6 +52,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     wide_model(root / "wide" / "1" / "model.onnx")
     slow_model(root / "slow" / "1" / "model.onnx", layers=2000, width=256)  # ~0.1 s a row
     write_config(root / "slow", {"max_batch_size": 1, "runtime": {"intra_op_threads": 1}})
+    # a few milliseconds a call, one at a time: a burst stays in flight whatever the machine's
+    # load (on the affine model a busy client issues calls slower than they are answered)
+    slow_model(root / "steady" / "1" / "model.onnx", layers=64, width=256)
+    write_config(root / "steady", {"max_batch_size": 1, "runtime": {"intra_op_threads": 1}})
     (root / "api.keys").write_text(KEY + "\n")
     running = start_server(
         root,
@@ -242,7 +246,7 @@ def test_a_burst_over_the_limit_is_refused_with_its_reason_and_counted(
     server: RunningServer,
 ) -> None:
     assert server.grpc_target is not None
-    data = affine_request().SerializeToString()
+    data = affine_request("steady", width=256).SerializeToString()
     refused_before = metric(server.url, 'inferd_grpc_refused_total{reason="calls"}')
 
     async def burst(channels: int, per_channel: int) -> collections.Counter[str]:

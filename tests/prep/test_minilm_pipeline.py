@@ -32,7 +32,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("prep")
     target = ["--repo", str(root), "--model", "minilm"]
     assert main(["export", str(WEIGHTS), *target]) == 0
-    assert main(["optimize", *target]) == 0
+    # --force: what optimize writes is what these tests check; its speed verdict (a fused graph
+    # timed against the source) swings with the machine's load and is tested in tests/unit/prep
+    assert main(["optimize", *target, "--force"]) == 0
     assert main(["quantize", *target, "--to", "int8", "--from-version", "2"]) == 0
     assert main(["quantize", *target, "--to", "fp16", "--from-version", "2"]) == 0
     return root
