@@ -47,6 +47,11 @@ from inferd.observability.observer import Observer, notify
 from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
 
+ADMIT_SHARE = 0.5
+"""An item is refused as it arrives when the queued work ahead of it would take more than this
+share of `max_queue_time_s`: the estimate (the measured cost of a row) swings with the batches'
+lengths and the machine's other work, and an item admitted that then waits past the bound is
+refused only when it has spent it, the slow refusal the bound is there to avoid."""
 SATURATION_PURGE_S = 0.01
 """How often `saturated` may purge a full queue of the items whose clients left."""
 CLOCK = time.perf_counter
@@ -682,21 +687,25 @@ class DynamicBatcher:
         return ahead * row_s / self._settings.concurrency + busy
 
     def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
-        """The 4290 an item arriving now gets because it would wait longer than
-        `max_queue_time_s` (None when it would not, or there is no bound): `arriving`, the
-        requests to this queue read and not answered yet, counts ahead of it beside those
-        queued (less those running)."""
+        """The 4290 an item arriving now gets because the queued work ahead of it would take
+        longer than `ADMIT_SHARE` of `max_queue_time_s`, or the oldest queued item has waited
+        that long already (None when neither, or there is no bound): `arriving`, the requests
+        to this queue read and not answered yet, count ahead of it beside those queued (less
+        those running)."""
         bound = self._settings.max_queue_time_s
         if bound is None:
             return None
         ahead = max(self._queued_rows, arriving - self._running_rows)
         wait_s = self.queue_wait_s(ahead)
-        if wait_s is None or wait_s <= bound:
+        if self._queue:  # what the oldest has waited already: the estimate's floor, measured
+            oldest_s = CLOCK() - self._queue[0].enqueued_at
+            wait_s = oldest_s if wait_s is None else max(wait_s, oldest_s)
+        if wait_s is None or wait_s <= bound * ADMIT_SHARE:
             return None
         return QueueFullError(
             f"the queue of model '{self._settings.model}' holds about {wait_s * 1000:.0f} ms "
-            f"of work, over its bound of {bound * 1000:.0f} ms; retry later",
-            retry_after_s=wait_s - bound,
+            f"of work, more than its bound of {bound * 1000:.0f} ms admits; retry later",
+            retry_after_s=wait_s - bound * ADMIT_SHARE,
         )
 
     def _shed_overdue(self, now: float) -> float | None:

@@ -59,7 +59,8 @@ class DynamicBatchingConfig(_Strict):
         500.0,
         gt=0,
         description="Longest a request waits in the queue before its batch starts. A request "
-        "the queued work says would wait longer is refused 429 (code 4290) as it arrives, "
+        "the queued work (at the measured cost of a row) says would wait more than half of "
+        "it is refused 429 (code 4290) as it arrives (the half: a margin for the estimate), "
         "before its body is read where the route allows, with a `Retry-After` from the "
         "queue's work; one that waited longer all the same is answered 429 then. The default "
         "suits a latency-sensitive caller, whose budget for a whole answer is about a second: "
