@@ -417,6 +417,15 @@ class GenerationConfig(_Strict):
         "prompt (Hugging Face's form); default: `chat_template` in the model's "
         "tokenizer_config.json, else one `role: content` line per message.",
     )
+    chat_content_special_tokens: bool = Field(
+        False,
+        description="Whether special tokens written in a chat message's content (`<|system|>`, "
+        "`<|assistant|>`, `<|endoftext|>`...) act as the control tokens they name. Off, content "
+        "is tokenized with its special tokens read as text: a user cannot open a system or "
+        "assistant turn, nor end the text, by writing the token; only the chat template's "
+        "own control tokens are control tokens. On only for clients trusted to write raw "
+        "turns.",
+    )
 
 
 class RolloutConfig(_Strict):
