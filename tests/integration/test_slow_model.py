@@ -132,7 +132,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
         {
             "max_batch_size": 1,
             "runtime": {"intra_op_threads": 1},
-            "dynamic_batching": {"max_queue_size": 128},
+            "dynamic_batching": {"max_queue_size": 128, "max_queue_time_ms": None},
         },
     )
     log = tmp_path_factory.mktemp("drain-logs") / "server.log"
