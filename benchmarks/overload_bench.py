@@ -1,4 +1,4 @@
-"""Overload: the demo's /predict at 8x its capacity, in an open loop and in a closed loop.
+"""Overload: the demo's /predict (or `--path /embed`) at 8x its capacity, open and closed loop.
 
 First the capacity is measured (closed loop at 32 connections); then
 - open loop: Poisson arrivals at `--factor` x that rate for `--seconds`, each sent on an idle
@@ -7,14 +7,18 @@ First the capacity is measured (closed loop at 32 connections); then
 - closed loop: `--connections` connections (the factor x the capacity in-flight requests and
   more), each sending its next request as soon as the last is answered.
 
-For each: answers by status, the p50/p99 of 200s and of 429s as the client saw them and as the
-server did (its `Server-Timing` header: from parsing the request's first byte to the start of
-the answer), and the requests sent but never answered within `--grace` seconds of the end.
+For each: answers by status, the p50/p99/max of 200s and of 429s as the client saw them and as
+the server did (its `Server-Timing` header: from parsing the request's first byte to the start
+of the answer), the requests sent but never answered within `--grace` seconds of the end, and
+the connection errors: connections the server did not accept (connect failed) and accepted
+connections closed before their request's answer. `--unique` makes every request's text unique
+(a counter appended), so no answer comes from the response cache.
 The client is a raw asyncio HTTP/1.1 client (uvloop), on the same two cores as the server.
 
     python benchmarks/overload_bench.py            # writes the "overload" section of RESULTS.md
     python benchmarks/overload_bench.py --baseline 83e86e5   # an older commit first, alike
     python benchmarks/overload_bench.py --quick
+    python benchmarks/overload_bench.py --path /embed --unique --factor 4 --connections 1000
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from inferd.tools.demo import build_demo
 from text_bench import make_texts
 
 PATH = "/predict"
+SLOW_S = 0.02
+"""Answers that took longer than this in the server are counted apart (a refusal should not)."""
 
 
 @dataclass
@@ -52,12 +58,34 @@ class Outcome:
     server_s: float | None
 
 
+class Payloads:
+    """The requests sent: the i-th is body i (cycled), its text made unique when `unique`."""
+
+    def __init__(self, host: str, bodies: list[list[str]], path: str, unique: bool) -> None:
+        self._host = host
+        self._texts = bodies
+        self._path = path
+        self._unique = unique
+        self._fixed = [request_bytes(host, orjson.dumps({"texts": t}), path) for t in bodies]
+
+    def __getitem__(self, i: int) -> bytes:
+        if not self._unique:
+            return self._fixed[i % len(self._fixed)]
+        texts = [f"{t} (request {i})" for t in self._texts[i % len(self._texts)]]
+        return request_bytes(self._host, orjson.dumps({"texts": texts}), self._path)
+
+    def __len__(self) -> int:
+        return 1 << 62 if self._unique else len(self._fixed)
+
+
 @dataclass
 class Tally:
     outcomes: list[Outcome] = field(default_factory=list)
     sent: int = 0
     lost: int = 0
     """Requests whose connection failed or closed before their answer."""
+    not_accepted: int = 0
+    """Of `lost`: connections that could not be opened (the server did not accept them)."""
     outstanding: int = 0
     quiet: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while no request is outstanding."""
@@ -146,7 +174,7 @@ class Connection(asyncio.Protocol):
 
 
 async def open_loop(
-    host: str, port: int, payloads: list[bytes], rate: float, seconds: float, grace_s: float
+    host: str, port: int, payloads: Payloads, rate: float, seconds: float, grace_s: float
 ) -> Tally:
     loop = asyncio.get_running_loop()
     tally = Tally()
@@ -162,6 +190,7 @@ async def open_loop(
         try:
             _, conn = await loop.create_connection(lambda: Connection(tally, on_idle), host, port)
         except OSError:
+            tally.not_accepted += 1
             tally.end(None)
             return
         busy.add(conn)
@@ -197,7 +226,12 @@ async def open_loop(
 
 
 async def closed_loop(
-    host: str, port: int, payloads: list[bytes], connections: int, seconds: float, grace_s: float
+    host: str,
+    port: int,
+    payloads: Payloads | list[bytes],
+    connections: int,
+    seconds: float,
+    grace_s: float,
 ) -> Tally:
     loop = asyncio.get_running_loop()
     tally = Tally()
@@ -230,9 +264,9 @@ async def closed_loop(
 
 def percentiles_ms(values: list[float]) -> str:
     if not values:
-        return "- | -"
+        return "- | - | -"
     p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
-    return f"{p50:.1f} | {p99:.1f}"
+    return f"{p50:.1f} | {p99:.1f} | {max(values) * 1000:.1f}"
 
 
 def rows(variant: str, label: str, tally: Tally, seconds: float) -> list[str]:
@@ -243,13 +277,15 @@ def rows(variant: str, label: str, tally: Tally, seconds: float) -> list[str]:
         chosen = [o for o in tally.outcomes if o.status == status]
         client = [o.client_s for o in chosen]
         server = [o.server_s for o in chosen if o.server_s is not None]
+        slow = sum(s > SLOW_S for s in server)
         lines.append(
             f"| {variant} | {label} | {status} | {len(chosen)} | {len(chosen) / seconds:.0f} | "
-            f"{percentiles_ms(server)} | {percentiles_ms(client)} |"
+            f"{slow} | {percentiles_ms(server)} | {percentiles_ms(client)} |"
         )
     lines.append(
         f"| {variant} | {label} | sent {tally.sent}: **unanswered {unanswered}**, connection "
-        f"lost {tally.lost} | | | | | | |"
+        f"errors {tally.lost} (not accepted {tally.not_accepted}, accepted and closed before "
+        f"the answer {tally.lost - tally.not_accepted}) | | | | | | | | | |"
     )
     return lines
 
@@ -263,11 +299,11 @@ class Scenario:
 
 
 def run_scenario(
-    repo: Path, payload_bodies: list[bytes], args: argparse.Namespace, env: dict[str, str]
+    repo: Path, texts: list[list[str]], args: argparse.Namespace, env: dict[str, str]
 ) -> Scenario:
     server = Server(repo, *args.serve_arg, env=env)
     host, port = server.url.removeprefix("http://").split(":")
-    payloads = [request_bytes(f"{host}:{port}", b) for b in payload_bodies]
+    payloads = Payloads(f"{host}:{port}", texts, args.path, args.unique)
     try:
         probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
         capacity = sum(o.status == 200 for o in probe.outcomes) / 10
@@ -317,6 +353,10 @@ def main() -> int:
     parser.add_argument("--baseline", help="a git ref to measure first, the same way")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--serve-arg", action="append", default=[], help="passed to inferd serve")
+    parser.add_argument("--path", default=PATH, help="the route: /predict or /embed")
+    parser.add_argument(
+        "--unique", action="store_true", help="every request's text unique (no cached answer)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds = 8
@@ -325,7 +365,7 @@ def main() -> int:
         repo = build_demo(Path(tmp) / "demo")
         tokenizer = Tokenizer.from_file(str(repo / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
-        bodies = [orjson.dumps({"texts": [t]}) for t in make_texts(tokenizer, 256)]
+        bodies = [[t] for t in make_texts(tokenizer, 256)]
         if args.baseline:
             with worktree(args.baseline, Path(tmp) / "baseline") as tree:
                 print(f"baseline {args.baseline}", flush=True)
@@ -340,8 +380,10 @@ def main() -> int:
         "",
         f"Machine: {machine_description()}.",
         f"Server: `inferd serve` on the demo repository, its default configuration"
-        f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; `POST {PATH}`, "
-        "one English text of 8-128 tokens per request, no model named. Capacity (closed loop, "
+        f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; `POST {args.path}`, "
+        "one English text of 8-128 tokens per request"
+        f"{' (each unique: a counter appended)' if args.unique else ''}, no model named, no "
+        "deadline. Capacity (closed loop, "
         f"32 connections, 10 s): {capacities}. Open loop: Poisson arrivals at {args.factor:g}x "
         f"that for {args.seconds:g} s. Closed loop: {args.connections} connections for "
         f"{args.seconds:g} s, each sending again as soon as answered. Unanswered: sent, and no "
@@ -352,9 +394,10 @@ def main() -> int:
         "",
         f"Command: `{command}`",
         "",
-        "| version | loop | status | answers | per s | server p50 ms | server p99 ms "
-        "| client p50 ms | client p99 ms |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| version | loop | status | answers | per s | over 20 ms in the server "
+        "| server p50 ms | server p99 ms | server max ms | client p50 ms | client p99 ms "
+        "| client max ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, scenario in scenarios.items():
         lines += rows(name, "open", scenario.opened, args.seconds)

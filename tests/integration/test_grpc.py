@@ -6,6 +6,7 @@ never UNKNOWN; keys, deadlines, health, message limits and the drain apply as ov
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -480,3 +482,74 @@ def test_a_busy_grpc_port_is_one_line(repo: Path, tmp_path: Path) -> None:
         f"inferd: cannot listen on 127.0.0.1:{port}: address already in use "
         "(another server there? --grpc-port chooses another)"
     )
+
+
+def test_the_drain_ends_in_its_bound_with_streams_and_grpc_calls_and_counts_them(
+    repo: Path, tmp_path: Path
+) -> None:
+    """HTTP streams and gRPC generations in flight, more than the drain's 0.5 s lets finish
+    (twice the generator's 8 running sequences, 480 tokens each): the process is gone within
+    the timeout + 2 s, every call answered (done, or 5030), and the drain's log line counts
+    what happened."""
+    each = 8
+    running = start_server(repo, tmp_path / "server.log", "--drain-timeout-s", "0.5")
+    assert running.grpc_target is not None
+    body = {
+        "prompt": "Keep going",
+        "max_length": 480,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+    def stream() -> str:  # "done", or the error event's code
+        with (
+            httpx.Client(base_url=running.url, timeout=60) as http,
+            http.stream("POST", "/generate", json=body) as answer,
+        ):
+            last = ""
+            for line in answer.iter_lines():
+                if line.startswith("event: "):
+                    last = line.removeprefix("event: ")
+                elif line.startswith("data: ") and last == "error":
+                    return str(json.loads(line.removeprefix("data: "))["code"])
+            return last
+
+    results: queue.Queue[Any] = queue.Queue()
+    with (
+        grpcclient.InferenceServerClient(running.grpc_target) as stock,
+        ThreadPoolExecutor(each) as pool,
+    ):
+        streams = [pool.submit(stream) for _ in range(each)]
+        for _ in range(each):
+            stock.async_infer(
+                GENERATOR,
+                [prompt_input("def main():")],
+                lambda result, error: results.put((result, error)),
+                parameters={"max_tokens": 480, "temperature": 0, "ignore_eos": True},
+            )
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{running.url}/ready", timeout=5).json()["in_flight"] < 2 * each:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        running.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        code = running.process.wait(30)
+        elapsed = time.monotonic() - signalled
+        http_endings = [s.result(timeout=30) for s in streams]
+        grpc_endings = [results.get(timeout=30) for _ in range(each)]
+    assert code == 0, running.log()
+    assert elapsed < 0.5 + 2, f"the process took {elapsed:.1f} s to exit"
+    assert set(http_endings) <= {"done", "5030"}, http_endings
+    cut = http_endings.count("5030")
+    for _result, error in grpc_endings:
+        if error is not None:
+            assert error.status() == "StatusCode.UNAVAILABLE", error
+            cut += 1
+    drained = [
+        json.loads(line) for line in running.log().splitlines() if '"drain finished"' in line
+    ]
+    assert len(drained) == 1, drained
+    assert drained[0]["in_flight_at_signal"] == 2 * each
+    assert cut > 0 and drained[0]["answered_5030"] == cut, (drained[0], http_endings)
+    assert drained[0]["complete"] is False and drained[0]["forced"] is False

@@ -189,3 +189,68 @@ def test_a_flood_is_answered_or_refused_fast_and_others_keep_serving(
     ]
     assert summed and all(line["code"] == 4290 for line in summed)
     assert sum(line["requests"] for line in summed) >= statuses.count(429)
+
+
+BOUND_MS = 300
+MARGIN_MS = 400
+"""A 200's time in the server beyond the queue-time bound: its own run, and the event loop's
+turns on a loaded two-core machine."""
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The slow model with a deep queue (1,024 items) and a 300 ms queue-time bound: only the
+    time queued can shed its requests."""
+    root = tmp_path_factory.mktemp("bounded-repo")
+    slow_model(root / "slow" / "1" / "model.onnx", layers=2048, width=WIDTH)
+    write_config(
+        root / "slow",
+        {
+            "max_batch_size": 1,
+            "runtime": {"intra_op_threads": 1},
+            "dynamic_batching": {"max_queue_size": 1024, "max_queue_time_ms": BOUND_MS},
+        },
+    )
+    running = start_server(root, tmp_path_factory.mktemp("bounded-logs") / "server.log")
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def test_overload_beyond_the_queue_time_bound_is_shed_and_no_answer_waits_past_it(
+    bounded: RunningServer,
+) -> None:
+    # one request alone: what a run costs in the server, queue empty
+    lone = [
+        server_ms(dict(httpx.post(bounded.url + SLOW, content=BODY, timeout=30).headers))
+        for _ in range(3)
+    ]
+    run_ms = max(lone)
+    answers: list[tuple[int, float, dict[str, str], bytes]] = []
+    lock = threading.Lock()
+    end = time.monotonic() + 3.0
+
+    def one_connection() -> None:  # closed loop, no deadline asked
+        with connect(bounded) as sock:
+            while time.monotonic() < end:
+                sock.sendall(head(SLOW, len(BODY)) + BODY)
+                status, headers, body = read_answer(sock)
+                with lock:
+                    answers.append((status, server_ms(headers), headers, body))
+
+    # 24 clients on a model that runs one request at a time: 24 runs queued, several times
+    # the bound, were every request admitted
+    with ThreadPoolExecutor(24) as pool:
+        for done in [pool.submit(one_connection) for _ in range(24)]:
+            done.result()
+    served = [ms for status, ms, _, _ in answers if status == 200]
+    refused = [(headers, body) for status, _, headers, body in answers if status == 429]
+    assert len(served) + len(refused) == len(answers), {a[0] for a in answers}
+    assert served and len(refused) >= 20, (len(served), len(refused))
+    assert 24 * run_ms > BOUND_MS + MARGIN_MS + run_ms, run_ms  # the bound is what held them
+    assert max(served) < BOUND_MS + run_ms + MARGIN_MS, (max(served), run_ms)
+    for headers, body in refused:
+        answer = orjson.loads(body)
+        assert answer["code"] == 4290 and "bound of 300 ms" in answer["error"], answer
+        assert int(headers["retry-after"]) >= 1
+    refused_ms = sorted(ms for status, ms, _, _ in answers if status == 429)
+    assert statistics.median(refused_ms) < 5, refused_ms[len(refused_ms) // 2]

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 
 from tests.integration.server import RunningServer, start_server
@@ -35,7 +36,8 @@ def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {
             "max_batch_size": 1,
             "runtime": {"intra_op_threads": 1},
-            "dynamic_batching": {"max_queue_size": 64},
+            # a deep queue held as long as it takes: what drains and deadlines act on
+            "dynamic_batching": {"max_queue_size": 64, "max_queue_time_ms": None},
         },
     )
     return root
@@ -130,7 +132,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
         {
             "max_batch_size": 1,
             "runtime": {"intra_op_threads": 1},
-            "dynamic_batching": {"max_queue_size": 128},
+            "dynamic_batching": {"max_queue_size": 128, "max_queue_time_ms": None},
         },
     )
     log = tmp_path_factory.mktemp("drain-logs") / "server.log"
@@ -196,7 +198,7 @@ def test_a_drain_past_its_timeout_answers_the_rest_5030_in_time(
 ) -> None:
     log = tmp_path_factory.mktemp("drain-timeout-logs") / "server.log"
     server = start_server(slow_repo, log, "--drain-timeout-s", "1")
-    pool, futures = _flood(server, 100)  # about 3 s of work queued
+    pool, futures = _flood(server, 60)  # seconds of work queued (within the 64 it holds)
     server.process.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     code = server.process.wait(15)
@@ -214,7 +216,7 @@ def test_a_second_signal_forces_the_exit_and_answers_5030(
 ) -> None:
     log = tmp_path_factory.mktemp("forced-logs") / "server.log"
     server = start_server(slow_repo, log, "--drain-timeout-s", "30")
-    pool, futures = _flood(server, 100)
+    pool, futures = _flood(server, 60)  # within the 64 its queue holds: none refused 429
     server.process.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     server.process.send_signal(signal.SIGTERM)
@@ -228,3 +230,7 @@ def test_a_second_signal_forces_the_exit_and_answers_5030(
     assert set(answers) <= {(200, 0), (503, 5030)}, set(answers)
     assert (503, 5030) in answers
     assert "forced exit" in server.log()
+    # the drain's line counts the requests the forced exit answered 5030
+    drained = [orjson.loads(line) for line in server.log().splitlines() if "drain finished" in line]
+    assert len(drained) == 1 and drained[0]["forced"] is True, drained
+    assert drained[0]["answered_5030"] == answers.count((503, 5030)), drained

@@ -47,6 +47,11 @@ from inferd.observability.observer import Observer, notify
 from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
 
+ADMIT_SHARE = 0.5
+"""An item is refused as it arrives when the queued work ahead of it would take more than this
+share of `max_queue_time_s`: the estimate (the measured cost of a row) swings with the batches'
+lengths and the machine's other work, and an item admitted that then waits past the bound is
+refused only when it has spent it, the slow refusal the bound is there to avoid."""
 SATURATION_PURGE_S = 0.01
 """How often `saturated` may purge a full queue of the items whose clients left."""
 CLOCK = time.perf_counter
@@ -82,6 +87,10 @@ class BatcherSettings:
     """After an out-of-memory failure, time before the lowered batch size limit grows again."""
     max_consecutive_failures: int
     """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
+    max_queue_time_s: float | None = None
+    """Longest a client's item may wait in the queue: one the queue's work says would wait
+    longer is refused 4290 when it arrives, and one that waited longer is answered 4290
+    (background items are exempt). None: no bound."""
     learn_batch_tokens: bool = True
     """Cap batches at the size that costs least per token, learned from run times
     (inferd.batching.sizing); False: only max_batch_size and max_batch_tokens cap them."""
@@ -179,6 +188,7 @@ class DynamicBatcher:
         self._queued_rows = 0
         self._purged_at = 0.0
         self._running = 0
+        self._running_rows = 0
         self._background_running = 0
         """Running batches made only of background items (they may not take every runtime)."""
         self._accepting = False
@@ -189,6 +199,8 @@ class DynamicBatcher:
         self._batch_tasks: set[asyncio.Task[None]] = set()
         self._arrivals = _ArrivalRate()
         self._batch_s_ewma: float | None = None
+        self._row_s_ewma: float | None = None
+        """Run time of a batch per row it carried, of batches formed while more waited."""
         self._max_rows = settings.max_batch_size
         self._sizer = BatchSizer(settings.max_batch_tokens)
         self._limit_changed_at = 0.0
@@ -310,6 +322,11 @@ class DynamicBatcher:
         now = loop.time()  # deadlines are on the loop's clock; durations on CLOCK (below)
         if deadline is not None and deadline <= now:
             raise DeadlineExceededError("the request's deadline passed before it was queued")
+        background = priority.in_background()
+        if not background:
+            overdue = self.queue_time_refusal()
+            if overdue is not None:
+                raise overdue
         if deadline is not None:
             wait_s = self.expected_wait_s(sum(rows for _, rows in parts))
             if wait_s is not None and now + wait_s > deadline:
@@ -320,7 +337,6 @@ class DynamicBatcher:
                 )
         entries = []
         total_rows = 0
-        background = priority.in_background()
         arrived = CLOCK()
         for part_feeds, part_rows in parts:
             entry = _Entry(
@@ -374,14 +390,22 @@ class DynamicBatcher:
     async def _dispatch_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            next_shed_s = self._shed_overdue(CLOCK())
             self._purge_head()
             if not self._queue or self._running >= self._settings.concurrency:
                 if not self._queue and self._running == 0:
                     self._idle.set()
                 self._wakeup.clear()
+                shed_timer = None
+                if next_shed_s is not None:
+                    shed_timer = loop.call_later(next_shed_s, self._wakeup.set)
                 await self._wakeup.wait()
+                if shed_timer is not None:
+                    shed_timer.cancel()
                 continue
             wait_s = self._dispatch_wait(CLOCK())
+            if next_shed_s is not None:
+                wait_s = min(wait_s, next_shed_s)
             if wait_s > 0:
                 self._wakeup.clear()
                 timer = loop.call_later(wait_s, self._wakeup.set)
@@ -390,7 +414,7 @@ class DynamicBatcher:
                 continue
             batch, measured = self._form_batch()
             if batch:
-                self._launch(batch, measured)
+                self._launch(batch, measured, full=bool(self._queue))
             else:  # only background items, and no runtime they may take: wait for a change
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -473,28 +497,41 @@ class DynamicBatcher:
         self._queued_rows = sum(e.rows for e in self._queue)
         return batch, measured
 
-    def _launch(self, batch: list[_Entry], measured: bool) -> None:
+    def _launch(self, batch: list[_Entry], measured: bool, full: bool = False) -> None:
         """Runs the batch in its own task: as background work when all its items are (on
         the runtime's background threads), else at the serving priority."""
         self._running += 1
+        rows = sum(e.rows for e in batch)
+        self._running_rows += rows
         background = all(e.background for e in batch)
         self._background_running += background
         marked = priority.context(background)
         task = asyncio.get_running_loop().create_task(
-            self._run(batch, background, measured), context=marked
+            self._run(batch, background, measured, rows if full else 0), context=marked
         )
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 
-    async def _run(self, batch: Sequence[_Entry], background: bool, measured: bool) -> None:
+    async def _run(
+        self, batch: Sequence[_Entry], background: bool, measured: bool, full_rows: int
+    ) -> None:
+        """`full_rows`: the batch's rows when it was formed while more items waited (its run
+        time per row is then what a queued row costs), else 0."""
+        started = CLOCK()
         try:
             await self._execute(list(batch), measured)
         except asyncio.CancelledError:
             for entry in batch:
                 self._fail(entry, UnavailableError("the model is shutting down"))
             raise
+        else:
+            if full_rows > 0:
+                row_s = (CLOCK() - started) / full_rows
+                prev = self._row_s_ewma
+                self._row_s_ewma = row_s if prev is None else prev + 0.2 * (row_s - prev)
         finally:
             self._running -= 1
+            self._running_rows -= sum(e.rows for e in batch)
             self._background_running -= background
             self._wakeup.set()
 
@@ -637,6 +674,64 @@ class DynamicBatcher:
             entry.timer.cancel()
         if not entry.future.done():
             entry.future.set_exception(error)
+
+    def queue_wait_s(self, ahead: int) -> float | None:
+        """How long an item arriving now would wait in the queue with `ahead` rows before it:
+        their share of the runtimes at the measured cost of a queued row, plus a whole batch
+        when every runtime is busy (the one it waits for to finish). None until a batch
+        formed under load has been measured."""
+        row_s, batch_s = self._row_s_ewma, self._batch_s_ewma
+        if row_s is None or batch_s is None:
+            return None
+        busy = batch_s if self._running >= self._settings.concurrency else 0.0
+        return ahead * row_s / self._settings.concurrency + busy
+
+    def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
+        """The 4290 an item arriving now gets because the queued work ahead of it would take
+        longer than `ADMIT_SHARE` of `max_queue_time_s`, or the oldest queued item has waited
+        that long already (None when neither, or there is no bound): `arriving`, the requests
+        to this queue read and not answered yet, count ahead of it beside those queued (less
+        those running)."""
+        bound = self._settings.max_queue_time_s
+        if bound is None:
+            return None
+        ahead = max(self._queued_rows, arriving - self._running_rows)
+        wait_s = self.queue_wait_s(ahead)
+        if self._queue:  # what the oldest has waited already: the estimate's floor, measured
+            oldest_s = CLOCK() - self._queue[0].enqueued_at
+            wait_s = oldest_s if wait_s is None else max(wait_s, oldest_s)
+        if wait_s is None or wait_s <= bound * ADMIT_SHARE:
+            return None
+        return QueueFullError(
+            f"the queue of model '{self._settings.model}' holds about {wait_s * 1000:.0f} ms "
+            f"of work, more than its bound of {bound * 1000:.0f} ms admits; retry later",
+            retry_after_s=wait_s - bound * ADMIT_SHARE,
+        )
+
+    def _shed_overdue(self, now: float) -> float | None:
+        """Answers 4290 to the client items that waited longer than `max_queue_time_s`; the
+        seconds until the next one would, or None (no bound, or none queued)."""
+        bound = self._settings.max_queue_time_s
+        if bound is None or not self._queue:
+            return None
+        shed = 0
+        for entry in self._queue:
+            waited = now - entry.enqueued_at
+            if waited <= bound:
+                return bound - waited
+            if entry.background or entry.future.done():
+                continue
+            shed += 1
+            self._fail(
+                entry,
+                QueueFullError(
+                    f"the request waited {waited * 1000:.0f} ms in the queue of model "
+                    f"'{self._settings.model}', over its bound of {bound * 1000:.0f} ms; "
+                    "retry later",
+                    retry_after_s=self._retry_after_s(),
+                ),
+            )
+        return None
 
     def expected_wait_s(self, rows: int) -> float | None:
         """How long `rows` more rows would take to be answered, from the measured batch time:

@@ -55,6 +55,21 @@ class DynamicBatchingConfig(_Strict):
     max_queue_size: int = Field(
         1024, ge=1, description="Requests queued per version; over it, 429 (code 4290)."
     )
+    max_queue_time_ms: float | None = Field(
+        500.0,
+        gt=0,
+        description="Longest a request waits in the queue before its batch starts. A request "
+        "the queued work (at the measured cost of a row) says would wait more than half of "
+        "it is refused 429 (code 4290) as it arrives (the half: a margin for the estimate), "
+        "before its body is read where the route allows, with a `Retry-After` from the "
+        "queue's work; one that waited longer all the same is answered 429 then. The default "
+        "suits a latency-sensitive caller, whose budget for a whole answer is about a second: "
+        "half of it queued leaves the run and the network the rest, and a request refused at "
+        "once can still be retried on another replica within that budget, where a request "
+        "queued for seconds helps nobody. Keep it above one batch's run time (a slow model "
+        "sheds at every batch otherwise); null: no bound (only max_queue_size and the "
+        "request's deadline limit the wait).",
+    )
     max_batch_tokens: int | None = Field(
         None,
         ge=1,
@@ -401,6 +416,15 @@ class GenerationConfig(_Strict):
         description="The Jinja template that turns `/v1/chat/completions` messages into a "
         "prompt (Hugging Face's form); default: `chat_template` in the model's "
         "tokenizer_config.json, else one `role: content` line per message.",
+    )
+    chat_content_special_tokens: bool = Field(
+        False,
+        description="Whether special tokens written in a chat message's content (`<|system|>`, "
+        "`<|assistant|>`, `<|endoftext|>`...) act as the control tokens they name. Off, content "
+        "is tokenized with its special tokens read as text: a user cannot open a system or "
+        "assistant turn, nor end the text, by writing the token; only the chat template's "
+        "own control tokens are control tokens. On only for clients trusted to write raw "
+        "turns.",
     )
 
 

@@ -13,6 +13,7 @@ from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
 from inferd.config.model import ModelConfig
 from inferd.engine.loading import LoadedModel
 from inferd.engine.servable import Servable
+from inferd.errors import InferdError
 from inferd.observability.observer import Observer
 from inferd.runtime.protocol import TensorSpec
 
@@ -70,6 +71,9 @@ def batcher_settings(
         concurrency=concurrency,
         oom_cooldown_s=batching.oom_cooldown_s,
         max_consecutive_failures=batching.max_consecutive_failures,
+        max_queue_time_s=(
+            None if batching.max_queue_time_ms is None else batching.max_queue_time_ms / 1000.0
+        ),
         model=model,
         version=version,
     )
@@ -108,6 +112,9 @@ class BatchedServable(Servable):
     @property
     def capacity(self) -> int | None:
         return self._batcher.capacity
+
+    def queue_time_refusal(self, arriving: int) -> InferdError | None:
+        return self._batcher.queue_time_refusal(arriving)
 
     async def drain(self, timeout_s: float) -> bool:
         return await self._batcher.drain(timeout_s)

@@ -211,8 +211,9 @@ class Engine:
         `purpose`) would be refused with now, whatever its body holds: the admission's
         refusal, or 4290 when each version it could reach has a full queue, or when
         `arriving` (the requests to these models read and not yet answered) fill what they
-        all hold. None when the request must be read to know (an unknown or unready model
-        gets its answer there)."""
+        all hold, or when each would queue it longer than its `max_queue_time_ms`. None
+        when the request must be read to know (an unknown or unready model gets its answer
+        there)."""
         refused = self.admission.refusal()
         if refused is not None:
             return refused
@@ -234,6 +235,13 @@ class Engine:
         if all(h.saturated for h in holders.values()) or (room is not None and arriving >= room):
             whose = f"model '{model}'" if model is not None else f"every model that can {purpose}"
             return QueueFullError(f"the queue of {whose} is full; retry later", retry_after_s=1.0)
+        # too much queued work for the queue-time bound: refused only when every queue it
+        # could reach says so (the arriving ones spread over them), the one that frees first
+        share = arriving // len(holders)
+        overdue = [h.queue_time_refusal(share) for h in holders.values()]
+        refusals = [o for o in overdue if o is not None]
+        if len(refusals) == len(overdue):
+            return min(refusals, key=lambda o: o.retry_after_s or 0.0)
         return None
 
     def route_key_field(self, model: str | None, purpose: str | None) -> str | None:

@@ -4,6 +4,7 @@ scheduler) and the handle a route holds while a generation runs."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 
 import numpy as np
@@ -14,6 +15,7 @@ from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Messages
+from inferd.generation.chat_tokens import ChatEncoder
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
@@ -67,6 +69,7 @@ class GeneratorServable(Servable):
         )
         self._pool = loaded.pool
         self._chat = parts.chat
+        self._chat_encoder = ChatEncoder(parts.tokenizer)
         self._scheduler = Scheduler(
             loaded.pool.run,
             parts.shape,
@@ -94,18 +97,22 @@ class GeneratorServable(Servable):
         when full); chat messages are rendered through the model's chat template first. A
         long prompt is tokenized on a worker thread, off the event loop."""
         params = sampling.resolve(self.config.generation)
-        if not isinstance(prompt, str):
-            prompt = self._chat.render(prompt)
+        encode: Callable[[], list[int]]
+        if isinstance(prompt, str):
+            text = prompt
+            encode = functools.partial(self._scheduler.encode, text)
+        elif self.config.generation.chat_content_special_tokens:
+            text = self._chat.render(prompt)
+            encode = functools.partial(self._scheduler.encode, text)
+        else:  # the content's special tokens are text (inferd.generation.chat_tokens)
+            parts = self._chat.render_parts(prompt)
+            text = "".join(piece for piece, _ in parts)
+            encode = functools.partial(self._chat_encoder.encode, parts)
         limit = self.config.tokenizer.max_chars
-        if len(prompt) > limit:
-            raise InputTooLongError(
-                f"the prompt has {len(prompt)} characters; the limit is {limit}"
-            )
+        if len(text) > limit:
+            raise InputTooLongError(f"the prompt has {len(text)} characters; the limit is {limit}")
         self._scheduler.refuse_when_full()  # before the prompt is tokenized
-        if len(prompt) > OFF_LOOP_CHARS:
-            ids = await asyncio.to_thread(self._scheduler.encode, prompt)
-        else:
-            ids = self._scheduler.encode(prompt)
+        ids = await asyncio.to_thread(encode) if len(text) > OFF_LOOP_CHARS else encode()
         return self._scheduler.submit(ids, params)
 
     @property

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from inferd.config.model import ModelConfig
-from inferd.errors import InvalidInputError
+from inferd.errors import InferdError, InvalidInputError
 from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
@@ -91,6 +91,12 @@ class Servable:
     def capacity(self) -> int | None:
         """The requests its queue holds at most (None: no bound). Counted against the
         requests read and unanswered, those running included: a bound on the safe side."""
+        return None
+
+    def queue_time_refusal(self, arriving: int) -> InferdError | None:
+        """The 4290 its next request would get for waiting longer in its queue than the
+        model's `max_queue_time_ms` allows, `arriving` requests to it being read and not
+        answered yet; None when it would not (or its queue has no such bound)."""
         return None
 
     # -- requests: each kind overrides what it serves ------------------------------------

@@ -12,6 +12,8 @@ which refuses the conversation (4004) as a template asks. A model without a temp
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +30,8 @@ DEFAULT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 )
 CONFIG_FILE = "tokenizer_config.json"
+MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
+"""Around the marker that stands for a message's content while the template renders."""
 
 Messages = Sequence[Mapping[str, str]]
 """Chat messages: each a `role` and a `content`."""
@@ -79,6 +83,33 @@ class ChatTemplate:
             raise
         except TemplateError as exc:
             raise InvalidInputError(f"the chat template failed on these messages: {exc}") from None
+
+    def render_parts(self, messages: Messages) -> list[tuple[str, bool]]:
+        """The prompt `render` gives, in pieces: each the template's text (False) or a
+        message's content (True), so that content can be tokenized apart from the control
+        tokens the template writes (inferd.generation.chat_tokens). Each content is rendered
+        as a marker no message can forge (a random number between two private-use
+        characters), then put back; a template that alters the marker (it changes the
+        content's characters) is refused 4004."""
+        nonce = str(secrets.randbits(63))
+        marked = [
+            {**m, "content": f"{MARK_OPEN}{nonce}.{i}{MARK_CLOSE}"} if "content" in m else m
+            for i, m in enumerate(messages)
+        ]
+        rendered = self.render(marked)
+        parts: list[tuple[str, bool]] = []
+        at = 0
+        for found in re.finditer(f"{MARK_OPEN}{nonce}\\.(\\d+){MARK_CLOSE}", rendered):
+            parts.append((rendered[at : found.start()], False))
+            parts.append((messages[int(found.group(1))]["content"], True))
+            at = found.end()
+        parts.append((rendered[at:], False))
+        if any(MARK_OPEN in text or MARK_CLOSE in text for text, content in parts if not content):
+            raise InvalidInputError(
+                "the model's chat template changes the messages' content, which then cannot be "
+                "kept apart from the template's control tokens"
+            )
+        return [(text, content) for text, content in parts if text]
 
 
 def _token_text(value: object) -> str:

@@ -9,6 +9,10 @@ close.
 
 A second signal (SIGTERM or SIGINT) forces the exit: everything in flight is answered 5030
 (streams end with an error event), and the process exits 1.
+
+The "drain finished" log line counts what happened: the requests in flight at the signal and
+after the grace, and `answered_5030`, those the drain's timeout or a second signal answered
+5030 (`forced` says which); `complete` is true only when every one finished on its own.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class DrainingServer(uvicorn.Server):
         self._force_task: asyncio.Task[None] | None = None
         self.forced = False
         """A second signal forced the exit (the process then exits non-zero)."""
+        self._answered_5030 = 0
+        """Requests in flight when the engine was aborted (by the drain's timeout or a second
+        signal): each of them is answered 5030 by the abort."""
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -66,6 +73,11 @@ class DrainingServer(uvicorn.Server):
         if self._drain_task is None:
             self._drain_task = asyncio.get_running_loop().create_task(self._drain(sig))
 
+    async def _abort(self) -> None:
+        """Answers everything in flight 5030 (counted once: a second abort finds none)."""
+        self._answered_5030 += self._engine.in_flight
+        await self._engine.abort()
+
     def _start_force(self, sig: int) -> None:
         if self._force_task is None:
             self._force_task = asyncio.get_running_loop().create_task(self._force(sig))
@@ -76,7 +88,7 @@ class DrainingServer(uvicorn.Server):
             extra={"signal": signal.Signals(sig).name, "in_flight": self._engine.in_flight},
         )
         self.forced = True
-        await self._engine.abort()
+        await self._abort()
         await asyncio.sleep(FORCED_FLUSH_S)
         self.force_exit = self.should_exit = True
 
@@ -94,13 +106,24 @@ class DrainingServer(uvicorn.Server):
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.drain_timeout_s
+        at_signal = self._engine.in_flight
         if settings.drain_grace_s > 0:
             await asyncio.sleep(min(settings.drain_grace_s, settings.drain_timeout_s))
+        admitted = self._engine.in_flight  # the grace's admissions among them
         finished = await self._engine.drain(max(0.0, deadline - loop.time()))
-        left = self._engine.in_flight
         if not finished:  # out of time: what is left is answered now, not cut off
-            await self._engine.abort()
-        log.info("drain finished", extra={"complete": finished, "answered_5030": left})
+            await self._abort()
+        log.info(
+            "drain finished",
+            extra={
+                "complete": finished and not self.forced,
+                "forced": self.forced,
+                "in_flight_at_signal": at_signal,
+                "in_flight_after_grace": admitted,
+                "answered_5030": self._answered_5030,
+                "seconds": round(settings.drain_timeout_s - (deadline - loop.time()), 3),
+            },
+        )
         self.config.timeout_graceful_shutdown = DRAIN_MARGIN_S  # type: ignore[assignment]
         self.should_exit = True
 

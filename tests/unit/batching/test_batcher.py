@@ -395,3 +395,65 @@ def test_run_and_queue_times_are_measured_finer_than_the_loops_clock() -> None:
     assert all(t.run_s >= 0.0025 for t in timings)  # the whole compute, never less
     assert not all((t.run_s * 1000).is_integer() for t in timings)
     assert all(t.queue_s < 0.0025 for t in timings)  # a lone request does not wait
+
+
+async def test_an_item_queued_past_the_queue_time_bound_is_shed_and_never_run() -> None:
+    gate = asyncio.Event()
+    runner = FakeRunner(gate=gate)
+    batcher = make(runner, max_batch_size=1, max_queue_time_s=0.05)
+    running = asyncio.create_task(batcher.submit(x(1), 1))
+    await runner.started.wait()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    doomed = {"x": np.full((1, 2), 99.0, dtype=np.float32)}
+    with pytest.raises(QueueFullError) as info:
+        await batcher.submit(doomed, 1)
+    waited = loop.time() - started
+    assert 0.04 <= waited < 0.5, waited  # answered at its bound, not when the runtime frees
+    assert "over its bound of 50 ms" in info.value.message
+    assert info.value.retry_after_s is not None and info.value.retry_after_s >= 1
+    gate.set()
+    await running
+    await until(lambda: batcher.queued_items == 0 and batcher.running_batches == 0)
+    assert all(99.0 not in b["x"] for b in runner.batches)
+    await batcher.close()
+
+
+async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_after() -> None:
+    runner = FakeRunner(delay_s=0.02)
+    batcher = make(runner, max_batch_size=2, max_queue_time_s=0.1)
+    assert batcher.queue_time_refusal() is None  # nothing measured yet: no estimate
+    # a burst: batches form while more wait, which measures what a queued row costs
+    first = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(8)]
+    await asyncio.gather(*first)
+    # 40 requests at once: those past about 50 ms of queued work (half the bound) are
+    # refused as they come
+    loop = asyncio.get_running_loop()
+    held = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(40)]
+    await until(lambda: batcher.running_batches == 1)
+    refused = batcher.queue_time_refusal()
+    assert refused is not None and refused.retry_after_s is not None
+    assert refused.retry_after_s > 0  # the queue's work over the bound
+    assert "more than its bound of 100 ms admits" in refused.message
+    started = loop.time()
+    with pytest.raises(QueueFullError):
+        await batcher.submit(x(1), 1)
+    assert loop.time() - started < 0.01  # refused as it arrived, not after waiting
+    results = await asyncio.gather(*held, return_exceptions=True)
+    served = [r for r in results if not isinstance(r, BaseException)]
+    shed = [r for r in results if isinstance(r, QueueFullError)]
+    assert len(served) + len(shed) == 40 and served  # every one answered, the first ones run
+    await until(lambda: batcher.queued_items == 0 and batcher.running_batches == 0)
+    assert batcher.queue_time_refusal() is None  # an empty queue admits again
+    # requests read but not queued yet count ahead of the next one too
+    assert batcher.queue_time_refusal(arriving=100) is not None
+    await batcher.close()
+
+
+async def test_without_a_queue_time_bound_nothing_is_shed_by_waiting() -> None:
+    runner = FakeRunner(delay_s=0.02)
+    batcher = make(runner, max_batch_size=1, max_queue_time_s=None)
+    results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(10)))
+    assert len(results) == 10
+    assert batcher.queue_time_refusal(arriving=1000) is None
+    await batcher.close()

@@ -95,7 +95,10 @@ def test_a_batcher_under_pressure_learns_to_form_smaller_batches(learn: bool) ->
 
     async def deep_queue() -> None:
         layout = build_layout([X], [Y], {}, batched=True)
-        settings = batcher_settings(8, max_queue_size=2000, learn_batch_tokens=learn)
+        # a deep queue on purpose (what is measured is the batches formed from it)
+        settings = batcher_settings(
+            8, max_queue_size=2000, learn_batch_tokens=learn, max_queue_time_s=None
+        )
         batcher = DynamicBatcher(layout, settings, runner)
         batcher.start()
         one = {"x": np.ones((1, 2), np.float32)}
