@@ -466,6 +466,15 @@ class RolloutConfig(_Strict):
         "at every step.",
     )
 
+    baseline: bool = Field(
+        True,
+        description="Load a second instance of the stable version (the baseline) beside the "
+        "candidate; at every step where the candidate takes under half the traffic, the "
+        "baseline takes as much as the candidate and the candidate is judged against it, not "
+        "against the stable version (on shared cores a version's time per request depends on "
+        "its share of the traffic). Costs one more copy of the stable version while the "
+        "rollout runs; off (or when it does not load): judged against the stable version.",
+    )
     auto: bool = Field(
         False,
         description="Start a rollout by itself when a version folder newer than the serving "
