@@ -110,3 +110,22 @@ def test_the_tests_match_their_reference_values() -> None:
     )
     assert mann_whitney_greater([1.0] * 5, [1.0] * 5) == 1.0
     assert mann_whitney_greater([], [1.0]) == 1.0
+
+
+def test_queue_time_is_judged_only_when_asked() -> None:
+    """The controller does not ask when the candidate takes the larger share (its queue
+    grows with its share): the same samples fail on queue time, or pass without it."""
+    stable, candidate = window("same", 0, 400)
+    longer = Sample(
+        candidate.requests,
+        candidate.failures,
+        candidate.latencies_s,
+        [0.2 + 0.001 * (i % 7) for i in range(len(candidate.queue_s))],
+    )
+    shorter = Sample(
+        stable.requests, stable.failures, stable.latencies_s, [0.001] * stable.requests
+    )
+    config = RolloutConfig(min_requests=20)
+    failed = judge(shorter, longer, config)
+    assert failed.outcome is Outcome.FAIL and "queue time" in failed.reason
+    assert judge(shorter, longer, config, queue_judged=False).outcome is Outcome.PASS

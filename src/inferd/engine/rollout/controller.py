@@ -253,6 +253,7 @@ class Rollouts:
             config,
             shadowed,
             stable_share=1 - record.weight - self.router.baseline_share(model, record.weight),
+            queue_judged=record.weight <= self._reference_share(record),
         )
         if verdict.outcome is Outcome.FAIL:
             await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)
@@ -282,6 +283,12 @@ class Rollouts:
         candidate's share, else the stable version's."""
         key = BASELINE if self._baselined(record) else record.stable
         return self.router.window(record.model, key)
+
+    def _reference_share(self, record: RolloutRecord) -> float:
+        """The share of traffic of the arm the candidate is judged against."""
+        if self._baselined(record):
+            return record.weight
+        return 1 - record.weight
 
     async def _load_baseline(self, model: str, stable: int, config: RolloutConfig) -> None:
         """The rollout's baseline (with `baseline` on); one that does not load is logged, and

@@ -80,10 +80,14 @@ def judge(
     config: RolloutConfig,
     shadowed: Shadowed | None = None,
     stable_share: float = 1.0,
+    queue_judged: bool = True,
 ) -> Verdict:
     """The verdict on a window that has run its `analysis_window_s`. `stable_share`: the
     share of requests still routed to the stable version (with shadow traffic asked for, a
-    step where it takes some holds until enough answers were compared)."""
+    step where it takes some holds until enough answers were compared). `queue_judged`:
+    whether queue time is compared (not when the candidate takes a larger share of the
+    traffic than the arm it is judged against: a version's queue grows with its share, not
+    with what it does)."""
     early = judge_early(stable, candidate, config, shadowed, config.significance)
     if early is not None:
         return early
@@ -95,7 +99,8 @@ def judge(
             f"{stable.requests} stable requests, {need} needed in each",
         )
     holds: list[str] = []
-    for check in (_failures, _latency, _queue):
+    checks = (_failures, _latency, _queue) if queue_judged else (_failures, _latency)
+    for check in checks:
         verdict = check(stable, candidate, config, config.significance)
         if verdict is not None and verdict.outcome is Outcome.FAIL:
             return verdict
