@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.chromium import Chromium
-from tests.integration.rollouts import act, serve
+from tests.integration.rollouts import act, serve, status
 from tests.integration.server import RunningServer, start_server
 from tests.models import lookup_model, write_config
 from tests.text_corpus import sentences
@@ -188,5 +188,22 @@ def test_a_failed_rollout_shows_its_reason_and_a_running_one_its_split(
         assert rolling["widths"] == ["80%", "10%", "10%"]
         assert browser.evaluate("document.getElementById('error').textContent") == ""
         browser.screenshot(ARTIFACTS / "status-page-rollouts.png")
+        # the baseline takes as many requests as the candidate, and is what it is judged against
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for i in range(300):
+                answer = http.post(
+                    "/v2/models/rolling/infer",
+                    json={
+                        "inputs": [
+                            {"name": "idx", "datatype": "INT64", "shape": [1, 1], "data": [1]}
+                        ]
+                    },
+                    headers={"X-Inferd-Route-Key": f"user-{i}"},
+                )
+                assert answer.status_code == 200, answer.text
+        window = status(server, "rolling")["window"]
+        assert window["judged_against"] == "baseline"
+        counts = [window[arm]["requests"] for arm in ("stable", "baseline", "candidate")]
+        assert sum(counts) == 300 and all(10 <= n <= 60 for n in counts[1:]), counts
     finally:
         assert server.stop() == 0, server.log()
