@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import tritonclient.grpc as grpcclient
 
 from tests.integration.rollouts import ADMIN, ADMIN_KEY, act
 from tests.integration.server import RunningServer, start_server
@@ -115,6 +116,15 @@ def test_a_rolled_back_version_stays_out_until_a_new_rollout_names_it(tmp_path: 
         assert reloaded.status_code == 200 and reloaded.json()["version"] == "2", reloaded.text
         assert versions_served(first) == {"2"} and index_versions(first) == {"2"}
         assert httpx.get(f"{first.url}/v2/models/m/versions/3").status_code == 404
+        # the same through gRPC's repository calls (a stock client)
+        assert first.grpc_target is not None
+        grpc = grpcclient.InferenceServerClient(first.grpc_target)
+        try:
+            grpc.unload_model("m", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+            grpc.load_model("m", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        finally:
+            grpc.close()
+        assert versions_served(first) == {"2"} and index_versions(first) == {"2"}
         assert rollout_of(first)["status"] == "rolled_back"  # type: ignore[index]
 
         # `inferd repo check` names what the server serves, and the withdrawn version
