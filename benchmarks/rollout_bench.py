@@ -424,15 +424,35 @@ def end_to_end(
             stop.set()
             for thread in threads:
                 thread.join()
+            decisions = state["decisions"]
+            assert isinstance(decisions, list)
+            steps = "; ".join(_step_said(d) for d in decisions[1:])
             rows.append(
                 f"| end to end {n + 1}: {model} (version {state['candidate']} beside "
                 f"{state['stable']}) | {state['status']} after {time.monotonic() - began:.0f} s "
-                f"| {state['reason']} |"
+                f"| {steps} |"
             )
             print(rows[-1], flush=True)
     finally:
         server.stop()
     return rows
+
+
+def _step_said(decision: dict[str, object]) -> str:
+    """A decision in a few words: at what share, what, and the figures of the arms compared
+    (the baseline's when it had one)."""
+    weight = float(decision["weight"])  # type: ignore[arg-type]
+    said = f"{decision['decision']} at {weight:.0%}"
+    if decision["decision"] in ("rollback", "hold"):
+        return f"{said}: {decision['reason']}"
+    candidate = decision["candidate"]
+    reference = decision.get("baseline") or decision["stable"]
+    arm = "baseline" if decision.get("baseline") else "stable"
+    assert isinstance(candidate, dict) and isinstance(reference, dict)
+    return (
+        f"{said}: candidate p99 {candidate['p99_ms']} ms ({candidate['requests']} requests), "
+        f"{arm} p99 {reference['p99_ms']} ms ({reference['requests']} requests)"
+    )
 
 
 def _recording_client(

@@ -129,3 +129,15 @@ def test_queue_time_is_judged_only_when_asked() -> None:
     failed = judge(shorter, longer, config)
     assert failed.outcome is Outcome.FAIL and "queue time" in failed.reason
     assert judge(shorter, longer, config, queue_judged=False).outcome is Outcome.PASS
+
+
+def test_a_slower_median_under_a_tail_of_waiting_fails_too() -> None:
+    """At a small share on shared cores the tail is mostly waiting for a core, the same in
+    both arms; a model 1.5x slower still shows at the median."""
+    waits = [0.05 + 0.0001 * i for i in range(20)]
+    stable = Sample(200, 0, [0.010 + 0.00001 * i for i in range(180)] + waits, [0.0] * 200)
+    slower = Sample(200, 0, [0.015 + 0.00001 * i for i in range(180)] + waits, [0.0] * 200)
+    config = RolloutConfig(min_requests=20)
+    verdict = judge(stable, slower, config)
+    assert verdict.outcome is Outcome.FAIL and verdict.reason.startswith("median latency"), verdict
+    assert judge(stable, stable, config).outcome is Outcome.PASS
