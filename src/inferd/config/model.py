@@ -433,8 +433,9 @@ class RolloutConfig(_Strict):
     max_latency_ratio: float = Field(
         1.25,
         gt=0,
-        description="The smallest ratio of the candidate's p99 latency to the stable "
-        "version's worth a rollback, once it is beyond noise (judged at the window's end).",
+        description="The smallest ratio of the candidate's p99 latency, or median latency, to "
+        "the stable version's (its baseline's) worth a rollback, once it is beyond noise "
+        "(judged at the window's end).",
     )
     latency_slack_ms: float = Field(
         1,
