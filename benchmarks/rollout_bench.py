@@ -222,13 +222,23 @@ def build_judged(repo: Path, policy: dict[str, object] | None = None) -> Path:
 
 
 def add_judged_candidates(repo: Path, version: int) -> None:
-    shutil.copytree(repo / "same" / "1", repo / "same" / str(version))
-    slow_model(
-        repo / "slower" / str(version) / "model.onnx",
-        layers=int(BASE_LAYERS * SLOWER_WORK),
-        width=128,
-    )
-    lookup_model(repo / "flaky" / str(version) / "model.onnx", rows=FLAKY_ROWS - 1)
+    for model in ("same", "slower", "flaky"):
+        add_judged_candidate(repo, model, version)
+
+
+def add_judged_candidate(repo: Path, model: str, version: int) -> None:
+    """Version `version` of `model`: a byte-identical copy of version 1 ("same"), 1.6x its
+    work ("slower"), or one row fewer ("flaky")."""
+    if model == "same":
+        shutil.copytree(repo / "same" / "1", repo / "same" / str(version))
+    elif model == "slower":
+        slow_model(
+            repo / "slower" / str(version) / "model.onnx",
+            layers=int(BASE_LAYERS * SLOWER_WORK),
+            width=128,
+        )
+    else:
+        lookup_model(repo / "flaky" / str(version) / "model.onnx", rows=FLAKY_ROWS - 1)
 
 
 def judged_body(model: str, i: int) -> dict[str, object]:
@@ -373,10 +383,13 @@ def judge_replays(runs: int, rate: float, seed: int) -> list[str]:
     return rows
 
 
-def end_to_end(tmp: Path, keys: Path, rollouts: int) -> list[str]:
-    """`rollouts` real rollouts (identical, slower, flaky in turn), 10 s windows and 20
-    requests (the shortest the docs allow), steps 10, 50, 100, under four closed-loop
-    clients; each candidate is a new version folder."""
+def end_to_end(
+    tmp: Path, keys: Path, rollouts: int, models: tuple[str, ...] = ("same", "slower", "flaky")
+) -> list[str]:
+    """`rollouts` real rollouts (of `models` in turn: identical, slower, flaky), 10 s
+    windows and 20 requests (the shortest the docs allow), steps 10, 50, 100, under four
+    closed-loop clients; each candidate is a new version folder (the rollout's defaults
+    otherwise: a baseline at the candidate's share)."""
     repo = build_judged(tmp / "e2e")
     for model in ("same", "slower", "flaky"):
         config_path = repo / model / "config.yaml"
@@ -387,9 +400,8 @@ def end_to_end(tmp: Path, keys: Path, rollouts: int) -> list[str]:
     rows = []
     try:
         for n in range(rollouts):
-            model = ("same", "slower", "flaky")[n % 3]
-            if n % 3 == 0:
-                add_judged_candidates(repo, n // 3 + 2)
+            model = models[n % len(models)]
+            add_judged_candidate(repo, model, max(int(v) for v in _folders(repo / model)) + 1)
             stop = threading.Event()
             answer = httpx.post(
                 f"{server.url}/v2/repository/models/{model}/rollout",
@@ -412,15 +424,35 @@ def end_to_end(tmp: Path, keys: Path, rollouts: int) -> list[str]:
             stop.set()
             for thread in threads:
                 thread.join()
+            decisions = state["decisions"]
+            assert isinstance(decisions, list)
+            steps = "; ".join(_step_said(d) for d in decisions[1:])
             rows.append(
                 f"| end to end {n + 1}: {model} (version {state['candidate']} beside "
                 f"{state['stable']}) | {state['status']} after {time.monotonic() - began:.0f} s "
-                f"| {state['reason']} |"
+                f"| {steps} |"
             )
             print(rows[-1], flush=True)
     finally:
         server.stop()
     return rows
+
+
+def _step_said(decision: dict[str, object]) -> str:
+    """A decision in a few words: at what share, what, and the figures of the arms compared
+    (the baseline's when it had one)."""
+    weight = float(decision["weight"])  # type: ignore[arg-type]
+    said = f"{decision['decision']} at {weight:.0%}"
+    if decision["decision"] in ("rollback", "hold"):
+        return f"{said}: {decision['reason']}"
+    candidate = decision["candidate"]
+    reference = decision.get("baseline") or decision["stable"]
+    arm = "baseline" if decision.get("baseline") else "stable"
+    assert isinstance(candidate, dict) and isinstance(reference, dict)
+    return (
+        f"{said}: candidate p99 {candidate['p99_ms']} ms ({candidate['requests']} requests), "
+        f"{arm} p99 {reference['p99_ms']} ms ({reference['requests']} requests)"
+    )
 
 
 def _recording_client(
@@ -474,6 +506,11 @@ def main() -> int:
     parser.add_argument("--judge-rate", type=float, default=50, help="requests/s replayed")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--end-to-end", type=int, default=0, help="real rollouts to run")
+    parser.add_argument(
+        "--end-to-end-models",
+        default="same,slower,flaky",
+        help="the models the real rollouts take in turn (comma-separated)",
+    )
     args = parser.parse_args()
     if args.record or args.judge or args.end_to_end:
         return judge_main(args)
@@ -519,7 +556,8 @@ def judge_main(args: argparse.Namespace) -> int:
         if args.judge:
             rows += judge_replays(args.judge_runs, args.judge_rate, args.seed)
         if args.end_to_end:
-            rows += end_to_end(tmp, keys, args.end_to_end)
+            models = tuple(m for m in args.end_to_end_models.split(",") if m)
+            rows += end_to_end(tmp, keys, args.end_to_end, models)
     command = ("python benchmarks/rollout_bench.py " + " ".join(sys.argv[1:])).strip()
     lines = [
         "## Rollouts: the judge on samples recorded from the server, and end to end",

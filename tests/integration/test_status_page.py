@@ -17,7 +17,9 @@ import httpx
 import pytest
 
 from tests.chromium import Chromium
+from tests.integration.rollouts import act, serve, status
 from tests.integration.server import RunningServer, start_server
+from tests.models import lookup_model, write_config
 from tests.text_corpus import sentences
 
 ARTIFACTS = Path(
@@ -141,3 +143,67 @@ def test_the_status_page_shows_every_model_and_its_charts_move_under_load(
     assert fetched and all(name.startswith(server.url + "/") for name in fetched), fetched
     shot = browser.screenshot(ARTIFACTS / "status-page.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_a_failed_rollout_shows_its_reason_and_a_running_one_its_split(
+    tmp_path: Path, browser: Chromium
+) -> None:
+    """A rollout whose state file could not be read has a status and a reason, no share:
+    the page says so (no NaN); a running one shows its stable, baseline and candidate."""
+    root = tmp_path / "repo"
+    for name in ("broken", "rolling"):
+        lookup_model(root / name / "1" / "model.onnx", rows=16)
+        write_config(root / name, {"rollout": {"steps": [10, 100], "analysis_window_s": 3600}})
+    folder = root / ".inferd" / "rollouts"
+    folder.mkdir(parents=True)
+    (folder / "broken.json").write_text("[]")
+    server = serve(root, tmp_path / "server.log")
+    try:
+        lookup_model(root / "rolling" / "2" / "model.onnx", rows=16)
+        assert act(server, "rolling", "start", to=2).status_code == 200
+        browser.open(server.url + "/")
+        read = """(() => {
+            const out = {};
+            for (const card of document.querySelectorAll('[data-model]')) {
+                const split = card.querySelector('.split');
+                out[card.dataset.model] = {hidden: split.hidden, text: split.textContent,
+                    widths: [...split.children].map(c => c.style.width)};
+            }
+            return out;
+        })()"""
+        deadline = time.monotonic() + 20
+        while True:
+            shown = browser.evaluate(read)
+            if set(shown) == {"broken", "rolling"} and not shown["broken"]["hidden"]:
+                break
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.2)
+        broken, rolling = shown["broken"], shown["rolling"]
+        assert "NaN" not in broken["text"] and "undefined" not in broken["text"], broken
+        assert broken["text"].startswith(
+            "rollout failed: rollout state .inferd/rollouts/broken.json"
+        )
+        assert "NaN" not in rolling["text"], rolling
+        assert rolling["text"] == "v1 80%v1 baseline 10%v2 10%", rolling
+        assert rolling["widths"] == ["80%", "10%", "10%"]
+        assert browser.evaluate("document.getElementById('error').textContent") == ""
+        browser.screenshot(ARTIFACTS / "status-page-rollouts.png")
+        # the baseline takes as many requests as the candidate, and is what it is judged against
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for i in range(300):
+                answer = http.post(
+                    "/v2/models/rolling/infer",
+                    json={
+                        "inputs": [
+                            {"name": "idx", "datatype": "INT64", "shape": [1, 1], "data": [1]}
+                        ]
+                    },
+                    headers={"X-Inferd-Route-Key": f"user-{i}"},
+                )
+                assert answer.status_code == 200, answer.text
+        window = status(server, "rolling")["window"]
+        assert window["judged_against"] == "baseline"
+        counts = [window[arm]["requests"] for arm in ("stable", "baseline", "candidate")]
+        assert sum(counts) == 300 and all(10 <= n <= 60 for n in counts[1:]), counts
+    finally:
+        assert server.stop() == 0, server.log()

@@ -73,7 +73,11 @@ def describe(state: dict[str, Any]) -> str:
     ]
     window = state.get("window")
     if window:
-        for side in ("stable", "candidate"):
+        judged = window.get("judged_against", "stable")
+        sides = (
+            ("stable", "baseline", "candidate") if judged == "baseline" else ("stable", "candidate")
+        )
+        for side in sides:
             facts = window[side]
             lines.append(
                 f"  {side}: {facts['requests']} requests, {facts['error_rate']:.1%} errors, "

@@ -457,8 +457,9 @@ class RolloutConfig(_Strict):
     max_latency_ratio: float = Field(
         1.25,
         gt=0,
-        description="The smallest ratio of the candidate's p99 latency to the stable "
-        "version's worth a rollback, once it is beyond noise (judged at the window's end).",
+        description="The smallest ratio of the candidate's p99 latency, or median latency, to "
+        "the stable version's (its baseline's) worth a rollback, once it is beyond noise "
+        "(judged at the window's end).",
     )
     latency_slack_ms: float = Field(
         1,
@@ -490,6 +491,15 @@ class RolloutConfig(_Strict):
         "at every step.",
     )
 
+    baseline: bool = Field(
+        True,
+        description="Load a second instance of the stable version (the baseline) beside the "
+        "candidate; at every step where the candidate takes under half the traffic, the "
+        "baseline takes as much as the candidate and the candidate is judged against it, not "
+        "against the stable version (on shared cores a version's time per request depends on "
+        "its share of the traffic). Costs one more copy of the stable version while the "
+        "rollout runs; off (or when it does not load): judged against the stable version.",
+    )
     auto: bool = Field(
         False,
         description="Start a rollout by itself when a version folder newer than the serving "

@@ -269,6 +269,11 @@ class Engine:
             routed = self.rollouts.choose(model, trace.route_key)
             if routed is not None:
                 number, trace.route = routed
+                if trace.route == "baseline":
+                    baseline = self.rollouts.baseline(model)
+                    if baseline is not None:
+                        return baseline
+                    trace.route = "stable"  # (closed since it was chosen)
                 return self.registry.resolve(model, str(number))
         return self.registry.resolve(model, version)
 

@@ -300,6 +300,34 @@ class Loader:
             settle()
             return version
 
+    async def load_baseline(self, name: str, number: int) -> Version:
+        """A second instance of version `number` of a served model, outside the registry (a
+        rollout's baseline: the rollout holds it, routes to it and closes it). A version
+        that fails to load is closed: 5030 with why."""
+        if self._root is None or name not in self._registry.models():
+            raise NotFoundError(f"unknown model '{name}'")
+        async with self._model_locks.setdefault(name, asyncio.Lock()):
+            entry = scan_model(self._root / name)
+            if entry.error is not None or entry.config is None:
+                raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
+            if number not in {v.version for v in entry.available}:
+                raise NotFoundError(f"model '{name}' has no version folder '{number}'")
+            version = Version(name, number, entry.config)
+            await self._load_version(entry, version)
+            if not version.ready:
+                raise UnavailableError(
+                    f"model '{name}' version {number} (baseline) did not load: {version.reason}"
+                )
+            settle()
+            return version
+
+    async def close_baseline(self, version: Version) -> None:
+        """Drains and closes a baseline (`load_baseline`)."""
+        await version.drain(self._settings.drain_timeout_s)
+        await version.close()
+        settle()
+        log.info("baseline closed", extra={"model": version.model, "version": version.version})
+
     async def retire_version(self, name: str, number: int) -> None:
         """Drains and closes one version of a model; the others keep serving."""
         async with self._model_locks.setdefault(name, asyncio.Lock()):

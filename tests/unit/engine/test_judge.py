@@ -110,3 +110,34 @@ def test_the_tests_match_their_reference_values() -> None:
     )
     assert mann_whitney_greater([1.0] * 5, [1.0] * 5) == 1.0
     assert mann_whitney_greater([], [1.0]) == 1.0
+
+
+def test_queue_time_is_judged_only_when_asked() -> None:
+    """The controller does not ask when the candidate takes the larger share (its queue
+    grows with its share): the same samples fail on queue time, or pass without it."""
+    stable, candidate = window("same", 0, 400)
+    longer = Sample(
+        candidate.requests,
+        candidate.failures,
+        candidate.latencies_s,
+        [0.2 + 0.001 * (i % 7) for i in range(len(candidate.queue_s))],
+    )
+    shorter = Sample(
+        stable.requests, stable.failures, stable.latencies_s, [0.001] * stable.requests
+    )
+    config = RolloutConfig(min_requests=20)
+    failed = judge(shorter, longer, config)
+    assert failed.outcome is Outcome.FAIL and "queue time" in failed.reason
+    assert judge(shorter, longer, config, queue_judged=False).outcome is Outcome.PASS
+
+
+def test_a_slower_median_under_a_tail_of_waiting_fails_too() -> None:
+    """At a small share on shared cores the tail is mostly waiting for a core, the same in
+    both arms; a model 1.5x slower still shows at the median."""
+    waits = [0.05 + 0.0001 * i for i in range(20)]
+    stable = Sample(200, 0, [0.010 + 0.00001 * i for i in range(180)] + waits, [0.0] * 200)
+    slower = Sample(200, 0, [0.015 + 0.00001 * i for i in range(180)] + waits, [0.0] * 200)
+    config = RolloutConfig(min_requests=20)
+    verdict = judge(stable, slower, config)
+    assert verdict.outcome is Outcome.FAIL and verdict.reason.startswith("median latency"), verdict
+    assert judge(stable, stable, config).outcome is Outcome.PASS

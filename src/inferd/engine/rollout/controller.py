@@ -3,7 +3,12 @@ that judges every running rollout, and the rollouts taken up again at start.
 
 A rollout raises its candidate's share step by step (`rollout.steps`); at the last step (100)
 the stable version keeps `reference_percent` until the promotion, so the two versions are
-measured over the same window at every step. Each window is judged when it has run its
+measured over the same window at every step. With `baseline` (the default) a second instance
+of the stable version is loaded beside the candidate; while the candidate takes under half of
+the traffic, the baseline takes as much, and the candidate is judged against it: two arms of
+the same share, the same age and the same window (on shared cores a version's time per
+request depends on its share of the traffic: judged against the stable version at 90%, a
+byte-identical candidate at 10% looks slower). Each window is judged when it has run its
 `analysis_window_s` (inferd.engine.rollout.judge): pass (the next step, a new window for both
 versions, or the promotion after the last), fail (rolled back at once) or hold (the window
 runs on, with more requests, and is judged again one window later; too few requests: again
@@ -27,7 +32,7 @@ from inferd.engine.loader import Loader
 from inferd.engine.registry import Registry
 from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
 from inferd.engine.rollout.policy import ServingPolicy
-from inferd.engine.rollout.router import Router
+from inferd.engine.rollout.router import BASELINE, Router, Window
 from inferd.engine.rollout.store import DECISIONS_KEPT, Decision, RolloutRecord, Status
 from inferd.engine.rollout.watcher import RepositoryWatcher
 from inferd.engine.version import Version
@@ -76,6 +81,11 @@ class Rollouts:
     ) -> None:
         self.router.record(model, version, failed, latency_s, queue_s, route)
 
+    def baseline(self, model: str) -> Version | None:
+        """The rollout's baseline (a second instance of its stable version), if it serves."""
+        baseline = self.router.baseline(model)
+        return baseline if baseline is not None and baseline.ready else None
+
     def shadow_target(self, model: str) -> Version | None:
         return self.router.shadow_target(model, self._config(model).shadow_percent)
 
@@ -97,6 +107,7 @@ class Rollouts:
             "stable": record.stable,
             "candidate": record.candidate,
             "weight": record.weight,
+            "baseline_weight": self.router.baseline_share(model, record.weight),
             "status": record.status.value,
         }
 
@@ -128,9 +139,14 @@ class Rollouts:
         if record is None:
             raise NotFoundError(f"model '{model}' has no rollout")
         state = record.model_dump(mode="json")
+        state["baseline_weight"] = (
+            self.router.baseline_share(model, record.weight) if record.active else 0.0
+        )
         state["window"] = {
             "stable": self.router.window(model, record.stable).facts(),
             "candidate": self.router.window(model, record.candidate).facts(),
+            "baseline": self.router.window(model, BASELINE).facts(),
+            "judged_against": "baseline" if self._baselined(record) else "stable",
             "elapsed_s": round(time.time() - record.window_started, 1),
             "agreement": self.router.agreement(model).facts(),
         }
@@ -162,6 +178,7 @@ class Rollouts:
                 raise InvalidInputError(f"version {to} of '{model}' is the one serving")
             await self._loader.add_version(model, to)
             config = stable.config.rollout
+            await self._load_baseline(model, stable.version, config)
             record = self.policy.begin(model, stable.version, to, config.steps, time.time())
             record.weight = share(record, config)
             self._new_window(record)
@@ -212,7 +229,7 @@ class Rollouts:
             return
         model = record.model
         config = self._config(model)
-        stable_window = self.router.window(model, record.stable)
+        stable_window = self._reference(record)
         candidate_window = self.router.window(model, record.candidate)
         shadowed = self.router.agreement(model).shadowed()
         counts = (
@@ -235,7 +252,8 @@ class Rollouts:
             candidate_window.sample(),
             config,
             shadowed,
-            stable_share=1 - record.weight,
+            stable_share=1 - record.weight - self.router.baseline_share(model, record.weight),
+            queue_judged=record.weight <= self._reference_share(record),
         )
         if verdict.outcome is Outcome.FAIL:
             await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)
@@ -257,6 +275,39 @@ class Rollouts:
             )
             self._new_window(record)
 
+    def _baselined(self, record: RolloutRecord) -> bool:
+        return self.router.baseline_share(record.model, record.weight) > 0
+
+    def _reference(self, record: RolloutRecord) -> Window:
+        """The window the candidate's is judged against: the baseline's when it takes the
+        candidate's share, else the stable version's."""
+        key = BASELINE if self._baselined(record) else record.stable
+        return self.router.window(record.model, key)
+
+    def _reference_share(self, record: RolloutRecord) -> float:
+        """The share of traffic of the arm the candidate is judged against."""
+        if self._baselined(record):
+            return record.weight
+        return 1 - record.weight
+
+    async def _load_baseline(self, model: str, stable: int, config: RolloutConfig) -> None:
+        """The rollout's baseline (with `baseline` on); one that does not load is logged, and
+        the candidate is judged against the stable version."""
+        if not config.baseline or model in self.router.baselines:
+            return
+        try:
+            self.router.baselines[model] = await self._loader.load_baseline(model, stable)
+        except InferdError as exc:
+            log.warning(
+                "rollout baseline not loaded: judged against the stable version",
+                extra={"model": model, "reason": exc.message},
+            )
+
+    async def _drop_baseline(self, model: str) -> None:
+        baseline = self.router.baselines.pop(model, None)
+        if baseline is not None:
+            await self._loader.close_baseline(baseline)
+
     def _hold(self, record: RolloutRecord, reason: str) -> None:
         """The step waits for evidence; a decision is recorded when the hold starts, or its
         reason changes kind."""
@@ -271,11 +322,13 @@ class Rollouts:
         record.status = Status.PROMOTED
         record.weight = 0.0
         self._decide(record, "promote", reason)
+        await self._drop_baseline(record.model)
         await self._loader.retire_version(record.model, record.stable)
 
     async def _end(self, record: RolloutRecord, status: Status, decision: str, reason: str) -> None:
         self.policy.end(record, status)
         self._decide(record, decision, reason)
+        await self._drop_baseline(record.model)
         await self._loader.retire_version(record.model, record.candidate)
 
     def _config(self, model: str) -> RolloutConfig:
@@ -297,6 +350,11 @@ class Rollouts:
             reason=record.reason,
             candidate=self.router.window(model, record.candidate).facts(),
             stable=self.router.window(model, record.stable).facts(),
+            baseline=(
+                self.router.window(model, BASELINE).facts()
+                if model in self.router.baselines
+                else {}
+            ),
             agreement=self.router.agreement(model).facts(),
         )
         record.decisions = [*record.decisions, entry][-DECISIONS_KEPT:]
@@ -340,6 +398,7 @@ class Rollouts:
         for number in (record.stable, record.candidate):
             if number not in versions or not versions[number].ready:
                 await self._loader.add_version(model, number)
+        await self._load_baseline(model, record.stable, self._config(model))
         record.weight = share(record, self._config(model))
         self._new_window(record)
         log.info(
@@ -349,6 +408,10 @@ class Rollouts:
 
     async def close(self) -> None:
         await self.router.close()
+        for model in list(self.router.baselines):
+            baseline = self.router.baselines.pop(model)
+            await baseline.stop()  # (what it holds is answered 5030, as the versions' is)
+            await baseline.close()
         for record in self.policy.records():
             if record.active:
                 self.policy.save(record)  # (logs, never raises, when it cannot be written)

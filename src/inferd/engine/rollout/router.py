@@ -5,11 +5,15 @@ Routing. A request naming no version goes to the candidate when its unit hash is
 candidate's share: the hash of its route key (`X-Inferd-Route-Key`) when it has one, so a key
 sees one version for the whole rollout and raising the share from 5% to 20% moves only the
 keys hashed in [0.05, 0.20); a request without a key is drawn at random. A request naming a
-version gets that version.
+version gets that version. While the candidate's share is under half and the rollout holds a
+baseline (a second instance of the stable version, loaded for the rollout), the baseline
+takes the next slice of the same size: keys in [share, 2 x share). The stable version it
+copies answers the rest.
 
 Windows. Each version's requests in the current analysis window are counted (failures: every
-error answer but shedding's 4290, latency, queue time); both versions' windows start and end
-together, so the judge always compares two samples of the same minutes.
+error answer but shedding's 4290, latency, queue time; the baseline's apart from the stable
+version's); the windows start and end together, so the judge always compares two samples of
+the same minutes, and, with a baseline, two of the same share of traffic.
 
 Shadow traffic. `shadow_percent` of the requests routed to the stable version also run on the
 candidate, in the background, after the client's answer is computed (never delaying or
@@ -40,6 +44,8 @@ MAX_SAMPLES = 100_000
 """Latency samples kept per version and window (past it, a uniform subset: reservoir)."""
 MAX_SHADOWS = 4
 """Mirrored requests running at once; over it, more are shed."""
+BASELINE = 0
+"""The baseline's window key in place of a version number (versions start at 1)."""
 
 T = TypeVar("T")
 
@@ -114,9 +120,21 @@ class Router:
         self._agreements: dict[str, Agreement] = {}
         self._shadows: set[asyncio.Task[None]] = set()
         self._random = random.Random()
+        self.baselines: dict[str, Version] = {}
+        """Model -> its rollout's baseline (the controller loads and closes them)."""
+
+    def baseline_share(self, model: str, weight: float) -> float:
+        """The baseline's share of requests naming no version: the candidate's while that is
+        under half and the baseline serves, else 0."""
+        baseline = self.baselines.get(model)
+        return weight if weight < 0.5 and baseline is not None and baseline.ready else 0.0
+
+    def baseline(self, model: str) -> Version | None:
+        return self.baselines.get(model)
 
     def choose(self, model: str, key: str | None) -> tuple[int, str] | None:
-        """(version, "stable" | "canary") for a request naming no version; None when the model
+        """(version, "stable" | "canary" | "baseline") for a request naming no version (the
+        baseline: the stable version's number, served by `baseline(model)`); None when the model
         has no rollout running, or one of its two versions does not serve."""
         record = self._policy.record(model)
         if record is None or not record.active:
@@ -128,6 +146,8 @@ class Router:
         place = unit_hash(model, key) if key else self._random.random()
         if place < record.weight:
             return record.candidate, "canary"
+        if place < record.weight + self.baseline_share(model, record.weight):
+            return record.stable, "baseline"
         return record.stable, "stable"
 
     def record(
@@ -146,7 +166,8 @@ class Router:
             return
         if version not in (record.stable, record.candidate):
             return
-        self.window(model, version).add(failed, latency_s, queue_s, self._random)
+        key = BASELINE if route == "baseline" else version
+        self.window(model, key).add(failed, latency_s, queue_s, self._random)
         if route is not None:
             notify(self._observer.on_routed, model, str(version), route, failed)
 
@@ -198,9 +219,10 @@ class Router:
         return self._agreements.setdefault(model, Agreement())
 
     def reset(self, model: str, versions: tuple[int, ...]) -> None:
-        """A new window for both versions (and the shadow comparisons) at once."""
+        """A new window for both versions and the baseline (and the shadow comparisons) at
+        once."""
         self._agreements[model] = Agreement()
-        for version in versions:
+        for version in (*versions, BASELINE):
             self._windows[(model, version)] = Window()
 
     async def close(self) -> None:

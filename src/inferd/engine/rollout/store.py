@@ -54,6 +54,7 @@ class Decision(BaseModel):
     reason: str = Field(max_length=4096)
     candidate: dict[str, float] = {}
     stable: dict[str, float] = {}
+    baseline: dict[str, float] = {}
     agreement: dict[str, float] = {}
 
 

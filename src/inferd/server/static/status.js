@@ -119,12 +119,30 @@ function update(status) {
     parts.reason.textContent = model.reason || model.versions.filter(v => v.reason)
       .map(v => `v${v.version}: ${v.reason}`).join("; ");
     const rollout = model.rollout;
-    if (rollout) {
+    if (rollout && typeof rollout.weight === "number") {
+      // a running rollout: the stable version, its baseline (as large a share as the
+      // candidate's, while that is under half) and the candidate
       const canary = Math.round(rollout.weight * 100);
+      const baseline = Math.round((Number(rollout.baseline_weight) || 0) * 100);
+      const stable = 100 - canary - baseline;
       parts.split.hidden = false;
+      parts.split.className = "split";
+      parts.split.dataset.rollout = rollout.status || "running";
       parts.split.replaceChildren(
-        el("div", {class: "stable", style: `width:${100 - canary}%`}, `v${rollout.stable} ${100 - canary}%`),
+        el("div", {class: "stable", style: `width:${stable}%`}, `v${rollout.stable} ${stable}%`),
+        ...(baseline > 0 ? [el("div", {class: "baseline", style: `width:${baseline}%`,
+                                       title: "baseline: a second instance of the stable version"},
+                               `v${rollout.stable} baseline ${baseline}%`)] : []),
         el("div", {class: "canary", style: `width:${canary}%`}, `v${rollout.candidate} ${canary}%`));
+    } else if (rollout) {
+      // a rollout that is not running as it should (its state could not be read): its
+      // status and reason, no split
+      parts.split.hidden = false;
+      parts.split.className = "split failed";
+      parts.split.dataset.rollout = rollout.status || "failed";
+      parts.split.replaceChildren(
+        el("div", {class: "failed", title: rollout.reason || ""},
+           `rollout ${rollout.status || "failed"}: ${rollout.reason || "no reason given"}`));
     } else {
       parts.split.hidden = true;
     }
