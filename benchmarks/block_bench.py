@@ -119,7 +119,7 @@ def main() -> None:
     heads = " | ".join(f"{r} row{'s' if r > 1 else ''}: us a step (vs alone)" for r in ROWS)
     text = "\n".join(
         [
-            "## A decode step in a block against a call a step (issue 20)",
+            "## A decode step in a block against a call a step",
             "",
             f"Machine: {machine_description()}",
             "",

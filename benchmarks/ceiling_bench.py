@@ -153,7 +153,7 @@ def main() -> None:
     cases = [c for key, c in DECODERS.items() if args.decoder in ("both", key)]
     inline = args.inline_step_ms
     command = ("python benchmarks/ceiling_bench.py " + " ".join(sys.argv[1:])).strip()
-    title = "## Generation against the runtime's decode ceiling (issue 20)"
+    title = "## Generation against the runtime's decode ceiling"
     block = args.block_steps
     if inline is not None:
         title += f", steps inline under {inline:g} ms"

@@ -1,7 +1,7 @@
 """What the load generator itself costs: one inferd (the demo model, `/embed`, one short text a
 request) answered at concurrency 1 to three clients in the same process, rounds interleaved
 (this machine's speed moves within minutes): httpx's AsyncClient (what `inferd bench` used
-before session 14), aiohttp's ClientSession (what it uses now: `inferd.bench.load`) and a lean
+before), aiohttp's ClientSession (what it uses now: `inferd.bench.load`) and a lean
 raw asyncio HTTP/1.1 client (benchmarks/overload_bench.py's, the floor a Python client can
 reach). Reported: each client's p50 and the client process's CPU a request (user + system,
 getrusage), medians of the rounds. The server is the same for all three, so the differences

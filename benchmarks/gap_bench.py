@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds, seconds = (2, 0.2) if args.quick else (args.rounds, 0.5)
     sections = [
-        "## What the server's work between decode blocks costs the next steps (issue 20)",
+        "## What the server's work between decode blocks costs the next steps",
         "",
         f"Machine: {machine_description()}",
         "",

@@ -304,7 +304,7 @@ def main() -> None:
         results = genai_anchor.run(rounds, window)
         text = "\n".join(
             [
-                "## Text generation: inferd beside onnxruntime-genai (issue 20)",
+                "## Text generation: inferd beside onnxruntime-genai",
                 "",
                 f"Machine: {machine_description()}",
                 "",
@@ -315,7 +315,7 @@ def main() -> None:
         return
     layouts = LAYOUTS if args.kv_cache == "both" else (args.kv_cache,)
     sections = [
-        "## Text generation: continuous vs static batching (issue 8)",
+        "## Text generation: continuous vs static batching",
         "",
         f"Machine: {machine_description()}",
         "",

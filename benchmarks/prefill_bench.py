@@ -245,7 +245,7 @@ def main() -> None:
     rounds, repeats = (2, 5) if args.quick else (args.rounds, 20)
     command = ("python benchmarks/prefill_bench.py " + " ".join(sys.argv[1:])).strip()
     sections = [
-        "## A prefill with the last token's logits only (issue 20)",
+        "## A prefill with the last token's logits only",
         "",
         f"Machine: {machine_description()}",
         "",

@@ -420,7 +420,7 @@ def main() -> None:
     )
     console = Console()
     sections = [
-        "## Serving: inferd vs raw ONNX Runtime vs a naive FastAPI server (issue 7)",
+        "## Serving: inferd vs raw ONNX Runtime vs a naive FastAPI server",
         "",
         f"Machine: {machine_description()}",
         "",
