@@ -1,4 +1,11 @@
-"""The one place where inferd's error codes become HTTP statuses and bodies."""
+"""The one place where inferd's error codes become HTTP statuses and bodies.
+
+Two shapes: inferd's own `{"error": "<message>", "code": 4004, "request_id": "..."}` (the
+KServe V2 shape with the code beside it), and on the OpenAI-compatible routes (`/v1/...`, but
+for inferd's own `/v1/jobs` and `/v1/status`) OpenAI's `{"error": {"message", "type", "param",
+"code"}}` with inferd's numeric code as `code` and the request id beside it, so that OpenAI's
+clients show the message in their exception's text.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +79,44 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+INFERD_V1_PREFIXES = ("/v1/jobs", "/v1/status")
+"""Routes under /v1 that are inferd's own, not OpenAI's: they answer in inferd's shape."""
+
+OPENAI_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+"""OpenAI's error `type` by HTTP status; any other status is a `server_error`."""
+
+
+def openai_shaped(path: str) -> bool:
+    """Whether errors on `path` take OpenAI's shape (its OpenAI-compatible routes)."""
+    if not path.startswith("/v1/"):
+        return False
+    return not any(path == prefix or path.startswith(prefix + "/") for prefix in INFERD_V1_PREFIXES)
+
+
+def error_body(
+    status: int, code: int, message: str, request_id: str, path: str = "", param: str | None = None
+) -> dict[str, Any]:
+    """The body of an error answered on `path` (see the module's docstring for the shapes)."""
+    if openai_shaped(path):
+        return {
+            "error": {
+                "message": message,
+                "type": OPENAI_TYPES.get(status, "server_error"),
+                "param": param,
+                "code": code,
+                "request_id": request_id,
+            }
+        }
+    return {"error": message, "code": code, "request_id": request_id}
+
+
 def request_id_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))
 
@@ -82,21 +127,31 @@ def _mark(request: Request, code: int) -> None:
 
 
 def error_response(
-    status: int, code: int, message: str, request_id: str, retry_after_s: float | None = None
+    status: int,
+    code: int,
+    message: str,
+    request_id: str,
+    retry_after_s: float | None = None,
+    path: str = "",
+    param: str | None = None,
 ) -> Response:
-    body = {"error": message, "code": code, "request_id": request_id}
+    """An error answer on `path` (its shape depends on the path: `error_body`)."""
+    body = error_body(status, code, message, request_id, path, param)
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def response_for(exc: InferdError, request_id: str) -> Response:
+def response_for(
+    exc: InferdError, request_id: str, path: str = "", param: str | None = None
+) -> Response:
     status = getattr(exc, "http_status", None) or HTTP_STATUS[exc.code]
     retry = exc.retry_after_s
     if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
         retry = 1.0
-    return error_response(status, int(exc.code), exc.message, request_id, retry)
+    param = param if param is not None else getattr(exc, "param", None)
+    return error_response(status, int(exc.code), exc.message, request_id, retry, path, param)
 
 
 async def _inferd_error(request: Request, exc: Exception) -> Response:
@@ -109,18 +164,26 @@ async def _inferd_error(request: Request, exc: Exception) -> Response:
             extra={"request_id": request_id_of(request)},
         )
     _mark(request, int(exc.code))
-    return response_for(exc, request_id_of(request))
+    return response_for(exc, request_id_of(request), request.url.path)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
     problems = exc.errors() if isinstance(exc, RequestValidationError) else []
     parts = []
+    fields = {_field_of(err.get("loc", ())) for err in problems}
     for err in problems[:5]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
     message = "invalid request: " + ("; ".join(parts) or "malformed")
     _mark(request, int(ErrorCode.INVALID_INPUT))
-    return response_for(InvalidInputError(message), request_id_of(request))
+    param = next(iter(fields)) if len(fields) == 1 else None
+    return response_for(InvalidInputError(message), request_id_of(request), request.url.path, param)
+
+
+def _field_of(loc: Any) -> str | None:
+    """The top-level body field a validation error is about (OpenAI's `param`)."""
+    named = [str(p) for p in loc if p != "body"]
+    return named[0] if named else None
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -130,7 +193,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
     detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
     _mark(request, int(code))
-    return error_response(status, int(code), str(detail), request_id_of(request))
+    return error_response(
+        status, int(code), str(detail), request_id_of(request), path=request.url.path
+    )
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
