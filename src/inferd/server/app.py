@@ -82,6 +82,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         grpc_server = await start_grpc(settings, engine, metrics, live)
+        app.state.grpc_target = grpc_server.target if grpc_server is not None else None
         await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
@@ -108,6 +109,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.metrics = metrics
+    app.state.grpc_target = None  # host:port of the gRPC service once it listens
     live = LiveWindow()
     app.state.live = live
     if metrics is not None:
