@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.engine import Engine
+from inferd.errors import NotFoundError
 from tests.unit.engine.repo import add_model, engine_for
 
 
@@ -113,3 +114,18 @@ async def test_a_step_asked_to_judge_agreement_holds_without_comparisons(tmp_pat
     assert state["status"] == "holding", state["decisions"]
     assert "not enough shadowed requests to judge agreement: 0 compared" in state["reason"]
     await engine.close()
+
+
+async def test_a_served_model_without_a_rollout_says_none_and_an_unknown_one_is_not_found(
+    tmp_path: Path,
+) -> None:
+    add_model(tmp_path, "affine", {})
+    engine = engine_for(tmp_path)
+    await engine.load_all()
+    try:
+        state = engine.rollouts.status("affine")
+        assert (state["model"], state["status"], state["decisions"]) == ("affine", "none", [])
+        with pytest.raises(NotFoundError, match="unknown model 'absent'"):
+            engine.rollouts.status("absent")
+    finally:
+        await engine.close()
