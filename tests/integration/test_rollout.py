@@ -244,9 +244,28 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
     first = serve(root, tmp_path / "first.log")
     lookup_model(root / "m" / "2" / "model.onnx", rows=16)
     try:
+        none = rollout_cli(first, "status", "m")
+        assert none.returncode == 0, none.stderr
+        assert none.stdout == "m: no rollout (start one with: inferd rollout start m)\n"
+        unknown = rollout_cli(first, "status", "absent")
+        assert unknown.returncode == 1 and "unknown model 'absent'" in unknown.stderr
         started = rollout_cli(first, "start", "m", "--to", "2")
         assert started.returncode == 0, started.stderr
         assert "m: version 2 beside 1, running at 30%" in started.stdout
+        assert started.stdout.count("beside") == 1, started.stdout
+        # a reader that leaves at once (`| head`): no traceback
+        quiet = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"{sys.executable} -m inferd rollout status m --url {first.url} "
+                f"--admin-key {ADMIN_KEY} | true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "Traceback" not in quiet.stderr and "BrokenPipe" not in quiet.stderr
     finally:
         assert first.stop() == 0, first.log()
     assert (root / ".inferd" / "rollouts" / "m.json").is_file()
@@ -266,7 +285,11 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
         shown = rollout_cli(second, "status", "m")
         assert shown.returncode == 0 and "running at 30%" in shown.stdout, shown
         rolled = rollout_cli(second, "rollback", "m")
-        assert rolled.returncode == 0 and "rolled_back" in rolled.stdout, rolled
+        assert rolled.returncode == 0, rolled
+        assert rolled.stdout.startswith(
+            "m: rollout of version 2 rolled back: version 1 serves all traffic"
+        ), rolled.stdout
+        assert "- rollback" in rolled.stdout and "{" not in rolled.stdout
     finally:
         assert second.stop() == 0, second.log()
     # a rolled-back version stays out, restart or not, though it is the newest folder
