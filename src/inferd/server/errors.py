@@ -61,22 +61,44 @@ class ErrorBody(BaseModel):
     request_id: str
 
 
+class OpenAIError(BaseModel):
+    """The error inside an OpenAI-shaped body: OpenAI's fields, inferd's code and request id."""
+
+    message: str
+    type: str
+    param: str | None
+    code: int
+    request_id: str
+
+
+class OpenAIErrorBody(BaseModel):
+    """The body of an error on the OpenAI-compatible routes (OpenAI's shape)."""
+
+    error: OpenAIError
+
+
+_STATUSES = (
+    (400, "Bad input (codes 4001-4005)"),
+    (401, "A key is needed (4010)"),
+    (403, "Forbidden (4030)"),
+    (404, "Not found (4040)"),
+    (405, "Method not allowed"),
+    (413, "Body over the size limit (4002)"),
+    (429, "Shed: queue or in-flight limit (4290)"),
+    (500, "Internal error (5000)"),
+    (503, "Not ready, draining or over a memory limit (5030)"),
+    (504, "Deadline passed (5040)"),
+    (507, "Out of memory (5070)"),
+)
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in (
-        (400, "Bad input (codes 4001-4005)"),
-        (401, "A key is needed (4010)"),
-        (403, "Forbidden (4030)"),
-        (404, "Not found (4040)"),
-        (405, "Method not allowed"),
-        (413, "Body over the size limit (4002)"),
-        (429, "Shed: queue or in-flight limit (4290)"),
-        (500, "Internal error (5000)"),
-        (503, "Not ready, draining or over a memory limit (5030)"),
-        (504, "Deadline passed (5040)"),
-        (507, "Out of memory (5070)"),
-    )
+    status: {"model": ErrorBody, "description": description} for status, description in _STATUSES
 }
+OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": OpenAIErrorBody, "description": description}
+    for status, description in _STATUSES
+}
+"""The same answers in OpenAI's shape, for the OpenAPI schema of the OpenAI routes."""
 
 
 INFERD_V1_PREFIXES = ("/v1/jobs", "/v1/status")
