@@ -92,7 +92,9 @@ def test_port_0_is_said_in_the_start_line_and_answers(repository: Path) -> None:
                 health_pb2.HealthCheckResponse.NOT_SERVING,
             )
     finally:
-        assert _stop(process) == 0
+        stopped = _stop(process)
+        stream.close()
+        assert stopped == 0
 
 
 def _on_a_terminal(repository: Path, *args: str) -> tuple[list[str], subprocess.Popen[bytes], int]:
