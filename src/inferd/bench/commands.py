@@ -68,6 +68,9 @@ def _meta(
         "load": f"{settings.mode} loop; levels {', '.join(f'{x:g}' for x in settings.levels)}; "
         f"{settings.duration_s:g} s or {settings.max_requests} requests a step; "
         f"warm-up {settings.warmup_s:g} s",
+        "p99 budget": f"{settings.p99_budget_ms:g} ms"
+        if settings.p99_budget_ms is not None
+        else "none given: any p99 up to the knee",
         "machine": describe(),
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
