@@ -62,7 +62,7 @@ async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path)
             break
     state = engine.rollouts.status("affine")
     assert state["status"] == "holding" and state["weight"] == pytest.approx(0.1)
-    assert "not enough traffic to judge: 0 candidate and 0 stable requests" in state["reason"]
+    assert "not enough traffic to judge: 0 candidate and 0 baseline requests" in state["reason"]
     assert [d["decision"] for d in state["decisions"]] == ["start", "hold"]
     promoted = await engine.rollouts.promote("affine")
     assert promoted["status"] == "promoted"

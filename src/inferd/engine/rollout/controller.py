@@ -270,6 +270,7 @@ class Rollouts:
             shadowed,
             stable_share=1 - record.weight - self.router.baseline_share(model, record.weight),
             queue_judged=record.weight <= self._reference_share(record),
+            reference="baseline" if self._baselined(record) else "stable",
         )
         if verdict.outcome is Outcome.FAIL:
             await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)
