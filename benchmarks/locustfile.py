@@ -51,7 +51,9 @@ class InferdUser(FastHttpUser):
         ) as response:
             if response.status_code != 200:
                 try:
-                    code = response.json().get("code")
-                except ValueError:
+                    body = response.json()
+                    error = body.get("error")  # OpenAI's shape (the /v1 routes) holds it inside
+                    code = (error if isinstance(error, dict) else body).get("code")
+                except (ValueError, AttributeError):
                     code = None
                 response.failure(f"HTTP {response.status_code}, code {code}")

@@ -30,10 +30,14 @@ class InferdError(Exception):
 
     code: ErrorCode = ErrorCode.INTERNAL
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+        self.param = param
+        """The request field the error is about, when it is one (OpenAI's `param`)."""
 
 
 class EmptyInputError(InferdError):

@@ -95,6 +95,8 @@ def test_closed_loop_counts_match_the_server_and_the_report_renders(
         "20",
         "--warmup",
         "0",
+        "--p99-budget-ms",
+        "60000",
         "--out",
         str(out),
     )
@@ -118,6 +120,8 @@ def test_closed_loop_counts_match_the_server_and_the_report_renders(
     for image in page.images:
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 0 <= series["recommended"] < 3
+    assert "within the budget of 60000 ms" in series["knee"]
+    assert report["meta"]["p99 budget"] == "60000 ms"
 
 
 def test_the_load_client_records_each_answer_and_each_failure(server: RunningServer) -> None:
@@ -172,6 +176,7 @@ def test_open_loop_sends_at_the_rate(server: RunningServer, tmp_path: Path) -> N
     (step,) = series["steps"]
     assert 70 <= step["requests"] <= 190  # Poisson arrivals at 40/s for 3 s
     assert step["ok"] == step["requests"] and step["dropped"] == 0
+    assert "no p99 budget given" in series["knee"]  # what the recommendation assumed
 
 
 def test_tune_finds_and_writes_a_setting(repo: Path, tmp_path: Path) -> None:

@@ -211,8 +211,13 @@ def test_generation_metrics(http: httpx.Client) -> None:
 
 
 def error(response: httpx.Response, status: int, code: int) -> str:
+    """The message of an error answer; on the OpenAI routes, in OpenAI's shape."""
     assert response.status_code == status, response.text
     body = response.json()
+    if response.url.path.startswith("/v1/"):
+        body = body["error"]
+        assert body["code"] == code and body["type"] and "param" in body, body
+        return str(body["message"])
     assert body["code"] == code, body
     return str(body["error"])
 

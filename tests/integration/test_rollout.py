@@ -221,10 +221,7 @@ def test_a_broken_candidate_never_takes_a_request(server: RunningServer) -> None
     refused = act(server, "broken", "start")
     assert refused.status_code == 503, refused.text
     assert "version 2 did not load" in refused.json()["error"]
-    assert (
-        httpx.get(f"{server.url}/v2/repository/models/broken/rollout", headers=ADMIN).status_code
-        == 404
-    )
+    assert status(server, "broken")["status"] == "none"  # never begun
     for i in range(20):
         answer = httpx.post(f"{server.url}/v2/models/broken/infer", json=lookup_body(i % 16))
         assert answer.status_code == 200 and answer.json()["model_version"] == "1"
@@ -247,9 +244,28 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
     first = serve(root, tmp_path / "first.log")
     lookup_model(root / "m" / "2" / "model.onnx", rows=16)
     try:
+        none = rollout_cli(first, "status", "m")
+        assert none.returncode == 0, none.stderr
+        assert none.stdout == "m: no rollout (start one with: inferd rollout start m)\n"
+        unknown = rollout_cli(first, "status", "absent")
+        assert unknown.returncode == 1 and "unknown model 'absent'" in unknown.stderr
         started = rollout_cli(first, "start", "m", "--to", "2")
         assert started.returncode == 0, started.stderr
         assert "m: version 2 beside 1, running at 30%" in started.stdout
+        assert started.stdout.count("beside") == 1, started.stdout
+        # a reader that leaves at once (`| head`): no traceback
+        quiet = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"{sys.executable} -m inferd rollout status m --url {first.url} "
+                f"--admin-key {ADMIN_KEY} | true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "Traceback" not in quiet.stderr and "BrokenPipe" not in quiet.stderr
     finally:
         assert first.stop() == 0, first.log()
     assert (root / ".inferd" / "rollouts" / "m.json").is_file()
@@ -269,7 +285,11 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
         shown = rollout_cli(second, "status", "m")
         assert shown.returncode == 0 and "running at 30%" in shown.stdout, shown
         rolled = rollout_cli(second, "rollback", "m")
-        assert rolled.returncode == 0 and "rolled_back" in rolled.stdout, rolled
+        assert rolled.returncode == 0, rolled
+        assert rolled.stdout.startswith(
+            "m: rollout of version 2 rolled back: version 1 serves all traffic"
+        ), rolled.stdout
+        assert "- rollback" in rolled.stdout and "{" not in rolled.stdout
     finally:
         assert second.stop() == 0, second.log()
     # a rolled-back version stays out, restart or not, though it is the newest folder
@@ -303,16 +323,13 @@ def test_a_new_version_folder_starts_a_rollout_by_itself(tmp_path: Path) -> None
             answer = httpx.get(
                 f"{running.url}/v2/repository/models/auto/rollout", headers=ADMIN, timeout=10
             )
-            if answer.status_code == 200:
+            if answer.status_code == 200 and answer.json()["status"] != "none":
                 break
             time.sleep(0.2)
         state = status(running, "auto")
         assert (state["stable"], state["candidate"], state["status"]) == (1, 2, "running")
         time.sleep(1.0)  # several more polls: the broken one is tried once, never served
-        broken = httpx.get(
-            f"{running.url}/v2/repository/models/autobroken/rollout", headers=ADMIN, timeout=10
-        )
-        assert broken.status_code == 404
+        assert status(running, "autobroken")["status"] == "none"
         for i in range(10):
             answer = httpx.post(f"{running.url}/v2/models/autobroken/infer", json=lookup_body(i))
             assert answer.json()["model_version"] == "1"

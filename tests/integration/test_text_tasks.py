@@ -104,10 +104,32 @@ def test_openai_client_embeddings(text_server: RunningServer) -> None:
     ).json()
     decoded = np.frombuffer(base64.b64decode(raw["data"][1]["embedding"]), dtype="<f4")
     np.testing.assert_allclose(decoded, as_float, rtol=1e-6, atol=1e-7)
-    with pytest.raises(openai.BadRequestError):
-        client.embeddings.create(model="minilm", input="x", dimensions=100)
-    with pytest.raises(openai.NotFoundError):
+
+
+def test_the_openai_clients_exceptions_say_why(text_server: RunningServer) -> None:
+    """The OpenAI shape on /v1: the client's exception text carries the reason, and its
+    body inferd's code and the request id."""
+    client = openai.OpenAI(base_url=text_server.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="minilm", input=["a"], dimensions=64)
+    assert "dimensions 64 is not offered by this model" in str(refused.value), refused.value
+    # (the client reads `code` as a string, OpenAI's type for it; the body holds the number)
+    assert refused.value.code == "4004" and refused.value.param == "dimensions"
+    assert refused.value.type == "invalid_request_error"
+    body = refused.value.body
+    assert isinstance(body, dict) and body["code"] == 4004
+    assert body["request_id"] == refused.value.response.headers["x-request-id"]
+    with pytest.raises(openai.NotFoundError) as unknown:
         client.embeddings.create(model="no-such-model", input="x")
+    assert "no-such-model" in str(unknown.value) and unknown.value.code == "4040", unknown.value
+    with pytest.raises(openai.BadRequestError) as malformed:
+        # a value the client's types refuse, sent on purpose
+        client.embeddings.create(model="minilm", input="x", encoding_format="hex")  # type: ignore[arg-type]
+    assert "encoding_format" in str(malformed.value) and malformed.value.code == "4004"
+    # elsewhere, inferd's own shape
+    plain = httpx.post(text_server.url + "/embed", json={"texts": ["a"], "model": "no-such"})
+    assert plain.status_code == 404 and plain.json()["code"] == 4040
+    assert "no-such" in plain.json()["error"]
 
 
 def test_predict_sentiment_on_clear_sentences(http: httpx.Client) -> None:

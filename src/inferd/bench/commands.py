@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from inferd.bench.compare import comparison_rows, print_comparison
-from inferd.bench.knee import find_knee
+from inferd.bench.knee import find_knee, within_budget
 from inferd.bench.report import print_table, write_report
 from inferd.bench.steps import Step
 from inferd.bench.sweep import SweepSettings, run_sweep, served, target_url
@@ -48,13 +48,10 @@ class WorkloadSpec:
 
 
 def _knee(steps: list[Step], settings: SweepSettings) -> Any:
-    return find_knee(
-        [s.requests_per_s for s in steps],
-        [s.p99_ms for s in steps],
-        settings.p99_rise,
-        settings.gain,
-        [s.level for s in steps],
-    )
+    throughput, p99 = [s.requests_per_s for s in steps], [s.p99_ms for s in steps]
+    levels = [s.level for s in steps]
+    knee = find_knee(throughput, p99, settings.p99_rise, settings.gain, levels)
+    return within_budget(knee, throughput, p99, settings.p99_budget_ms, levels)
 
 
 def _meta(
@@ -71,6 +68,9 @@ def _meta(
         "load": f"{settings.mode} loop; levels {', '.join(f'{x:g}' for x in settings.levels)}; "
         f"{settings.duration_s:g} s or {settings.max_requests} requests a step; "
         f"warm-up {settings.warmup_s:g} s",
+        "p99 budget": f"{settings.p99_budget_ms:g} ms"
+        if settings.p99_budget_ms is not None
+        else "none given: any p99 up to the knee",
         "machine": describe(),
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }

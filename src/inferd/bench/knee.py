@@ -55,6 +55,42 @@ def find_knee(
     )
 
 
+def within_budget(
+    knee: Knee,
+    throughput: Sequence[float],
+    p99: Sequence[float],
+    budget_ms: float | None,
+    levels: Sequence[float] | None = None,
+) -> Knee:
+    """The recommended step under a p99 budget: the one with most throughput whose p99 is
+    within `budget_ms`, at or before the knee (past it, more load buys little). Without a
+    budget, the knee's step, and the reason says what was assumed: any p99 up to the knee."""
+    levels = levels or [float(i + 1) for i in range(len(throughput))]
+    if budget_ms is None:
+        return Knee(
+            knee.index,
+            knee.found,
+            f"{knee.reason}; no p99 budget given, so any p99 up to the knee was taken as "
+            "acceptable: --p99-budget-ms picks the most throughput within one",
+        )
+    fits = [i for i in range(knee.index + 1) if 0 < p99[i] <= budget_ms]
+    if not fits:
+        lowest = min(range(len(p99)), key=lambda i: p99[i])
+        return Knee(
+            lowest,
+            knee.found,
+            f"no step met the p99 budget of {budget_ms:g} ms; the lowest p99 was "
+            f"{p99[lowest]:.1f} ms at level {levels[lowest]:g}",
+        )
+    best = max(fits, key=lambda i: throughput[i])
+    return Knee(
+        best,
+        knee.found,
+        f"the most throughput with p99 within the budget of {budget_ms:g} ms, at or before "
+        f"the knee ({knee.reason})",
+    )
+
+
 def past_knee(
     throughput: Sequence[float],
     p99: Sequence[float],

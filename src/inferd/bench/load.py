@@ -94,8 +94,10 @@ async def _send(
         return Sample(latency, 200, 0, completion_tokens(content), done_s)
     if status != 200:
         try:
-            code = int(orjson.loads(content).get("code", status))
-        except (ValueError, AttributeError):
+            parsed = orjson.loads(content)
+            error = parsed.get("error")  # OpenAI's shape (the /v1 routes) holds it inside
+            code = int((error if isinstance(error, dict) else parsed).get("code", status))
+        except (ValueError, AttributeError, TypeError):
             code = status
     return Sample(latency, status, code, done_s=done_s)
 

@@ -47,6 +47,8 @@ class SweepSettings:
     p99_rise: float = P99_RISE
     gain: float = GAIN
     timeout_s: float = 60.0
+    p99_budget_ms: float | None = None
+    """The recommended step's p99 at most; None: any p99 up to the knee."""
 
 
 def run_sweep(

@@ -103,6 +103,16 @@ def _load_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _budget_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--p99-budget-ms",
+        type=float,
+        default=None,
+        help="recommend the step with most throughput whose p99 is within this (at or "
+        "before the knee); none: the knee's step, whatever its p99",
+    )
+
+
 def add_bench_commands(commands: Any) -> None:
     bench = commands.add_parser("bench", help="load-test a server: find the knee, tune, compare")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH_COMMAND")
@@ -112,6 +122,7 @@ def add_bench_commands(commands: Any) -> None:
     )
     run.add_argument("target", help="http://host:port of a running server, or a repository")
     _load_flags(run)
+    _budget_flag(run)
     tune = sub.add_parser(
         "tune",
         help="find the batching settings with most throughput in a p99 budget",
@@ -136,6 +147,7 @@ def add_bench_commands(commands: Any) -> None:
     compare.add_argument("--a-set", action="append", default=[], help="KEY=VALUE for A's model")
     compare.add_argument("--b-set", action="append", default=[], help="KEY=VALUE for B's model")
     _load_flags(compare)
+    _budget_flag(compare)
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
@@ -169,6 +181,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             p99_rise=args.p99_rise,
             gain=args.gain,
             timeout_s=args.timeout,
+            p99_budget_ms=getattr(args, "p99_budget_ms", None),
         )
         lengths = Lengths.parse(args.lengths)
         spec = WorkloadSpec(

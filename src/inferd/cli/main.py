@@ -15,22 +15,33 @@ from inferd import __version__
 from inferd.config.server import ENV_PREFIX, ServerSettings, load_server_settings
 from inferd.errors import ConfigError
 
+CLOSED_PIPE = 141
+"""The exit status when stdout's reader left early: 128 + SIGPIPE, as a shell reports a
+program the signal stopped."""
+
+FLAG_ALIASES = {"repository": ("--repo",)}
+"""Shorter names of a setting's flag: the same option, shown together in `--help`."""
+
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per server setting, so a setting can never lack its flag."""
     for name, field in ServerSettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
+        flags = ["--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ())]
         help_text = f"{field.description} [env {ENV_PREFIX}{name.upper()}; default {field.default}]"
         annotation = field.annotation
         if annotation is bool:
             parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                *flags,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
             )
             continue
         choices = None
         if typing.get_origin(annotation) is typing.Literal:
             choices = list(typing.get_args(annotation))
-        parser.add_argument(flag, dest=name, default=None, choices=choices, help=help_text)
+        parser.add_argument(*flags, dest=name, default=None, choices=choices, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve a model repository over HTTP")
     serve.add_argument("--config", type=Path, default=None, help="server settings file (YAML)")
-    serve.add_argument("--repo", dest="repository", default=None, help="alias of --repository")
     _add_settings_flags(serve)
 
     demo = commands.add_parser("demo", help="build the demo repository (all-MiniLM-L6-v2)")
@@ -149,6 +159,21 @@ def _chosen_parser(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            code = _main(argv)
+        finally:  # (also after --help's exit) here, where a reader gone early can be caught
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader stopped reading (`| head`): no traceback, nothing more written to the
+        # closed pipe at exit, and the status of a program a closed pipe stopped (SIGPIPE)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the subcommand that was given them, with its own usage line

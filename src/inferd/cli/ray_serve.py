@@ -33,7 +33,6 @@ def add_ray_command(commands: Any, add_settings_flags: Callable[[Any], None]) ->
     serve = ray_commands.add_parser(
         "serve", help="serve a repository with replicas that Ray places, routes to and scales"
     )
-    serve.add_argument("--repo", dest="repository", default=None, help="alias of --repository")
     serve.add_argument("--replicas", type=int, default=1, help="a fixed number of replicas")
     serve.add_argument(
         "--autoscale",

@@ -56,7 +56,7 @@ def _cannot_listen(host: str, port: int, exc: OSError, flag: str) -> int:
 
 
 def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
-    configure_logging(settings.log_level, json_format=settings.log_format == "json")
+    configure_logging(settings.log_level, settings.log_format)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
     engine, metrics = build_engine(settings)
     drained = run_server(settings, engine, metrics, sock)

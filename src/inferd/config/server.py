@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferd.config.yamlfile import read_yaml_mapping, validate_mapping
 
@@ -71,8 +71,11 @@ class ServerSettings(BaseModel):
         "is given.",
     )
     log_level: LogLevel = Field("info", description="Log level.")
-    log_format: Literal["json", "plain"] = Field(
-        "json", description="json: one object per line; plain: for a terminal."
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="auto: text when stderr is a terminal, else json; json: one object per "
+        "line (for log collectors); text: one line per event for people, with the local time "
+        "(plain is taken as text).",
     )
     log_sample_rate: float = Field(
         0.01,
@@ -279,6 +282,11 @@ class ServerSettings(BaseModel):
         description="Time a request's head may take to arrive; then 408 and the connection "
         "closed (a connection that sends nothing is closed).",
     )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _plain_is_text(cls, value: object) -> object:
+        return "text" if value == "plain" else value
 
 
 def _field_env_name(field: str) -> str:

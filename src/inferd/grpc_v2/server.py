@@ -71,19 +71,21 @@ async def start_grpc(
     health_pb2_grpc.add_HealthServicer_to_server(Health(engine, settings.strict_readiness), server)
     address = grpc_address(settings)
     try:
-        server.add_insecure_port(address)
+        port = server.add_insecure_port(address)
     except RuntimeError as exc:
         reader.close()
         raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
     await server.start()
-    log.info("gRPC serving", extra={"address": address})
-    return GrpcServer(server, reader)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return GrpcServer(server, reader, f"{host}:{port}")
 
 
 @dataclass(slots=True)
 class GrpcServer:
     server: grpc.aio.Server
     reader: Reader
+    target: str
+    """host:port where it listens (the port it bound), what a gRPC client is given."""
 
 
 def add_inference_service(

@@ -130,6 +130,10 @@ class Job:
 
 def _reason(answer: object, status: int | None) -> str:
     """A failed job's reason in words: its error's message, else its status."""
-    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
-        return str(answer["error"])
+    if isinstance(answer, dict):
+        error = answer.get("error")
+        if isinstance(error, dict):  # OpenAI's shape (the /v1 routes)
+            error = error.get("message")
+        if isinstance(error, str):
+            return error
     return f"its route answered status {status}"

@@ -1,11 +1,13 @@
-"""Logging set-up: one JSON object per line, or a plain format for terminals."""
+"""Logging set-up: one JSON object per line for log collectors, or a text line per event for
+people: `auto` (the default) picks text when stderr is a terminal, JSON otherwise, as the
+tools people use do."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -34,9 +36,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
-class PlainFormatter(logging.Formatter):
+class TextFormatter(logging.Formatter):
+    """`2026-12-04 17:52:04.123 INFO  inferd.server.runner: listening on ... key=value`: the
+    local time to the millisecond, the level, the logger, the event, its fields."""
+
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{record.levelname:<7} {record.name}: {record.getMessage()}"
+        when = datetime.fromtimestamp(record.created).astimezone()
+        base = (
+            f"{when:%Y-%m-%d %H:%M:%S}.{int(record.msecs):03d} {record.levelname:<7} "
+            f"{record.name}: {record.getMessage()}"
+        )
         extras = {
             k: v for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_")
         }
@@ -47,10 +56,22 @@ class PlainFormatter(logging.Formatter):
         return base
 
 
-def configure_logging(level: str, json_format: bool = True) -> None:
-    """Routes inferd's and uvicorn's loggers to stderr in one format."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_format else PlainFormatter())
+def wants_json(log_format: str, stream: TextIO) -> bool:
+    """Whether `log_format` (auto, json, text) means JSON on `stream`."""
+    if log_format == "auto":
+        try:
+            return not stream.isatty()
+        except (AttributeError, ValueError):  # no file behind it, or closed
+            return True
+    return log_format == "json"
+
+
+def configure_logging(level: str, log_format: str = "auto", stream: TextIO | None = None) -> None:
+    """Routes inferd's and uvicorn's loggers to `stream` (stderr) in one format (`auto`: text
+    on a terminal, else JSON)."""
+    out = sys.stderr if stream is None else stream
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter() if wants_json(log_format, out) else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -76,12 +76,34 @@ def verdict(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:
         )
     if accuracy.cosine_mean is None and accuracy.agreement is None:
         for name, diff in accuracy.max_abs.items():
-            bound = thresholds.max_abs_diff
-            if bound is None:
-                bound = 0.05 * accuracy.value_range.get(name, 0.0)
+            bound = _diff_bound(name, accuracy, thresholds)
             if diff > bound:
                 problems.append(f"{name}: max |diff| {diff:.3g} > {bound:.3g} (--max-abs-diff)")
     return problems
+
+
+def _diff_bound(name: str, accuracy: Accuracy, thresholds: Thresholds) -> float:
+    if thresholds.max_abs_diff is not None:
+        return thresholds.max_abs_diff
+    return 0.05 * accuracy.value_range.get(name, 0.0)
+
+
+def describe_diff(name: str, diff: float, accuracy: Accuracy, thresholds: Thresholds) -> str:
+    """A max |diff| with what it is measured against: its output's value range, and the bound
+    it is judged by, or why it is not judged (a served embedding is judged on its cosine, a
+    classifier on its labels: their raw outputs may move more than that without harm)."""
+    span = accuracy.value_range.get(name, 0.0)
+    said = f"{diff:.3g}"
+    if span > 0:
+        said += f" ({diff / span:.1%} of the output's range {span:.3g})"
+    if accuracy.cosine_mean is not None:
+        return said + "; not judged: the embeddings are judged by their cosine (above)"
+    if accuracy.agreement is not None:
+        return said + "; not judged: the classifier is judged by its label agreement (above)"
+    bound = _diff_bound(name, accuracy, thresholds)
+    source = "--max-abs-diff" if thresholds.max_abs_diff is not None else "5% of the range"
+    fits = "within" if diff <= bound else "OVER"
+    return said + f"; {fits} the bound {bound:.3g} ({source})"
 
 
 def run_quantize(
@@ -161,7 +183,7 @@ def run_quantize(
             "forced": bool(problems) and force,
         }
         report_file = write_report(folder, f"quantize-{target_version}-{to}.json", result)
-        _show(reporter, accuracy, sample_set.description, size_ratio, speed, to)
+        _show(reporter, accuracy, sample_set.description, size_ratio, speed, to, thresholds)
         if refuse(reporter, problems, force, report_file):
             return 1
         copy_side_files(src_path.parent, stage)
@@ -183,18 +205,31 @@ def _show(
     size_ratio: float,
     speed: SpeedComparison,
     to: str,
+    thresholds: Thresholds,
 ) -> None:
     rows = [("samples", samples)]
     if accuracy.cosine_mean is not None:
+        fits = "within" if accuracy.cosine_mean >= thresholds.min_cosine else "UNDER"
         rows.append(
             (
                 "cosine (embeddings)",
-                f"mean {accuracy.cosine_mean:.5f}, min {accuracy.cosine_min:.5f}",
+                f"mean {accuracy.cosine_mean:.5f}, min {accuracy.cosine_min:.5f}; {fits} the "
+                f"bound: mean at least {thresholds.min_cosine:g} (--min-cosine)",
             )
         )
     if accuracy.agreement is not None:
-        rows.append(("label agreement", f"{accuracy.agreement:.2%}"))
-    rows += [(f"max |diff| {name}", f"{diff:.3g}") for name, diff in accuracy.max_abs.items()]
+        fits = "within" if accuracy.agreement >= thresholds.min_agreement else "UNDER"
+        rows.append(
+            (
+                "label agreement",
+                f"{accuracy.agreement:.2%}; {fits} the bound: at least "
+                f"{thresholds.min_agreement:.0%} (--min-agreement)",
+            )
+        )
+    rows += [
+        (f"max |diff| {name}", describe_diff(name, diff, accuracy, thresholds))
+        for name, diff in accuracy.max_abs.items()
+    ]
     rows.append(("size vs fp32", f"{size_ratio:.2f}x"))
     note = " (CPU kernels; fp16 is for GPUs)" if to == "fp16" else ""
     rows.append(("speed vs fp32 here", f"{speed.describe()}{note}"))

@@ -28,7 +28,7 @@ class InferdReplica:
         """`settings`: inferd's server settings (ServerSettings fields) for this replica."""
         # gRPC off: replicas on one node cannot share its port (docs/ray.md)
         self._settings = ServerSettings.model_validate({**settings, "grpc_port": 0})
-        configure_logging(self._settings.log_level, json_format=self._settings.log_format == "json")
+        configure_logging(self._settings.log_level, self._settings.log_format)
         self._engine, self._metrics = build_engine(self._settings)
         await self._engine.load_all()
         readiness = self._engine.readiness(self._settings.strict_readiness)

@@ -22,7 +22,11 @@ from inferd.observability.metrics import Metrics
 from inferd.observability.observer import Observer
 from inferd.server.auth import AuthMiddleware, read_keys
 from inferd.server.dataplane import DataPlane, data_route
-from inferd.server.errors import ERROR_RESPONSES, install_error_handlers
+from inferd.server.errors import (
+    ERROR_RESPONSES,
+    OPENAI_ERROR_RESPONSES,
+    install_error_handlers,
+)
 from inferd.server.job_service import Jobs
 from inferd.server.middleware import (
     BodyLimitMiddleware,
@@ -82,6 +86,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         grpc_server = await start_grpc(settings, engine, metrics, live)
+        app.state.grpc_target = grpc_server.target if grpc_server is not None else None
         await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
@@ -108,6 +113,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.metrics = metrics
+    app.state.grpc_target = None  # host:port of the gRPC service once it listens
     live = LiveWindow()
     app.state.live = live
     if metrics is not None:
@@ -128,7 +134,10 @@ def create_app(
         repository,
     )
     for module in routers:
-        app.include_router(module.router, responses=ERROR_RESPONSES)
+        shaped = module in (openai, completions, chat)  # OpenAI's error shape (under /v1)
+        app.include_router(
+            module.router, responses=OPENAI_ERROR_RESPONSES if shaped else ERROR_RESPONSES
+        )
     # added first, so innermost: every middleware below still applies to the data plane
     routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)

@@ -104,7 +104,7 @@ class AuthMiddleware:
         refused = self.keys.refusal(admin, bearer(authorization))
         if refused is not None:
             request_id = str(scope.get("state", {}).get("request_id", ""))
-            response = response_for(refused, request_id)
+            response = response_for(refused, request_id, scope["path"])
             if refused.code is ErrorCode.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)

@@ -1,4 +1,11 @@
-"""The one place where inferd's error codes become HTTP statuses and bodies."""
+"""The one place where inferd's error codes become HTTP statuses and bodies.
+
+Two shapes: inferd's own `{"error": "<message>", "code": 4004, "request_id": "..."}` (the
+KServe V2 shape with the code beside it), and on the OpenAI-compatible routes (`/v1/...`, but
+for inferd's own `/v1/jobs` and `/v1/status`) OpenAI's `{"error": {"message", "type", "param",
+"code"}}` with inferd's numeric code as `code` and the request id beside it, so that OpenAI's
+clients show the message in their exception's text.
+"""
 
 from __future__ import annotations
 
@@ -54,22 +61,82 @@ class ErrorBody(BaseModel):
     request_id: str
 
 
+class OpenAIError(BaseModel):
+    """The error inside an OpenAI-shaped body: OpenAI's fields, inferd's code and request id."""
+
+    message: str
+    type: str
+    param: str | None
+    code: int
+    request_id: str
+
+
+class OpenAIErrorBody(BaseModel):
+    """The body of an error on the OpenAI-compatible routes (OpenAI's shape)."""
+
+    error: OpenAIError
+
+
+_STATUSES = (
+    (400, "Bad input (codes 4001-4005)"),
+    (401, "A key is needed (4010)"),
+    (403, "Forbidden (4030)"),
+    (404, "Not found (4040)"),
+    (405, "Method not allowed"),
+    (413, "Body over the size limit (4002)"),
+    (429, "Shed: queue or in-flight limit (4290)"),
+    (500, "Internal error (5000)"),
+    (503, "Not ready, draining or over a memory limit (5030)"),
+    (504, "Deadline passed (5040)"),
+    (507, "Out of memory (5070)"),
+)
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in (
-        (400, "Bad input (codes 4001-4005)"),
-        (401, "A key is needed (4010)"),
-        (403, "Forbidden (4030)"),
-        (404, "Not found (4040)"),
-        (405, "Method not allowed"),
-        (413, "Body over the size limit (4002)"),
-        (429, "Shed: queue or in-flight limit (4290)"),
-        (500, "Internal error (5000)"),
-        (503, "Not ready, draining or over a memory limit (5030)"),
-        (504, "Deadline passed (5040)"),
-        (507, "Out of memory (5070)"),
-    )
+    status: {"model": ErrorBody, "description": description} for status, description in _STATUSES
 }
+OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": OpenAIErrorBody, "description": description}
+    for status, description in _STATUSES
+}
+"""The same answers in OpenAI's shape, for the OpenAPI schema of the OpenAI routes."""
+
+
+INFERD_V1_PREFIXES = ("/v1/jobs", "/v1/status")
+"""Routes under /v1 that are inferd's own, not OpenAI's: they answer in inferd's shape."""
+
+OPENAI_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+"""OpenAI's error `type` by HTTP status; any other status is a `server_error`."""
+
+
+def openai_shaped(path: str) -> bool:
+    """Whether errors on `path` take OpenAI's shape (its OpenAI-compatible routes)."""
+    if not path.startswith("/v1/"):
+        return False
+    return not any(path == prefix or path.startswith(prefix + "/") for prefix in INFERD_V1_PREFIXES)
+
+
+def error_body(
+    status: int, code: int, message: str, request_id: str, path: str = "", param: str | None = None
+) -> dict[str, Any]:
+    """The body of an error answered on `path` (see the module's docstring for the shapes)."""
+    if openai_shaped(path):
+        return {
+            "error": {
+                "message": message,
+                "type": OPENAI_TYPES.get(status, "server_error"),
+                "param": param,
+                "code": code,
+                "request_id": request_id,
+            }
+        }
+    return {"error": message, "code": code, "request_id": request_id}
 
 
 def request_id_of(request: Request) -> str:
@@ -82,21 +149,31 @@ def _mark(request: Request, code: int) -> None:
 
 
 def error_response(
-    status: int, code: int, message: str, request_id: str, retry_after_s: float | None = None
+    status: int,
+    code: int,
+    message: str,
+    request_id: str,
+    retry_after_s: float | None = None,
+    path: str = "",
+    param: str | None = None,
 ) -> Response:
-    body = {"error": message, "code": code, "request_id": request_id}
+    """An error answer on `path` (its shape depends on the path: `error_body`)."""
+    body = error_body(status, code, message, request_id, path, param)
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def response_for(exc: InferdError, request_id: str) -> Response:
+def response_for(
+    exc: InferdError, request_id: str, path: str = "", param: str | None = None
+) -> Response:
     status = getattr(exc, "http_status", None) or HTTP_STATUS[exc.code]
     retry = exc.retry_after_s
     if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
         retry = 1.0
-    return error_response(status, int(exc.code), exc.message, request_id, retry)
+    param = param if param is not None else getattr(exc, "param", None)
+    return error_response(status, int(exc.code), exc.message, request_id, retry, path, param)
 
 
 async def _inferd_error(request: Request, exc: Exception) -> Response:
@@ -109,18 +186,26 @@ async def _inferd_error(request: Request, exc: Exception) -> Response:
             extra={"request_id": request_id_of(request)},
         )
     _mark(request, int(exc.code))
-    return response_for(exc, request_id_of(request))
+    return response_for(exc, request_id_of(request), request.url.path)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
     problems = exc.errors() if isinstance(exc, RequestValidationError) else []
     parts = []
+    fields = {_field_of(err.get("loc", ())) for err in problems}
     for err in problems[:5]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
     message = "invalid request: " + ("; ".join(parts) or "malformed")
     _mark(request, int(ErrorCode.INVALID_INPUT))
-    return response_for(InvalidInputError(message), request_id_of(request))
+    param = next(iter(fields)) if len(fields) == 1 else None
+    return response_for(InvalidInputError(message), request_id_of(request), request.url.path, param)
+
+
+def _field_of(loc: Any) -> str | None:
+    """The top-level body field a validation error is about (OpenAI's `param`)."""
+    named = [str(p) for p in loc if p != "body"]
+    return named[0] if named else None
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -130,7 +215,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
     detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
     _mark(request, int(code))
-    return error_response(status, int(code), str(detail), request_id_of(request))
+    return error_response(
+        status, int(code), str(detail), request_id_of(request), path=request.url.path
+    )
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:

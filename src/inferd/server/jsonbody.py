@@ -46,7 +46,10 @@ def validate_fields(schema: type[M], raw: dict[str, Any]) -> M:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise InvalidInputError(f"invalid request at '{where}': {first['msg']}{more}") from None
+        field = str(first["loc"][0]) if first["loc"] else None
+        raise InvalidInputError(
+            f"invalid request at '{where}': {first['msg']}{more}", param=field
+        ) from None
 
 
 def openapi_body(schema: type[BaseModel]) -> dict[str, Any]:

@@ -79,7 +79,9 @@ class BodyLimitMiddleware:
             if name == b"content-length":
                 if value.isdigit() and int(value) > limit:
                     request_id = str(scope.get("state", {}).get("request_id", ""))
-                    response = error_response(413, 4002, _message(limit), request_id)
+                    response = error_response(
+                        413, 4002, _message(limit), request_id, path=scope.get("path", "")
+                    )
                     await response(scope, receive, send)
                     return
                 break
@@ -137,5 +139,6 @@ class CatchAllMiddleware:
                 int(ErrorCode.INTERNAL),
                 f"internal error; the server log has the details under request id {request_id}",
                 request_id,
+                path=scope.get("path", ""),
             )
             await response(scope, receive, send)

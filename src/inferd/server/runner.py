@@ -21,6 +21,7 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -41,8 +42,16 @@ FORCED_FLUSH_S = 0.2
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, engine: Engine, settings: ServerSettings):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        engine: Engine,
+        settings: ServerSettings,
+        grpc_target: Callable[[], str | None] = lambda: None,
+    ):
         super().__init__(config)
+        self._grpc_target = grpc_target
+        """host:port of the gRPC service once the app started (None: none)."""
         self._engine = engine
         self._settings = settings
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -57,6 +66,28 @@ class DrainingServer(uvicorn.Server):
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)  # type: ignore[arg-type]
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._log_listening()
+
+    def _log_listening(self) -> None:
+        """One line with where both protocols listen, their real ports (`--port 0` picks
+        one): the HTTP URL and the gRPC host:port."""
+        bound = self.servers[0].sockets[0].getsockname() if self.servers else None
+        if bound is None:
+            return
+        host = self._settings.host
+        shown = f"[{host}]" if ":" in host else host
+        http_url = f"http://{shown}:{bound[1]}"
+        grpc_target = self._grpc_target()
+        grpc_url = f"grpc://{grpc_target}" if grpc_target else None
+        log.info(
+            f"listening on {http_url} (HTTP)"
+            + (f" and {grpc_url} (gRPC)" if grpc_url else "; gRPC off"),
+            extra={"http_url": http_url, "grpc_url": grpc_url},
+        )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two steps of the loop; never re-raised at exit, so a
@@ -156,6 +187,6 @@ def run_server(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
-    server = DrainingServer(config, engine, settings)
+    server = DrainingServer(config, engine, settings, lambda: app.state.grpc_target)
     server.run(sockets=None if sock is None else [sock])
     return not server.forced

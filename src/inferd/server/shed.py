@@ -103,7 +103,7 @@ class EarlyRefusal:
         if refused is None:
             return Passed(self._arriving, key)
         request_id = request_id_from(headers)
-        response = response_for(refused, request_id.decode())
+        response = response_for(refused, request_id.decode(), path.decode("latin-1"))
         timing = server_timing(received_at)
         seconds = time.perf_counter() - received_at
         head = [

@@ -34,7 +34,8 @@ class EmbeddingTask:
         if dimensions not in allowed:
             raise InvalidInputError(
                 f"dimensions {dimensions} is not offered by this model; "
-                f"allowed: {sorted({*allowed, *([self.dimension] if self.dimension else [])})}"
+                f"allowed: {sorted({*allowed, *([self.dimension] if self.dimension else [])})}",
+                param="dimensions",
             )
 
     def pool(self, output: Array, mask: Array | None) -> Array:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from inferd.bench.knee import find_knee, past_knee
+from inferd.bench.knee import find_knee, past_knee, within_budget
 from inferd.bench.variants import parse_setting, set_dotted
 from inferd.bench.workload import Lengths, WorkloadError, generate_texts, text_body
 
@@ -111,3 +111,26 @@ def test_tune_prefers_the_faster_lone_request_when_throughput_ties() -> None:
     assert recommend([narrow, solo, small]) is solo  # type: ignore[list-item]
     faster = _trial({"instance_count": 4}, [55, 140, 180], [18, 28, 80])  # +15%: not a tie
     assert recommend([narrow, solo, faster]) is faster  # type: ignore[list-item]
+
+
+def test_without_a_budget_the_knee_says_what_it_assumed() -> None:
+    throughput, p99 = [100, 200, 400, 800], [10, 12, 25, 4700]
+    knee = within_budget(find_knee(throughput, p99), throughput, p99, None)
+    assert knee.index == 3 and "no p99 budget given" in knee.reason
+    assert "--p99-budget-ms" in knee.reason
+
+
+def test_a_budget_picks_the_most_throughput_within_it() -> None:
+    throughput, p99 = [100, 200, 400, 800], [10, 12, 25, 4700]
+    levels = [1, 2, 4, 8]
+    knee = within_budget(find_knee(throughput, p99), throughput, p99, 30, levels)
+    assert knee.index == 2 and "within the budget of 30 ms" in knee.reason
+
+
+def test_a_budget_no_step_meets_says_so_and_points_at_the_lowest_p99() -> None:
+    throughput, p99 = [100, 200, 400], [50, 40, 90]
+    knee = within_budget(find_knee(throughput, p99), throughput, p99, 10, [1, 2, 4])
+    assert knee.index == 1
+    assert knee.reason == (
+        "no step met the p99 budget of 10 ms; the lowest p99 was 40.0 ms at level 2"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.engine import Engine
+from inferd.errors import NotFoundError
 from tests.unit.engine.repo import add_model, engine_for
 
 
@@ -61,7 +62,7 @@ async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path)
             break
     state = engine.rollouts.status("affine")
     assert state["status"] == "holding" and state["weight"] == pytest.approx(0.1)
-    assert "not enough traffic to judge: 0 candidate and 0 stable requests" in state["reason"]
+    assert "not enough traffic to judge: 0 candidate and 0 baseline requests" in state["reason"]
     assert [d["decision"] for d in state["decisions"]] == ["start", "hold"]
     promoted = await engine.rollouts.promote("affine")
     assert promoted["status"] == "promoted"
@@ -113,3 +114,18 @@ async def test_a_step_asked_to_judge_agreement_holds_without_comparisons(tmp_pat
     assert state["status"] == "holding", state["decisions"]
     assert "not enough shadowed requests to judge agreement: 0 compared" in state["reason"]
     await engine.close()
+
+
+async def test_a_served_model_without_a_rollout_says_none_and_an_unknown_one_is_not_found(
+    tmp_path: Path,
+) -> None:
+    add_model(tmp_path, "affine", {})
+    engine = engine_for(tmp_path)
+    await engine.load_all()
+    try:
+        state = engine.rollouts.status("affine")
+        assert (state["model"], state["status"], state["decisions"]) == ("affine", "none", [])
+        with pytest.raises(NotFoundError, match="unknown model 'absent'"):
+            engine.rollouts.status("absent")
+    finally:
+        await engine.close()

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+NO_ROLLOUT = "none"
+"""The status shown for a served model that has had no rollout (never stored)."""
+
 
 def share(record: RolloutRecord, config: RolloutConfig) -> float:
     """The candidate's share (0 to 1) at the record's step: the step's percent, less the
@@ -137,7 +140,20 @@ class Rollouts:
             }
         record = self.policy.record(model)
         if record is None:
-            raise NotFoundError(f"model '{model}' has no rollout")
+            if model not in self._registry.models():
+                raise NotFoundError(f"unknown model '{model}'")
+            return {
+                "model": model,
+                "status": NO_ROLLOUT,
+                "reason": f"model '{model}' has had no rollout",
+                "stable": None,
+                "candidate": None,
+                "steps": [],
+                "step": 0,
+                "weight": 0.0,
+                "decisions": [],
+                "withdrawn": [],
+            }
         state = record.model_dump(mode="json")
         state["baseline_weight"] = (
             self.router.baseline_share(model, record.weight) if record.active else 0.0
@@ -182,7 +198,7 @@ class Rollouts:
             record = self.policy.begin(model, stable.version, to, config.steps, time.time())
             record.weight = share(record, config)
             self._new_window(record)
-            self._decide(record, "start", f"version {to} beside {stable.version}")
+            self._decide(record, "start", f"version {to} loaded, given the first step's share")
         return self.status(model)
 
     async def promote(self, model: str) -> dict[str, Any]:
@@ -254,6 +270,7 @@ class Rollouts:
             shadowed,
             stable_share=1 - record.weight - self.router.baseline_share(model, record.weight),
             queue_judged=record.weight <= self._reference_share(record),
+            reference="baseline" if self._baselined(record) else "stable",
         )
         if verdict.outcome is Outcome.FAIL:
             await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)

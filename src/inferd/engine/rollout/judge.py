@@ -82,13 +82,15 @@ def judge(
     shadowed: Shadowed | None = None,
     stable_share: float = 1.0,
     queue_judged: bool = True,
+    reference: str = "stable",
 ) -> Verdict:
     """The verdict on a window that has run its `analysis_window_s`. `stable_share`: the
     share of requests still routed to the stable version (with shadow traffic asked for, a
     step where it takes some holds until enough answers were compared). `queue_judged`:
     whether queue time is compared (not when the candidate takes a larger share of the
     traffic than the arm it is judged against: a version's queue grows with its share, not
-    with what it does)."""
+    with what it does). `reference`: what the first sample is named in the reason (the
+    stable version, or its baseline)."""
     early = judge_early(stable, candidate, config, shadowed, config.significance)
     if early is not None:
         return early
@@ -97,7 +99,7 @@ def judge(
         return Verdict(
             Outcome.HOLD,
             f"not enough traffic to judge: {candidate.requests} candidate and "
-            f"{stable.requests} stable requests, {need} needed in each",
+            f"{stable.requests} {reference} requests, {need} needed in each",
         )
     holds: list[str] = []
     checks = (_failures, _latency, _queue) if queue_judged else (_failures, _latency)
@@ -117,7 +119,7 @@ def judge(
                 f"not enough shadowed requests to judge agreement: {compared} compared, "
                 f"{need} needed",
             )
-    return Verdict(Outcome.PASS, _summary(stable, candidate))
+    return Verdict(Outcome.PASS, _summary(stable, candidate, reference))
 
 
 def judge_early(
@@ -219,10 +221,10 @@ def _shift_p(candidate: Sequence[float], stable: Sequence[float]) -> float:
     return min(1.0, 2 * min(whole, tail))
 
 
-def _summary(stable: Sample, candidate: Sample) -> str:
+def _summary(stable: Sample, candidate: Sample, reference: str = "stable") -> str:
     return (
         f"candidate {candidate.requests} requests, {candidate.failure_rate:.1%} errors, p99 "
-        f"{quantile(candidate.latencies_s, 0.99) * 1000:.1f} ms; stable {stable.requests} "
+        f"{quantile(candidate.latencies_s, 0.99) * 1000:.1f} ms; {reference} {stable.requests} "
         f"requests, {stable.failure_rate:.1%} errors, p99 "
         f"{quantile(stable.latencies_s, 0.99) * 1000:.1f} ms"
     )

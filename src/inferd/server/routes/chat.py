@@ -158,6 +158,6 @@ async def _chunks(
             )
         yield sse(b"[DONE]")
     except Exception as exc:  # headers are sent: the error travels as a data object
-        yield sse(error_event(exc, request_id))
+        yield sse(error_event(exc, request_id, "/v1/chat/completions"))
     finally:
         generation.close()

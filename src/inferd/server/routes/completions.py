@@ -193,7 +193,7 @@ async def _chunks(
                 open_streams -= 1
                 continue
             if isinstance(event, BaseException):
-                yield sse(error_event(event, request_id))
+                yield sse(error_event(event, request_id, "/v1/completions"))
                 return
             if isinstance(event, Finished):
                 results.append(event)

@@ -23,7 +23,7 @@ from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.errors import request_id_of
+from inferd.server.errors import HTTP_STATUS, error_body, request_id_of
 from inferd.server.jsonbody import openapi_body
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
@@ -73,9 +73,11 @@ def usage(done: Finished) -> dict[str, int]:
     }
 
 
-def error_event(exc: BaseException, request_id: str) -> dict[str, object]:
+def error_event(exc: BaseException, request_id: str, path: str = "") -> dict[str, object]:
+    """An error after a stream has begun, as its data (in the route's error shape)."""
     error = exc if isinstance(exc, InferdError) else InternalError("generation failed")
-    return {"error": error.message, "code": int(error.code), "request_id": request_id}
+    status = getattr(error, "http_status", None) or HTTP_STATUS[error.code]
+    return error_body(status, int(error.code), error.message, request_id, path, error.param)
 
 
 @router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
