@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import orjson
+import yaml
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -344,6 +345,18 @@ def run_loop(coro: object) -> Tally:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
+def bound_queue_time(repo: Path, ms: float) -> None:
+    """Sets `dynamic_batching.max_queue_time_ms` in every model of the demo repository."""
+    for config_file in repo.glob("*/config.yaml"):
+        config = yaml.safe_load(config_file.read_text())
+        config.setdefault("dynamic_batching", {})["max_queue_time_ms"] = ms
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def queue_time_words(ms: float | None) -> str:
+    return "" if ms is None else f", its models' queue-time bound at {ms:g} ms"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30)
@@ -357,12 +370,19 @@ def main() -> int:
     parser.add_argument(
         "--unique", action="store_true", help="every request's text unique (no cached answer)"
     )
+    parser.add_argument(
+        "--queue-time-ms",
+        type=float,
+        help="the demo models' dynamic_batching.max_queue_time_ms (unset: their configuration's)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds = 8
     scenarios: dict[str, Scenario] = {}
     with tempfile.TemporaryDirectory(prefix="inferd-overload-") as tmp:
         repo = build_demo(Path(tmp) / "demo")
+        if args.queue_time_ms is not None:
+            bound_queue_time(repo, args.queue_time_ms)
         tokenizer = Tokenizer.from_file(str(repo / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
         bodies = [[t] for t in make_texts(tokenizer, 256)]
@@ -380,7 +400,8 @@ def main() -> int:
         "",
         f"Machine: {machine_description()}.",
         f"Server: `inferd serve` on the demo repository, its default configuration"
-        f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}; `POST {args.path}`, "
+        f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}"
+        f"{queue_time_words(args.queue_time_ms)}; `POST {args.path}`, "
         "one English text of 8-128 tokens per request"
         f"{' (each unique: a counter appended)' if args.unique else ''}, no model named, no "
         "deadline. Capacity (closed loop, "
