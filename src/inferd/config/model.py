@@ -67,8 +67,8 @@ class DynamicBatchingConfig(_Strict):
         "second, half of it queued leaves the run and the network the rest, and a request "
         "refused at once can still be retried on another replica within that budget. Unset by "
         "default: a bound must sit well above a few batches' run time, or a slow model, or a "
-        "burst of large requests, is shed at every batch; null: no bound (max_queue_size and the request's "
-        "deadline limit the wait).",
+        "burst of large requests, is shed at every batch; null: no bound (max_queue_size "
+        "and the request's deadline limit the wait).",
     )
     max_batch_tokens: int | None = Field(
         None,
