@@ -31,8 +31,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferd.engine import Engine, Generation
-from inferd.engine.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT
+from inferd.engine import FINAL, TEXT_INPUT, TEXT_OUTPUT, Engine, Generation
 from inferd.errors import (
     DeadlineExceededError,
     DeadlineUnmetError,
