@@ -169,7 +169,8 @@ class GeneratorServable(Servable):
         self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
     ) -> dict[str, Array]:
         raise InvalidInputError(
-            f"model '{self.model}' generates text: use POST /generate or /v1/completions"
+            f"model '{self.model}' generates text: use POST /generate or /v1/completions "
+            f"(or, over gRPC, ModelInfer with a BYTES '{TEXT_INPUT}')"
         )
 
     async def drain(self, timeout_s: float) -> bool:

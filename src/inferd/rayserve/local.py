@@ -113,16 +113,21 @@ class LocalRay:
                 continue
         return found
 
-    def listening(self) -> set[str]:
-        """The addresses its processes listen on (TCP)."""
-        addresses = set()
+    def listening(self) -> set[tuple[str, str, int]]:
+        """What its processes listen on (TCP): (process name, address, port) each."""
+        found = set()
         for process in self.processes():
             try:
+                name = process.name()
                 connections = process.net_connections(kind="tcp")
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            addresses |= {c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN}
-        return addresses
+            found |= {
+                (name, c.laddr.ip, c.laddr.port)
+                for c in connections
+                if c.status == psutil.CONN_LISTEN
+            }
+        return found
 
     def stop(self) -> None:
         victims = {process.pid: process for process in self.processes()}
