@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from inferd.bench.server import free_port
-from inferd.cli.ray_serve import AUTH_ENV, DIRECT_INGRESS_ENV, LOOPBACK_ENV
+from inferd.cli.ray_serve import AUTH_ENV, DIRECT_INGRESS_ENV
 
 MARK = "INFERD_LOCAL_RAY"
 """In the environment of every process of a cluster (its value the cluster's own): how
@@ -71,13 +71,9 @@ class LocalRay:
         }
         self.gcs_port = free_port()  # ephemeral: outside Ray's worker port range
         self.address = f"127.0.0.1:{self.gcs_port}"
-        cpus = ["--num-cpus", str(cpus_per_node)]
+        common = ["--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus_per_node)]
         try:
-            # the head takes the loopback address as its own (given `--node-ip-address
-            # 127.0.0.1`, Ray would take the outside interface's); the other nodes take the
-            # address they reach the head from: loopback too
             self._start(
-                {**self.env, **LOOPBACK_ENV},
                 "--head",
                 "--port",
                 str(self.gcs_port),
@@ -87,31 +83,40 @@ class LocalRay:
                 "false",
                 "--temp-dir",
                 str(root / "ray"),
-                *cpus,
+                *common,
             )
             for _ in range(nodes - 1):
-                self._start(self.env, "--address", self.address, *cpus)
+                self._start("--address", self.address, *common)
         except BaseException:
             self.stop()
             raise
 
-    def _start(self, env: dict[str, str], *args: str) -> None:
+    def _start(self, *args: str) -> None:
         done = subprocess.run(
-            ["ray", "start", *args], env=env, capture_output=True, text=True, timeout=120
+            ["ray", "start", *args], env=self.env, capture_output=True, text=True, timeout=120
         )
         if done.returncode != 0:
             raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of this cluster that runs: each carries its mark."""
+        """Every process of this cluster that runs: each carries its mark. (Read from
+        /proc: a Ray process's title overwrites the start of its environment block, where
+        psutil stops reading.)"""
+        entry = f"{MARK}={self.mark}".encode()
         found = []
         for process in psutil.process_iter():
             try:
-                if process.environ().get(MARK) == self.mark:
-                    found.append(process)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                block = Path(f"/proc/{process.pid}/environ").read_bytes()
+            except OSError:
                 continue
-        return found
+            if entry in block.split(b"\0"):
+                found.append(process)
+        # and their children: a Ray agent's title may take up its whole environment block
+        every = {process.pid: process for process in found}
+        for process in found:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                every.update({child.pid: child for child in process.children(recursive=True)})
+        return list(every.values())
 
     def listening(self) -> set[tuple[str, str, int]]:
         """What its processes listen on (TCP): (process name, address, port) each."""
