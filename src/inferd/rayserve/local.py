@@ -1,12 +1,15 @@
-"""A local Ray cluster for tests and benchmarks: a head and more nodes on this machine, on
-loopback, started with `ray start` in their own temp dir and stopped by killing exactly the
-processes they started (not `ray stop`, which stops every Ray process of the user).
+"""A local Ray cluster for tests and benchmarks: a head and more nodes on this machine,
+reached at 127.0.0.1, started with `ray start` in their own temp dir and stopped by killing
+exactly the processes they started (not `ray stop`, which stops every Ray process of the
+user). Ray 2.60 takes `--node-ip-address 127.0.0.1` as the machine's outside address for the
+nodes' own listeners; a head on loopback proper (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) leaves
+a second node's `ray start` hanging.
 
 Its processes have an environment of their own: a home folder of their own (Ray 2.60 reads
 `~/.ray/auth_token`, left by any local cluster the user started, and turns token
-authentication on when it finds one), authentication chosen here (off: nothing but this
-machine's loopback reaches it), and a mark that finds them all when it stops, those of a
-node that failed to start included."""
+authentication on when it finds one), authentication chosen here (off: a cluster for tests
+and benchmarks, for the time they run), and a mark that finds them all when it stops, those
+of a node that failed to start included."""
 
 from __future__ import annotations
 
