@@ -75,6 +75,11 @@ class Chromium:
                 result: dict[str, Any] = message.get("result", {})
                 return result
 
+    def run_no_scripts(self) -> None:
+        """The pages opened from now on run none of their scripts (what a browser with
+        scripts off, or a page before its scripts, shows); `evaluate` still reads them."""
+        self.call("Emulation.setScriptExecutionDisabled", value=True)
+
     def open(self, url: str) -> None:
         self.call("Page.navigate", url=url)
         deadline = time.monotonic() + 30

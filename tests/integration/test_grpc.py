@@ -335,6 +335,47 @@ def test_streamed_generation_is_one_response_per_token_in_order(
     assert answer.as_numpy("text_output")[0].decode() == whole["text"]
 
 
+def test_a_generators_metadata_is_the_interface_a_client_uses(
+    server: RunningServer,
+    client: grpcclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    """ModelMetadata lists the prompt and the text (Triton's generate interface), not the
+    decoder's tensors; those stay in the model configuration. A client that builds its request
+    from the metadata alone gets its text."""
+    over_grpc = client.get_model_metadata(GENERATOR, headers=AUTH, as_json=True)
+    assert over_grpc["inputs"] == [{"name": "text_input", "datatype": "BYTES", "shape": ["1"]}]
+    assert over_grpc["outputs"] == [{"name": "text_output", "datatype": "BYTES", "shape": ["1"]}]
+    over_http = http_client.get_model_metadata(GENERATOR, headers=dict(AUTH))
+    assert over_http["inputs"] == [{"name": "text_input", "datatype": "BYTES", "shape": [1]}]
+    assert over_http["outputs"] == [{"name": "text_output", "datatype": "BYTES", "shape": [1]}]
+    parameters = {(p["name"], p["direction"]): p["type"] for p in over_http["parameters"]}
+    assert parameters[("max_tokens", "request")] == "int64"
+    assert parameters[("temperature", "request")] == "double"
+    assert parameters[("stop", "request")] == "string"
+    assert parameters[("triton_final_response", "response")] == "bool"
+    assert parameters[("finish_reason", "response")] == "string"
+
+    config = client.get_model_config(GENERATOR, headers=AUTH, as_json=True)["config"]
+    graph_inputs = {t["name"] for t in config["input"]}
+    graph_outputs = {t["name"] for t in config["output"]}
+    assert "input_ids" in graph_inputs
+    assert any(name.startswith("past_key_values") for name in graph_inputs)
+    assert "text_input" not in graph_inputs and "text_output" not in graph_outputs
+    http_config = httpx.get(f"{server.url}/v2/models/{GENERATOR}/config", headers=AUTH).json()
+    assert {t["name"] for t in http_config["input"]} == graph_inputs
+
+    inputs = []
+    for tensor in over_grpc["inputs"]:  # the request as the metadata describes it
+        shape = [int(d) for d in tensor["shape"]]
+        data = np.array(["def parse(value):"], dtype=object).reshape(shape)
+        inputs.append(grpc_input(tensor["name"], data, tensor["datatype"]))
+    answer = client.infer(GENERATOR, inputs, headers=AUTH, parameters={"max_tokens": 4})
+    text = answer.as_numpy(over_grpc["outputs"][0]["name"])
+    assert text.shape == (1,) and text[0].decode()
+    assert answer.get_response().parameters["completion_tokens"].int64_param == 4
+
+
 def test_without_an_empty_final_response_the_last_token_is_flagged(
     client: grpcclient.InferenceServerClient,
 ) -> None:

@@ -2,17 +2,26 @@
 Serve's direct ingress and HAProxy (inferd ray serve's default): `inferd ray serve` deploys two
 replicas that both answer and drain on SIGTERM; a replica killed under load loses no request
 that HAProxy could send elsewhere, the rest get a clear error and none hangs; the replicas
-scale up when inferd's queues grow."""
+scale up when inferd's queues grow. `inferd ray serve` on a cluster of its own keeps to
+loopback, has token authentication without writing a token home, and stops in seconds.
+
+The clusters have an environment of their own (a home folder, the authentication mode), so
+that what the user's home holds (a `~/.ray/auth_token`) does not change them; a cluster
+that fails to start stops what it started."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
+import ipaddress
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,13 +30,15 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import ray
 from ray import serve
 
+from inferd.bench.server import free_port
 from inferd.config.server import ServerSettings
 from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy
-from inferd.rayserve.local import LocalRay
+from inferd.rayserve.local import LocalRay, haproxy_env
 from tests.models import affine_model, slow_model, write_config
 
 AFFINE = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
@@ -57,17 +68,19 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def driver(cluster: LocalRay) -> Iterator[None]:
-    """This process connected to the cluster, Serve's HTTP port on loopback."""
-    for name, value in cluster.env.items():
-        if name.startswith("RAY_"):
-            os.environ[name] = value
-    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": cluster.http_port})
-    try:
-        yield
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    """This process connected to the cluster, Serve's HTTP port on loopback; with the
+    cluster's environment (its home, its authentication) while it is."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in cluster.env.items():
+            if name.startswith("RAY_") or name == "HOME":
+                env.setenv(name, value)
+        ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+        serve.start(http_options={"host": "127.0.0.1", "port": cluster.http_port})
+        try:
+            yield
+        finally:
+            serve.shutdown()
+            ray.shutdown()
 
 
 def running_replicas() -> int:
@@ -294,3 +307,129 @@ def test_replicas_scale_up_when_queues_grow(cluster: LocalRay, repo: Path, drive
         np.testing.assert_allclose(answer.json()["outputs"][0]["data"], [3.0, 5.0, 7.0, 9.0])
     finally:
         serve.delete(APP_NAME)
+
+
+def test_a_node_that_fails_to_start_stops_the_cluster_it_was_joining() -> None:
+    started: list[LocalRay] = []
+    root = Path(tempfile.mkdtemp(prefix="lrf", dir="/tmp"))  # (socket paths: 107 bytes)
+
+    class SecondNodeFails(LocalRay):
+        def _start(self, *args: str) -> None:
+            started.append(self)
+            if "--head" not in args:  # an object store under Ray's minimum: refused
+                args = (*args, "--object-store-memory", "1024")
+            super()._start(*args)
+
+    try:
+        with pytest.raises(RuntimeError, match="ray start --address"):
+            SecondNodeFails(root)
+        assert len(started) == 2
+        assert started[0].processes() == []  # the head it had started is gone
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def loopback(address: str) -> bool:
+    """127.0.0.1 or ::1, an IPv4 one as an IPv6 socket shows it (::ffff:127.0.0.1) too."""
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
+
+
+def _tree(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_inferd_ray_serve_on_its_own_cluster_keeps_to_loopback_and_its_token_and_stops_promptly(
+    repo: Path, tmp_path: Path
+) -> None:
+    """No `--address`: a local cluster of its own, on loopback, with token authentication
+    and a token of its own that is written nowhere (the home folder stays empty), stopped
+    within seconds of SIGTERM (Serve's direct ingress keeps a stopping replica reachable for
+    30 s by default: `inferd ray serve` makes it 2 s on its own cluster)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    haproxy = Path(tempfile.mkdtemp(prefix="ihp", dir="/tmp"))
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+        "HOME": str(home),
+        "RAY_TMPDIR": str(haproxy),
+        **haproxy_env(haproxy),
+    }
+    log = tmp_path / "cli.log"
+    with log.open("wb") as out:
+        cli = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "inferd",
+                "ray",
+                "serve",
+                "--repo",
+                str(repo),
+                "--num-cpus",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    seen: list[psutil.Process] = []
+    try:
+        wait_for(lambda: "inferd on Ray Serve: http" in log.read_text(), 240, log.read_text())
+        answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/affine/infer", json=AFFINE)
+        assert answer.status_code == 200, answer.text
+        seen = _tree(psutil.Process(cli.pid))
+        listening = set()
+        for process in seen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                conns = process.net_connections(kind="tcp")
+                listening |= {
+                    (process.name(), c.laddr.ip, c.laddr.port)
+                    for c in conns
+                    if c.status == psutil.CONN_LISTEN
+                }
+        # on loopback, but for what Ray 2.60 binds on every interface whatever it is told:
+        # HAProxy's statistics and metrics ports (its configuration template) and one
+        # listener of Serve's in each replica (on [::])
+        outside = {
+            (name, port)
+            for name, ip, port in listening
+            if not loopback(ip) and not name.startswith("ray::ServeReplica")
+        }
+        haproxy_ports = {
+            ("haproxy", int(env["RAY_SERVE_HAPROXY_STATS_PORT"])),
+            ("haproxy", int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])),
+        }
+        assert outside <= haproxy_ports, sorted(a for a in listening if not loopback(a[1]))
+        (gcs,) = [p for p in seen if "gcs_server" in p.name()]
+        assert gcs.environ().get("RAY_AUTH_MODE") == "token"
+        assert len(gcs.environ().get("RAY_AUTH_TOKEN", "")) == 64
+        assert not (home / ".ray").exists(), list(home.rglob("*"))
+
+        cli.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert cli.wait(timeout=120) == 0, log.read_text()
+        stopped_s = time.monotonic() - signalled
+        assert stopped_s < 20, f"{stopped_s:.1f} s to stop"
+        _, alive = psutil.wait_procs(seen, timeout=20)
+        assert not alive, alive
+        assert not (home / ".ray").exists()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        for process in seen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        shutil.rmtree(haproxy, ignore_errors=True)

@@ -207,3 +207,72 @@ def test_a_failed_rollout_shows_its_reason_and_a_running_one_its_split(
         assert sum(counts) == 300 and all(10 <= n <= 60 for n in counts[1:]), counts
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_the_first_paint_shows_models_and_a_rollouts_step_and_reason_without_scripts(
+    tmp_path: Path, browser: Chromium
+) -> None:
+    """The page as the server writes it, scripts off: every model with its versions, a
+    running rollout's split, step and last decision with its reason, and a rolled-back
+    version; a model's reason is text, never markup."""
+    root = tmp_path / "repo"
+    for name in ("rolling", "withdrawn", "plain"):
+        lookup_model(root / name / "1" / "model.onnx", rows=16)
+        write_config(root / name, {"rollout": {"steps": [10, 50, 100], "analysis_window_s": 3600}})
+    server = serve(root, tmp_path / "server.log")
+    try:
+        for name in ("rolling", "withdrawn"):
+            lookup_model(root / name / "2" / "model.onnx", rows=16)
+            assert act(server, name, "start", to=2).status_code == 200
+        rolled = act(server, "withdrawn", "rollback")
+        assert rolled.status_code == 200, rolled.text
+        page = httpx.get(server.url + "/", timeout=10)
+        assert re.findall(r"<script[^>]*>", page.text) == ['<script src="/status.js">']
+        policy = dict(
+            part.strip().split(" ", 1)
+            for part in page.headers["content-security-policy"].split(";")
+        )
+        assert policy["script-src"] == "'self'"  # no inline script: the status is markup
+
+        browser.run_no_scripts()
+        browser.open(server.url + "/")
+        read = """(() => {
+            const text = sel => (document.querySelector(sel) || {}).textContent;
+            const out = {updated: text('#updated'), ready: text('#ready'), models: {}};
+            for (const card of document.querySelectorAll('[data-model]')) {
+                const one = s => card.querySelector(s);
+                out.models[card.dataset.model] = {
+                    versions: [...card.querySelectorAll('.badge')].map(b => b.textContent),
+                    split: one('.split').hidden ? null : one('.split').textContent,
+                    step: one('.rollout .step') && one('.rollout .step').textContent,
+                    decision: one('.rollout .decision') && one('.rollout .decision').textContent,
+                    withdrawn: one('.rollout .withdrawn') && one('.rollout .withdrawn').textContent,
+                    charts: card.querySelectorAll('svg[data-series]').length,
+                };
+            }
+            return out;
+        })()"""
+        shown = browser.evaluate(read)
+        # no script ran: the time is the server's, and /v1/status was never fetched
+        assert shown["updated"].endswith(" UTC"), shown
+        fetched = browser.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+        assert not any(name.endswith("/v1/status") for name in fetched), fetched
+        assert shown["ready"] == "yes"
+        models = shown["models"]
+        assert set(models) == {"rolling", "withdrawn", "plain"}, models
+        assert models["plain"]["versions"] == ["v1 READY"]
+        assert models["plain"]["split"] is None and models["plain"]["step"] is None
+        rolling = models["rolling"]
+        assert rolling["versions"] == ["v1 READY", "v2 READY"]
+        assert rolling["split"] == "v1 80%v1 baseline 10%v2 10%", rolling
+        assert rolling["step"] == "step 1 of 3"
+        assert rolling["decision"] == "last decision: start: version 2 beside 1"
+        assert rolling["charts"] == 6
+        withdrawn = models["withdrawn"]
+        assert withdrawn["split"] is None
+        assert withdrawn["step"] == "rollout of v2 rolled back"
+        assert withdrawn["decision"] == "last decision: rollback: rolled back by the admin"
+        assert withdrawn["withdrawn"] == "withdrawn: v2"
+        browser.screenshot(ARTIFACTS / "status-page-first-paint.png")
+    finally:
+        assert server.stop() == 0, server.log()

@@ -6,15 +6,22 @@ On a cluster started with Serve's direct ingress and HAProxy (DIRECT_INGRESS_ENV
 cluster started by this command has them), requests go from HAProxy straight to each
 replica's own HTTP server; otherwise through Serve's Python proxy, which costs a third of a
 replica's throughput on a small model (benchmarks/RESULTS.md, "Ray Serve").
+
+Without `--address` it starts a local cluster of its own (`local_cluster_env`): on loopback
+(its HTTP port aside),
+with token authentication and a token made up for it (held in its processes' environment,
+never written to the home directory), and a short draining period for its replicas (Serve's
+own HAProxy is the only balancer in front), so that SIGTERM stops it in seconds.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferd.config.server import ServerSettings, load_server_settings
@@ -25,6 +32,36 @@ DIRECT_INGRESS_ENV = {
 }
 """Set in the environment of `ray start` (every node) for Serve's direct ingress: HAProxy on
 the HTTP port, routing to the replicas' own servers."""
+DRAINING_PERIOD_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+LOCAL_DRAINING_PERIOD_S = 2.0
+"""How long a stopping replica of a local cluster stays reachable before it drains. Serve's
+default (30 s) leaves an outside load balancer time to take it out, and made every stop of
+`inferd ray serve` last 30 s or more; in front of a local cluster there is only Serve's own
+HAProxy, which the controller updates as it stops a replica."""
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""A node that takes the loopback address as its own (Ray's switch for machines where a
+cluster stays on one host; on Linux a node otherwise takes the address of the interface
+that routes outside, even when given `--node-ip-address 127.0.0.1`). Read when `ray` is
+imported; a node with it cannot join another's cluster (`ray start --address`)."""
+
+
+def local_cluster_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the environment of a local cluster's processes gets (`environ`: the current one).
+
+    Authentication: Ray 2.60 turns on token authentication for a new local cluster and writes
+    its token to `~/.ray/auth_token`, where every later `ray start` of the user finds it and
+    turns token authentication on for clusters that did not ask for it. This cluster has
+    token authentication too, with a token of its own in its processes' environment
+    (`RAY_AUTH_TOKEN`), written nowhere, ending with it; a choice made in the environment
+    (`RAY_AUTH_MODE`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`) is kept as it is."""
+    env = {**DIRECT_INGRESS_ENV, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    env[DRAINING_PERIOD_ENV] = str(LOCAL_DRAINING_PERIOD_S)
+    env = {name: environ.get(name, value) for name, value in env.items()}
+    if not any(name in environ for name in AUTH_ENV):
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    return env
 
 
 def add_ray_command(commands: Any, add_settings_flags: Callable[[Any], None]) -> None:
@@ -73,6 +110,9 @@ def run_ray_command(args: Any) -> int:
         except ValueError:
             print("inferd ray serve: --autoscale takes MIN,MAX (e.g. 1,4)", file=sys.stderr)
             return 2
+    if args.address is None:  # (before ray is imported: it reads some of them then)
+        os.environ.update(local_cluster_env(os.environ))  # the local cluster inherits them
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
         from ray import serve
@@ -96,9 +136,6 @@ def run_ray_command(args: Any) -> int:
     except ValueError as exc:
         print(f"inferd ray serve: {exc}", file=sys.stderr)
         return 2
-    if args.address is None:
-        os.environ.update(DIRECT_INGRESS_ENV)  # the local cluster's controller inherits them
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address=args.address, logging_level=logging.WARNING, log_to_driver=False)
     stop = {"signal": 0}
     try:

@@ -6,7 +6,7 @@ the server or a web framework, and it is handed its runtime loader by the compos
 """
 
 from inferd.engine.engine import Engine
-from inferd.engine.generation import Generation
+from inferd.engine.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
 from inferd.engine.loader import RuntimeLoader
 from inferd.engine.registry import Readiness
 from inferd.engine.servable import Classified, Embeddings
@@ -14,6 +14,9 @@ from inferd.engine.specs import served_shape
 from inferd.engine.version import Version, VersionState
 
 __all__ = [
+    "FINAL",
+    "TEXT_INPUT",
+    "TEXT_OUTPUT",
     "Classified",
     "Embeddings",
     "Engine",

@@ -50,6 +50,8 @@ class CachedServable(Servable):
             inner.outputs,
             inner.providers,
             Observer(),
+            (inner.graph_inputs, inner.graph_outputs),
+            inner.parameters,
         )
         self.inner = inner
         self.cache = cache

@@ -12,7 +12,7 @@ import numpy as np
 from inferd.config.model import GenerationConfig
 from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
-from inferd.engine.servable import Servable
+from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Messages
 from inferd.generation.chat_tokens import ChatEncoder
@@ -22,11 +22,47 @@ from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.memory import HostMemory
-from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime
+from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime, TensorSpec
 from inferd.tasks.text import OFF_LOOP_CHARS
 
 Prompt = str | Messages
 """A prompt, or chat messages to render into one."""
+
+TEXT_INPUT = "text_input"
+TEXT_OUTPUT = "text_output"
+FINAL = "triton_final_response"
+GENERATION_INPUTS = (TensorSpec(TEXT_INPUT, "BYTES", (1,), (None,)),)
+"""What a client sends a generator over KServe V2 (Triton's generate interface): the prompt."""
+GENERATION_OUTPUTS = (TensorSpec(TEXT_OUTPUT, "BYTES", (1,), (None,)),)
+"""What it answers: the whole text, or a streamed response's piece of it."""
+GENERATION_PARAMETERS = (
+    *(
+        ParameterSpec(name, kind, "request")
+        for name, kind in (
+            ("max_tokens", "int64"),
+            ("temperature", "double"),
+            ("top_k", "int64"),
+            ("top_p", "double"),
+            ("repetition_penalty", "double"),
+            ("seed", "int64"),
+            ("stop", "string"),
+            ("ignore_eos", "bool"),
+            ("timeout", "int64"),
+            ("triton_enable_empty_final_response", "bool"),
+        )
+    ),
+    *(
+        ParameterSpec(name, kind, "response")
+        for name, kind in (
+            (FINAL, "bool"),
+            ("finish_reason", "string"),
+            ("prompt_tokens", "int64"),
+            ("completion_tokens", "int64"),
+        )
+    ),
+)
+"""The request parameters a generation reads (its sampling settings, the V2 `timeout` in
+microseconds, Triton's empty final response) and those its responses carry."""
 
 
 def cache_memory(
@@ -62,10 +98,12 @@ class GeneratorServable(Servable):
             ctx.model,
             ctx.version,
             ctx.config,
-            loaded.inputs,
-            loaded.outputs,
+            GENERATION_INPUTS,
+            GENERATION_OUTPUTS,
             loaded.pool.first.providers,
             ctx.observer,
+            graph=(loaded.inputs, loaded.outputs),
+            parameters=GENERATION_PARAMETERS,
         )
         self._pool = loaded.pool
         self._chat = parts.chat
@@ -131,7 +169,8 @@ class GeneratorServable(Servable):
         self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
     ) -> dict[str, Array]:
         raise InvalidInputError(
-            f"model '{self.model}' generates text: use POST /generate or /v1/completions"
+            f"model '{self.model}' generates text: use POST /generate or /v1/completions "
+            f"(or, over gRPC, ModelInfer with a BYTES '{TEXT_INPUT}')"
         )
 
     async def drain(self, timeout_s: float) -> bool:

@@ -30,6 +30,17 @@ TEXT_INPUT = "text"
 
 
 @dataclass(frozen=True)
+class ParameterSpec:
+    """A request or response parameter a model reads or writes (KServe V2 `parameters`), with
+    its V2 parameter type: `bool`, `int64`, `double` or `string`."""
+
+    name: str
+    type: str
+    direction: str
+    """`request` (the model reads it) or `response` (its answers carry it)."""
+
+
+@dataclass(frozen=True)
 class Embeddings:
     vectors: Array
     """[texts, dimension], float32."""
@@ -56,13 +67,21 @@ class Servable:
         outputs: tuple[TensorSpec, ...],
         providers: tuple[str, ...],
         observer: Observer,
+        graph: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None,
+        parameters: tuple[ParameterSpec, ...] = (),
     ) -> None:
         self.model = model
         self.version = version
         self.config = config
         self.inputs = inputs
-        """What clients send over V2 (text models: a BYTES `text` input)."""
+        """What clients send over V2 (text models: a BYTES `text` input; a generator:
+        `text_input`)."""
         self.outputs = outputs
+        self.graph_inputs, self.graph_outputs = graph if graph is not None else (inputs, outputs)
+        """The model file's own tensors, as its configuration shows them (a generator's
+        `input_ids`, `past_key_values.*`, ...): its inputs and outputs unless they differ."""
+        self.parameters = parameters
+        """The V2 parameters its requests read and its answers carry, beside its tensors."""
         self.providers = providers
         self._observer = observer
         self._pool: InstancePool | None = None

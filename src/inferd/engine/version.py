@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from inferd.config.model import ModelConfig
 from inferd.engine.cached import Answer, CachedServable
 from inferd.engine.response_cache import MISS, ResponseCache
-from inferd.engine.servable import Servable
+from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import UnavailableError
 from inferd.observability.observer import Observer, notify
 from inferd.observability.stats import BatchFacts, VersionStats
@@ -80,6 +80,19 @@ class Version:
     @property
     def outputs(self) -> tuple[TensorSpec, ...]:
         return self._servable.outputs if self._servable is not None else ()
+
+    @property
+    def graph_inputs(self) -> tuple[TensorSpec, ...]:
+        """The model file's inputs (its configuration's `input`)."""
+        return self._servable.graph_inputs if self._servable is not None else ()
+
+    @property
+    def graph_outputs(self) -> tuple[TensorSpec, ...]:
+        return self._servable.graph_outputs if self._servable is not None else ()
+
+    @property
+    def parameters(self) -> tuple[ParameterSpec, ...]:
+        return self._servable.parameters if self._servable is not None else ()
 
     @property
     def providers(self) -> tuple[str, ...]:

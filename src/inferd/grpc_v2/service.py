@@ -31,7 +31,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferd.engine import Engine, Generation
+from inferd.engine import FINAL, TEXT_INPUT, TEXT_OUTPUT, Engine, Generation
 from inferd.errors import (
     DeadlineExceededError,
     DeadlineUnmetError,
@@ -61,9 +61,6 @@ from inferd.server.route_key import take_route_key
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-TEXT_INPUT = "text_input"
-TEXT_OUTPUT = "text_output"
-FINAL = "triton_final_response"
 CLIENT_CLOSED = 499
 MAX_PARAMETERS = 1024
 """Parameters of one request that are read (more: refused)."""

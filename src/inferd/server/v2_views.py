@@ -35,13 +35,19 @@ def ready_version(engine: Engine, model: str, version: str | None) -> Version:
 def model_metadata(engine: Engine, model: str, version: str | None) -> dict[str, Any]:
     served = ready_version(engine, model, version)
     versions = engine.registry.versions_of(model)
-    return {
+    body: dict[str, Any] = {
         "name": model,
         "versions": [str(v.version) for v in versions],
         "platform": PLATFORM,
         "inputs": [_tensor(s) for s in served.inputs],
         "outputs": [_tensor(s) for s in served.outputs],
     }
+    if served.parameters:
+        # inferd's own field (the gRPC message has none: it carries the tensors alone)
+        body["parameters"] = [
+            {"name": p.name, "type": p.type, "direction": p.direction} for p in served.parameters
+        ]
+    return body
 
 
 def statistics(engine: Engine, model: str | None, version: str | None) -> dict[str, Any]:
@@ -97,8 +103,8 @@ def config_of(served: Version) -> dict[str, Any]:
         "platform": PLATFORM,
         "backend": "onnxruntime",
         "max_batch_size": config.max_batch_size,
-        "input": [tensor(s) for s in served.inputs],
-        "output": [tensor(s) for s in served.outputs],
+        "input": [tensor(s) for s in served.graph_inputs],
+        "output": [tensor(s) for s in served.graph_outputs],
         "dynamic_batching": {
             "preferred_batch_size": list(batching.preferred_batch_sizes),
             "max_queue_delay_microseconds": int(batching.max_queue_delay_ms * 1000),

@@ -98,21 +98,34 @@ class Rollouts:
     # -- what is shown -------------------------------------------------------------------------
 
     def split(self, model: str) -> dict[str, Any] | None:
-        """A running rollout's versions and the candidate's share, or a failed one's reason
-        (None when none runs)."""
+        """What the status page shows of a model's rollout (None when it never had one): a
+        running one's versions, the candidate's share, its step, its last decision with the
+        reason and the versions withdrawn (rolled back or aborted, out of traffic); an ended
+        one's status, last decision and withdrawn versions (no share); a failed one's reason."""
         unreadable = self.policy.unreadable(model)
         if unreadable is not None:
             return {"status": Status.FAILED.value, "reason": self._failure(model)}
         record = self.policy.record(model)
-        if record is None or not record.active:
+        if record is None:
             return None
-        return {
+        last = record.decisions[-1] if record.decisions else None
+        shown: dict[str, Any] = {
             "stable": record.stable,
             "candidate": record.candidate,
-            "weight": record.weight,
-            "baseline_weight": self.router.baseline_share(model, record.weight),
             "status": record.status.value,
+            "step": record.step + 1,
+            "steps": list(record.steps),
+            "decision": (
+                {"decision": last.decision, "reason": last.reason, "at": last.at}
+                if last is not None
+                else None
+            ),
+            "withdrawn": list(record.withdrawn),
         }
+        if record.active:
+            shown["weight"] = record.weight
+            shown["baseline_weight"] = self.router.baseline_share(model, record.weight)
+        return shown
 
     def failures(self) -> dict[str, str]:
         """Model -> why its rollout failed (its state file could not be taken up)."""

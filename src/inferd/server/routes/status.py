@@ -1,13 +1,16 @@
-"""The status page (`GET /`): one HTML file with its styles inline and its script beside it
-(`GET /status.js`; no build step, nothing fetched from elsewhere) that reads `GET /v1/status`
-every two seconds and draws it. All are open, as /metrics is: they show what the metrics
-show. The page's policy lets no script run but that file: no inline script, so a status that
-slipped past the script's escaping could still not run as code."""
+"""The status page (`GET /`): one HTML file with its styles inline and the current status
+written into it on the server (inferd.server.status_page: it paints at once, scripts or
+not), and its script beside it (`GET /status.js`; no build step, nothing fetched from
+elsewhere) that reads `GET /v1/status` every two seconds and draws it. All are open, as
+/metrics is: they show what the metrics show. The page's policy lets no script run but that
+file: no inline script, so a status that slipped past the escaping could still not run as
+code."""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -16,6 +19,7 @@ from starlette.responses import Response
 from inferd.observability.live import LiveWindow
 from inferd.server.job_service import Jobs
 from inferd.server.state import engine_of
+from inferd.server.status_page import render
 from inferd.server.status_view import snapshot
 
 router = APIRouter(tags=["status"])
@@ -26,10 +30,18 @@ def _static(name: str) -> bytes:
     return (resources.files("inferd.server") / "static" / name).read_bytes()
 
 
+def _snapshot(request: Request) -> dict[str, Any]:
+    live: LiveWindow = request.app.state.live
+    jobs: Jobs = request.app.state.jobs
+    return snapshot(
+        engine_of(request), live, {"store": jobs.store.kind, "running": jobs.worker.running}
+    )
+
+
 @router.get("/", summary="The status page", include_in_schema=False)
-async def page() -> Response:
+async def page(request: Request) -> Response:
     return Response(
-        _static("status.html"),
+        render(_static("status.html").decode(), _snapshot(request)),
         media_type="text/html; charset=utf-8",
         headers={
             "cache-control": "no-cache",
@@ -51,11 +63,4 @@ async def script() -> Response:
 
 @router.get("/v1/status", summary="Models, versions, rollouts and the last seconds of traffic")
 async def status(request: Request) -> Response:
-    live: LiveWindow = request.app.state.live
-    jobs: Jobs = request.app.state.jobs
-    body = snapshot(
-        engine_of(request),
-        live,
-        {"store": jobs.store.kind, "running": jobs.worker.running},
-    )
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(orjson.dumps(_snapshot(request)), media_type="application/json")

@@ -26,36 +26,77 @@ function svg(tag, attrs) {
   return node;
 }
 
+// the server writes the current status into the page (inferd.server.status_page): its cards
+// are taken over as they are; a model that appears later gets a card built here, alike
 function card(model) {
   if (cards.has(model)) return cards.get(model);
+  const root = [...document.querySelectorAll("section[data-model]")]
+    .find(node => node.dataset.model === model) || build(model);
+  const parts = {
+    root, task: root.querySelector(".task"), versions: root.querySelector(".versions"),
+    split: root.querySelector(".split"), rollout: root.querySelector(".rollout"),
+    reason: root.querySelector(".reason"), note: root.querySelector(".note"), charts: {},
+  };
+  for (const [key, , unit, lines] of SERIES) {
+    const plot = root.querySelector(`svg[data-series="${key}"]`);
+    parts.charts[key] = {plot, value: plot.parentNode.querySelector(".value"),
+                         polylines: [...plot.querySelectorAll("polyline")], unit, lines};
+  }
+  cards.set(model, parts);
+  return parts;
+}
+
+function build(model) {
   const root = el("section", {class: "card", "data-model": model});
   const title = el("div");
   title.append(el("h2", {}, model), el("span", {class: "task"}));
-  const versions = el("div", {class: "versions"});
-  const split = el("div", {class: "split", hidden: ""});
-  const reason = el("div", {class: "reason"});
   const charts = el("div", {class: "charts"});
-  const parts = {root, task: title.lastChild, versions, split, reason, charts: {}, note: el("div", {class: "note"})};
-  for (const [key, name, unit, lines] of SERIES) {
+  for (const [key, name, , lines] of SERIES) {
     const box = el("div", {class: "chart"});
-    const value = el("span", {class: "value"}, "–");
     const head = el("div");
-    head.append(el("span", {class: "name"}, name), value);
+    head.append(el("span", {class: "name"}, name), el("span", {class: "value"}, "–"));
     const plot = svg("svg", {viewBox: `0 0 ${KEEP - 1} 100`, preserveAspectRatio: "none",
                              "data-series": key, "data-last": "0"});
-    const polylines = lines.map((line, i) => {
-      const p = svg("polyline", {"data-line": line, stroke: COLORS[i], points: ""});
-      plot.append(p);
-      return p;
-    });
+    lines.forEach((line, i) => plot.append(
+      svg("polyline", {"data-line": line, stroke: COLORS[i], points: ""})));
     box.append(head, plot);
     charts.append(box);
-    parts.charts[key] = {plot, value, polylines, unit, lines};
   }
-  root.append(title, versions, split, reason, charts, parts.note);
+  root.append(title, el("div", {class: "versions"}), el("div", {class: "split", hidden: ""}),
+              el("div", {class: "rollout", hidden: ""}), el("div", {class: "reason"}), charts,
+              el("div", {class: "note"}));
   document.getElementById("models").append(root);
-  cards.set(model, parts);
-  return parts;
+  return root;
+}
+
+// a rollout's step (or how it ended), its last decision with the reason, and the versions
+// withdrawn from traffic (rolled back or aborted), as the server writes them
+function drawRollout(node, rollout) {
+  if (!rollout || rollout.status === "failed") {
+    node.hidden = true;
+    node.replaceChildren();
+    return;
+  }
+  const status = rollout.status || "";
+  let step;
+  if (typeof rollout.weight === "number") {
+    step = `step ${rollout.step} of ${(rollout.steps || []).length}`;
+    if (status === "holding") step += " (holding)";
+  } else {
+    step = `rollout of v${rollout.candidate} ${status.replaceAll("_", " ")}`;
+  }
+  const spans = [el("span", {class: "step"}, step)];
+  if (rollout.decision) {
+    spans.push(el("span", {class: "decision"},
+                  `last decision: ${rollout.decision.decision}: ${rollout.decision.reason}`));
+  }
+  if (rollout.withdrawn && rollout.withdrawn.length) {
+    spans.push(el("span", {class: "withdrawn"},
+                  `withdrawn: ${rollout.withdrawn.map(v => `v${v}`).join(", ")}`));
+  }
+  node.hidden = false;
+  node.dataset.status = status;
+  node.replaceChildren(...spans);
 }
 
 function sum(versions, field) {
@@ -134,7 +175,7 @@ function update(status) {
                                        title: "baseline: a second instance of the stable version"},
                                `v${rollout.stable} baseline ${baseline}%`)] : []),
         el("div", {class: "canary", style: `width:${canary}%`}, `v${rollout.candidate} ${canary}%`));
-    } else if (rollout) {
+    } else if (rollout && rollout.status === "failed") {
       // a rollout that is not running as it should (its state could not be read): its
       // status and reason, no split
       parts.split.hidden = false;
@@ -145,7 +186,9 @@ function update(status) {
            `rollout ${rollout.status || "failed"}: ${rollout.reason || "no reason given"}`));
     } else {
       parts.split.hidden = true;
+      parts.split.replaceChildren();
     }
+    drawRollout(parts.rollout, rollout);
     const totals = {
       rows: sum(model.versions, "rows"), batches: sum(model.versions, "batches"),
       real: sum(model.versions, "real_elements"), padded: sum(model.versions, "padded_elements"),
