@@ -266,7 +266,9 @@ def test_the_first_paint_shows_models_and_a_rollouts_step_and_reason_without_scr
         assert rolling["versions"] == ["v1 READY", "v2 READY"]
         assert rolling["split"] == "v1 80%v1 baseline 10%v2 10%", rolling
         assert rolling["step"] == "step 1 of 3"
-        assert rolling["decision"] == "last decision: start: version 2 beside 1"
+        assert rolling["decision"] == (
+            "last decision: start: version 2 loaded, given the first step's share"
+        )
         assert rolling["charts"] == 6
         withdrawn = models["withdrawn"]
         assert withdrawn["split"] is None
