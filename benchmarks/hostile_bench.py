@@ -17,7 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -180,6 +180,22 @@ def grpc_attacks(target: str) -> list[tuple[str, Callable[[], str]]]:
     return attacks
 
 
+def attack_rows(url: str, named: Iterable[tuple[str, Callable[[], str]]]) -> list[str]:
+    """Each attack sent alone while /health is probed: a table row each (answer, its time,
+    the probes' count, median and slowest)."""
+    rows = []
+    for name, attack in named:
+        answer, took, probes = under_probe(url, attack)
+        print(f"{name}: {answer} in {took * 1000:.0f} ms", flush=True)
+        rows.append(
+            f"| {name} | {answer} | {took * 1000:.0f} | {len(probes)} | "
+            f"{statistics.median(probes) * 1000:.1f} | {max(probes) * 1000:.1f} |"
+            if probes
+            else f"| {name} | {answer} | {took * 1000:.0f} | 0 | - | - |"
+        )
+    return rows
+
+
 def _message(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
@@ -225,15 +241,7 @@ def main() -> int:
         build_generator(repo, "docgen", steps=0, shape=SHAPE, corpus_chars=200_000)
         server = Server(repo)
         try:
-            for name, attack in attacks(server.url):
-                answer, took, probes = under_probe(server.url, attack)
-                print(f"{name}: {answer} in {took * 1000:.0f} ms", flush=True)
-                rows.append(
-                    f"| {name} | {answer} | {took * 1000:.0f} | {len(probes)} | "
-                    f"{statistics.median(probes) * 1000:.1f} | {max(probes) * 1000:.1f} |"
-                    if probes
-                    else f"| {name} | {answer} | {took * 1000:.0f} | 0 | - | - |"
-                )
+            rows += attack_rows(server.url, attacks(server.url))
         finally:
             server.stop()
     command = ("python benchmarks/hostile_bench.py " + " ".join(sys.argv[1:])).strip()
@@ -265,15 +273,7 @@ def main_grpc(quick: bool) -> int:
         server = Server(repo, "--api-keys-file", str(keys))
         try:
             assert server.grpc_target is not None
-            for name, attack in grpc_attacks(server.grpc_target):
-                answer, took, probes = under_probe(server.url, attack)
-                print(f"{name}: {answer} in {took * 1000:.0f} ms", flush=True)
-                rows.append(
-                    f"| {name} | {answer} | {took * 1000:.0f} | {len(probes)} | "
-                    f"{statistics.median(probes) * 1000:.1f} | {max(probes) * 1000:.1f} |"
-                    if probes
-                    else f"| {name} | {answer} | {took * 1000:.0f} | 0 | - | - |"
-                )
+            rows += attack_rows(server.url, grpc_attacks(server.grpc_target))
         finally:
             server.stop()
     command = ("python benchmarks/hostile_bench.py " + " ".join(sys.argv[1:])).strip()

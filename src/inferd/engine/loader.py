@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from inferd.config.model import RuntimeOptions
+from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.build import BuildContext
 from inferd.engine.generation import GeneratorServable
@@ -272,6 +272,19 @@ class Loader:
         settle()
         return self._registry.resolve(name)
 
+    def _version_entry(self, name: str, number: int) -> tuple[ModelEntry, ModelConfig]:
+        """A served model's folder as it is now, holding a loadable version `number`, and its
+        config (4040 for an unknown model or a missing version folder, 4004 for a model that
+        cannot load)."""
+        if self._root is None or name not in self._registry.models():
+            raise NotFoundError(f"unknown model '{name}'")
+        entry = scan_model(self._root / name)
+        if entry.error is not None or entry.config is None:
+            raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
+        if number not in {v.version for v in entry.available}:
+            raise NotFoundError(f"model '{name}' has no version folder '{number}'")
+        return entry, entry.config
+
     async def add_version(self, name: str, number: int) -> Version:
         """Loads version `number` of a served model beside the versions serving, whatever its
         version policy selects (a rollout's candidate, or its stable version after a
@@ -279,16 +292,12 @@ class Loader:
         if self._root is None or name not in self._registry.models():
             raise NotFoundError(f"unknown model '{name}'")
         async with self._model_locks.setdefault(name, asyncio.Lock()):
-            entry = scan_model(self._root / name)
-            if entry.error is not None or entry.config is None:
-                raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
-            if number not in {v.version for v in entry.available}:
-                raise NotFoundError(f"model '{name}' has no version folder '{number}'")
+            entry, config = self._version_entry(name, number)
             current = self._registry.versions_map(name)
             existing = current.get(number)
             if existing is not None and existing.ready:
                 return existing
-            version = Version(name, number, entry.config)
+            version = Version(name, number, config)
             current[number] = version
             await self._load_version(entry, version)
             if not version.ready:
@@ -307,12 +316,8 @@ class Loader:
         if self._root is None or name not in self._registry.models():
             raise NotFoundError(f"unknown model '{name}'")
         async with self._model_locks.setdefault(name, asyncio.Lock()):
-            entry = scan_model(self._root / name)
-            if entry.error is not None or entry.config is None:
-                raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
-            if number not in {v.version for v in entry.available}:
-                raise NotFoundError(f"model '{name}' has no version folder '{number}'")
-            version = Version(name, number, entry.config)
+            entry, config = self._version_entry(name, number)
+            version = Version(name, number, config)
             await self._load_version(entry, version)
             if not version.ready:
                 raise UnavailableError(
