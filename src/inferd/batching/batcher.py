@@ -52,6 +52,14 @@ ADMIT_SHARE = 0.5
 share of `max_queue_time_s`: the estimate (the measured cost of a row) swings with the batches'
 lengths and the machine's other work, and an item admitted that then waits past the bound is
 refused only when it has spent it, the slow refusal the bound is there to avoid."""
+QUEUE_TIME_FLOOR_RUNS = 16
+"""The queue-time bound in force is never below this many runs of a request on its own (a
+batch of one item, measured; the mean batch until one is): a queue of a few requests is a burst
+the runtime clears in turn, not overload, and a model whose request alone takes a large share of
+the configured bound (a slow model, large requests) would otherwise be shed at every burst.
+Refusal on arrival then starts at half of it (`ADMIT_SHARE`), eight runs ahead. Not the mean
+batch: under overload a fast model's batches are full and long, and a floor on them would lift
+the bound as load grows, the opposite of shedding."""
 SATURATION_PURGE_S = 0.01
 """How often `saturated` may purge a full queue of the items whose clients left."""
 CLOCK = time.perf_counter
@@ -88,9 +96,10 @@ class BatcherSettings:
     max_consecutive_failures: int
     """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
     max_queue_time_s: float | None = None
-    """Longest a client's item may wait in the queue: one the queue's work says would wait
-    longer is refused 4290 when it arrives, and one that waited longer is answered 4290
-    (background items are exempt). None: no bound."""
+    """Longest a client's item may wait in the queue (never below `QUEUE_TIME_FLOOR_RUNS`
+    measured runs of a request alone): one the queue's work says would wait longer is refused 4290
+    when it arrives, and one that waited longer is answered 4290 (background items are
+    exempt). None: no bound."""
     learn_batch_tokens: bool = True
     """Cap batches at the size that costs least per token, learned from run times
     (inferd.batching.sizing); False: only max_batch_size and max_batch_tokens cap them."""
@@ -200,6 +209,8 @@ class DynamicBatcher:
         self._arrivals = _ArrivalRate()
         self._batch_s_ewma: float | None = None
         self._row_s_ewma: float | None = None
+        self._lone_s_ewma: float | None = None
+        """Run time of a batch of one item: what a request costs on its own."""
         """Run time of a batch per row it carried, of batches formed while more waited."""
         self._max_rows = settings.max_batch_size
         self._sizer = BatchSizer(settings.max_batch_tokens)
@@ -565,6 +576,9 @@ class DynamicBatcher:
         if error is None:
             prev = self._batch_s_ewma
             self._batch_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
+            if len(batch) == 1:
+                prev = self._lone_s_ewma
+                self._lone_s_ewma = run_s if prev is None else prev + 0.2 * (run_s - prev)
             self._consecutive_failures = 0
             total_rows = sum(rows)
             if measured:
@@ -686,13 +700,24 @@ class DynamicBatcher:
         busy = batch_s if self._running >= self._settings.concurrency else 0.0
         return ahead * row_s / self._settings.concurrency + busy
 
+    def queue_time_bound_s(self) -> float | None:
+        """The queue-time bound in force: `max_queue_time_s`, or `QUEUE_TIME_FLOOR_RUNS`
+        measured runs of a request alone when that is longer; None when there is no bound, or
+        no run has been measured yet (nothing says yet how long a burst of this model takes:
+        the first batch of a slow model may hold the first arrivals past the bound)."""
+        bound = self._settings.max_queue_time_s
+        run_s = self._lone_s_ewma if self._lone_s_ewma is not None else self._batch_s_ewma
+        if bound is None or run_s is None:
+            return None
+        return max(bound, QUEUE_TIME_FLOOR_RUNS * run_s)
+
     def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
         """The 4290 an item arriving now gets because the queued work ahead of it would take
-        longer than `ADMIT_SHARE` of `max_queue_time_s`, or the oldest queued item has waited
+        longer than `ADMIT_SHARE` of the bound in force (`queue_time_bound_s`), or the oldest queued item has waited
         that long already (None when neither, or there is no bound): `arriving`, the requests
         to this queue read and not answered yet, count ahead of it beside those queued (less
         those running)."""
-        bound = self._settings.max_queue_time_s
+        bound = self.queue_time_bound_s()
         if bound is None:
             return None
         ahead = max(self._queued_rows, arriving - self._running_rows)
@@ -709,9 +734,9 @@ class DynamicBatcher:
         )
 
     def _shed_overdue(self, now: float) -> float | None:
-        """Answers 4290 to the client items that waited longer than `max_queue_time_s`; the
+        """Answers 4290 to the client items that waited longer than the bound in force; the
         seconds until the next one would, or None (no bound, or none queued)."""
-        bound = self._settings.max_queue_time_s
+        bound = self.queue_time_bound_s()
         if bound is None or not self._queue:
             return None
         shed = 0

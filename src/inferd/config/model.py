@@ -56,19 +56,19 @@ class DynamicBatchingConfig(_Strict):
         1024, ge=1, description="Requests queued per version; over it, 429 (code 4290)."
     )
     max_queue_time_ms: float | None = Field(
-        None,
+        500,
         gt=0,
         description="Longest a request waits in the queue before its batch starts. A request "
         "the queued work (at the measured cost of a row) says would wait more than half of "
         "it is refused 429 (code 4290) as it arrives (the half: a margin for the estimate), "
         "before its body is read where the route allows, with a `Retry-After` from the "
-        "queue's work; one that waited longer all the same is answered 429 then. For a "
-        "latency-sensitive service, 500: its callers' budget for a whole answer is about a "
-        "second, half of it queued leaves the run and the network the rest, and a request "
-        "refused at once can still be retried on another replica within that budget. Unset by "
-        "default: a bound must sit well above a few batches' run time, or a slow model, or a "
-        "burst of large requests, is shed at every batch; null: no bound (max_queue_size "
-        "and the request's deadline limit the wait).",
+        "queue's work; one that waited longer all the same is answered 429 then. The bound in "
+        "force is never below 16 measured runs of a request alone, so that a slow model, or a "
+        "burst of large requests, is queued rather than shed. 500 by default, as a latency-sensitive "
+        "service would choose: its callers' budget for a whole answer is about a second, half "
+        "of it queued leaves the run and the network the rest, and a request refused at once "
+        "can still be retried on another replica within that budget. null: no bound "
+        "(max_queue_size and the request's deadline limit the wait).",
     )
     max_batch_tokens: int | None = Field(
         None,

@@ -398,9 +398,11 @@ def test_run_and_queue_times_are_measured_finer_than_the_loops_clock() -> None:
 
 
 async def test_an_item_queued_past_the_queue_time_bound_is_shed_and_never_run() -> None:
-    gate = asyncio.Event()
-    runner = FakeRunner(gate=gate)
+    runner = FakeRunner()
     batcher = make(runner, max_batch_size=1, max_queue_time_s=0.05)
+    await batcher.submit(x(1), 1)  # a run measured: the bound is in force
+    gate = runner.gate = asyncio.Event()
+    runner.started.clear()
     running = asyncio.create_task(batcher.submit(x(1), 1))
     await runner.started.wait()
     loop = asyncio.get_running_loop()
@@ -420,7 +422,7 @@ async def test_an_item_queued_past_the_queue_time_bound_is_shed_and_never_run() 
 
 
 async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_after() -> None:
-    runner = FakeRunner(delay_s=0.02)
+    runner = FakeRunner(delay_s=0.005)  # 16 runs under the bound: the bound is in force
     batcher = make(runner, max_batch_size=2, max_queue_time_s=0.1)
     assert batcher.queue_time_refusal() is None  # nothing measured yet: no estimate
     # a burst: batches form while more wait, which measures what a queued row costs
@@ -447,6 +449,32 @@ async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_
     assert batcher.queue_time_refusal() is None  # an empty queue admits again
     # requests read but not queued yet count ahead of the next one too
     assert batcher.queue_time_refusal(arriving=100) is not None
+    await batcher.close()
+
+
+async def test_a_burst_of_a_few_slow_batches_is_queued_not_shed() -> None:
+    # a model whose run takes half the bound: a burst of 8 waits up to 7 runs, more than the
+    # bound, and is still a burst; the bound in force is 16 measured runs
+    runner = FakeRunner(delay_s=0.05)
+    batcher = make(runner, max_batch_size=1, max_queue_time_s=0.1)
+    await batcher.submit(x(1), 1)  # one run measured
+    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.05, rel=0.5)
+    results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(8)))
+    assert len(results) == 8
+    # a standing queue past 16 runs is shed all the same
+    assert batcher.queue_time_refusal(arriving=40) is not None
+    await batcher.close()
+
+
+async def test_before_a_run_is_measured_nothing_is_shed_by_waiting() -> None:
+    # the first batch of a slow model holds the first arrivals past the bound: nothing yet
+    # says that is more than a burst
+    runner = FakeRunner(delay_s=0.08)
+    batcher = make(runner, max_batch_size=1, max_queue_time_s=0.05)
+    assert batcher.queue_time_bound_s() is None
+    results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(3)))
+    assert len(results) == 3
+    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.08, rel=0.5)
     await batcher.close()
 
 
