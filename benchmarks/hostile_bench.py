@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import socket
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.grpc_v2.scan import varint_bytes
 from inferd.tools.demo import build_demo
 from inferd.tools.generator import build_generator
 from tests.generator_model import SHAPE
@@ -197,33 +199,42 @@ def attack_rows(url: str, named: Iterable[tuple[str, Callable[[], str]]]) -> lis
 
 
 def _message(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return varint_bytes(number << 3 | 2) + varint_bytes(len(payload)) + payload
 
 
 def under_probe(url: str, attack: Callable[[], str]) -> tuple[str, float, list[float]]:
-    """Runs `attack` on a thread, probing /health every 20 ms on one connected client."""
-    probes: list[float] = []
-    with httpx.Client(base_url=url, timeout=30) as probe, ThreadPoolExecutor(1) as pool:
-        probe.get("/health")
+    """Runs `attack` here while another process probes /health every 20 ms on one connected
+    client (its own process, so that the attacking client's work in this interpreter never
+    delays a probe's measurement)."""
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    results: multiprocessing.Queue[list[float]] = context.Queue()
+    prober = context.Process(target=probe_health, args=(url, ready, stop, results))
+    prober.start()
+    try:
+        ready.wait(30)
         started = time.perf_counter()
-        pending = pool.submit(attack)
-        while not pending.done():
+        answer = attack()
+        took = time.perf_counter() - started
+        stop.set()
+        probes = results.get(timeout=60)
+    finally:
+        prober.join(10)
+    return answer, took, probes
+
+
+def probe_health(url: str, ready: Any, stop: Any, results: Any) -> None:
+    """(In the probing process.) /health every 20 ms until `stop`; the probes' times."""
+    probes: list[float] = []
+    with httpx.Client(base_url=url, timeout=30) as probe:
+        probe.get("/health")
+        ready.set()
+        while not stop.is_set():
             t0 = time.perf_counter()
             probe.get("/health")
             probes.append(time.perf_counter() - t0)
             time.sleep(0.02)
-        answer = pending.result()
-        took = time.perf_counter() - started
-    return answer, took, probes
+    results.put(probes)
 
 
 def main() -> int:

@@ -50,12 +50,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("grpc-faults")
     affine_model(root / "affine" / "1" / "model.onnx")
     wide_model(root / "wide" / "1" / "model.onnx")
+    # (both with a deep queue and no queue-time bound: their tests are of deadlines and call
+    # limits, which the bound's shedding would answer first)
+    deep = {"max_batch_size": 1, "runtime": {"intra_op_threads": 1}}
+    deep["dynamic_batching"] = {"max_queue_time_ms": None}
     slow_model(root / "slow" / "1" / "model.onnx", layers=2000, width=256)  # ~0.1 s a row
-    write_config(root / "slow", {"max_batch_size": 1, "runtime": {"intra_op_threads": 1}})
+    write_config(root / "slow", deep)
     # a few milliseconds a call, one at a time: a burst stays in flight whatever the machine's
     # load (on the affine model a busy client issues calls slower than they are answered)
     slow_model(root / "steady" / "1" / "model.onnx", layers=64, width=256)
-    write_config(root / "steady", {"max_batch_size": 1, "runtime": {"intra_op_threads": 1}})
+    write_config(root / "steady", deep)
     (root / "api.keys").write_text(KEY + "\n")
     running = start_server(
         root,

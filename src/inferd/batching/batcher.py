@@ -333,12 +333,8 @@ class DynamicBatcher:
         now = loop.time()  # deadlines are on the loop's clock; durations on CLOCK (below)
         if deadline is not None and deadline <= now:
             raise DeadlineExceededError("the request's deadline passed before it was queued")
-        background = priority.in_background()
-        if not background:
-            overdue = self.queue_time_refusal()
-            if overdue is not None:
-                raise overdue
-        if deadline is not None:
+        if deadline is not None:  # (before the queue-time bound: the client's own is the
+            # more precise answer, DEADLINE_EXCEEDED over gRPC)
             wait_s = self.expected_wait_s(sum(rows for _, rows in parts))
             if wait_s is not None and now + wait_s > deadline:
                 raise DeadlineUnmetError(
@@ -346,6 +342,11 @@ class DynamicBatcher:
                     f"request's deadline allows ({(deadline - now) * 1000:.0f} ms)",
                     retry_after_s=wait_s,
                 )
+        background = priority.in_background()
+        if not background:
+            overdue = self.queue_time_refusal()
+            if overdue is not None:
+                raise overdue
         entries = []
         total_rows = 0
         arrived = CLOCK()
@@ -713,10 +714,10 @@ class DynamicBatcher:
 
     def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
         """The 4290 an item arriving now gets because the queued work ahead of it would take
-        longer than `ADMIT_SHARE` of the bound in force (`queue_time_bound_s`), or the oldest queued item has waited
-        that long already (None when neither, or there is no bound): `arriving`, the requests
-        to this queue read and not answered yet, count ahead of it beside those queued (less
-        those running)."""
+        longer than `ADMIT_SHARE` of the bound in force (`queue_time_bound_s`), or the oldest
+        queued item has waited that long already (None when neither, or there is no bound):
+        `arriving`, the requests to this queue read and not answered yet, count ahead of it
+        beside those queued (less those running)."""
         bound = self.queue_time_bound_s()
         if bound is None:
             return None

@@ -64,9 +64,10 @@ class DynamicBatchingConfig(_Strict):
         "before its body is read where the route allows, with a `Retry-After` from the "
         "queue's work; one that waited longer all the same is answered 429 then. The bound in "
         "force is never below 16 measured runs of a request alone, so that a slow model, or a "
-        "burst of large requests, is queued rather than shed. 500 by default, as a latency-sensitive "
-        "service would choose: its callers' budget for a whole answer is about a second, half "
-        "of it queued leaves the run and the network the rest, and a request refused at once "
+        "burst of large requests, is queued rather than shed. 500 by default, as a "
+        "latency-sensitive service would choose: its callers' budget for a whole answer is "
+        "about a second, half of it queued leaves the run and the network the rest, and a "
+        "request refused at once "
         "can still be retried on another replica within that budget. null: no bound "
         "(max_queue_size and the request's deadline limit the wait).",
     )

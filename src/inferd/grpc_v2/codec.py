@@ -47,10 +47,13 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decode_inputs(
-    request: pb.ModelInferRequest, raw: Sequence[memoryview] | None = None
+    request: pb.ModelInferRequest,
+    raw: Sequence[memoryview] | None = None,
+    packed: Mapping[tuple[int, int], Sequence[memoryview]] | None = None,
 ) -> dict[str, Array]:
-    """The request's inputs; `raw` stands for its `raw_input_contents` where those were cut
-    out on arrival (see `wire`)."""
+    """The request's inputs; `raw` stands for its `raw_input_contents`, and `packed` for
+    its inputs' packed floating-point contents, where those were cut out on arrival (see
+    `wire`)."""
     if raw is None:
         raw = [memoryview(entry) for entry in request.raw_input_contents]
     if raw and len(raw) != len(request.inputs):
@@ -67,9 +70,41 @@ def decode_inputs(
         check_shape(name, shape)
         if raw:
             feeds[name] = decode_binary(name, tensor.datatype, shape, raw[index])
+        elif packed and (index, PACKED_FIELD.get(tensor.datatype, 0)) in packed:
+            views = packed[index, PACKED_FIELD[tensor.datatype]]
+            feeds[name] = _packed(name, tensor.datatype, shape, tensor.contents, views)
         else:
             feeds[name] = _typed(name, tensor.datatype, shape, tensor.contents)
     return feeds
+
+
+PACKED_FIELD: dict[str, int] = {"FP32": 6, "FP64": 7}
+"""Field numbers of the typed contents a request's walk cuts out as bytes (inferd.grpc_v2.wire):
+packed little-endian floating-point numbers, read as arrays of the received bytes."""
+
+
+def _packed(
+    name: str,
+    datatype: str,
+    shape: list[int],
+    contents: pb.InferTensorContents,
+    views: Sequence[memoryview],
+) -> Array:
+    field = CONTENTS_FIELD[datatype]
+    if len(getattr(contents, field)):
+        raise InvalidInputError(
+            f"input '{name}': contents.{field} mixes packed and unpacked entries; send it "
+            "packed, as protobuf writes it"
+        )
+    data = views[0] if len(views) == 1 else b"".join(views)
+    dtype = numpy_dtype(datatype).newbyteorder("<")
+    count = int(np.prod(shape))
+    if len(data) != count * dtype.itemsize:
+        raise InvalidInputError(
+            f"input '{name}': shape {shape} needs {count} elements, contents.{field} has "
+            f"{len(data) / dtype.itemsize:g}"
+        )
+    return np.frombuffer(data, dtype=dtype).astype(numpy_dtype(datatype), copy=False).reshape(shape)
 
 
 def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorContents) -> Array:

@@ -16,6 +16,7 @@ received bytes (inferd.grpc_v2.wire): the tensors are never copied into the mess
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -76,21 +77,31 @@ def shape_of(descriptor: Any) -> Shape:
     return shape
 
 
+Plan = Mapping[int, "Plan | None"]
+"""Fields to take out of a message while it is walked: a field number mapped to None is cut
+(its payloads collected, length-delimited entries only); one mapped to a plan is a message
+field walked into and cut by that plan, its entries rewritten around what was cut."""
+
+
 @dataclass(slots=True)
 class Walked:
-    """The message's bytes without the cut field (as runs of the original), and that
-    field's payloads, in order."""
+    """The message's bytes without the cut fields (runs of the original, and the tags and
+    lengths of the entries rewritten around a cut), and the cut payloads in order: a
+    top-level field's in `cut`; a nested one's in `nested`, under the index of the top-level
+    entry it sits in (counted per field number) and its own field number."""
 
-    rest: list[memoryview]
+    rest: list[memoryview | bytes]
     cut: list[memoryview]
+    nested: dict[tuple[int, int], list[memoryview]] = field(default_factory=dict)
+    changed: bool = False
 
 
-def walk(data: bytes, descriptor: Any, budget: int, cut: int | None = None) -> Walked:
-    """Walks `data` as a message of `descriptor`'s type; with `cut`, that top-level
-    length-delimited field is taken out. Raises `Malformed` or `OverBudget`."""
+def walk(data: bytes, descriptor: Any, budget: int, plan: Plan | None = None) -> Walked:
+    """Walks `data` as a message of `descriptor`'s type, taking out what `plan` names.
+    Raises `Malformed` or `OverBudget`."""
     view = memoryview(data)
     walked = Walked([], [])
-    _walk(data, view, 0, len(data), shape_of(descriptor), budget, 0, cut, walked)
+    _walk(data, view, 0, len(data), shape_of(descriptor), budget, 0, plan, walked, None)
     return walked
 
 
@@ -102,13 +113,16 @@ def _walk(
     shape: Shape,
     budget: int,
     depth: int,
-    cut: int | None,
+    plan: Plan | None,
     walked: Walked | None,
+    entry: int | None,
 ) -> int:
-    """The budget left after the fields of data[start:end]."""
+    """The budget left after the fields of data[start:end]. `entry`: the index of the
+    top-level entry this message sits in (None at the top)."""
     if depth > MAX_DEPTH:
         raise Malformed("nested too deeply")
     position = kept_from = start
+    seen: dict[int, int] = {} if plan is not None else _NONE_SEEN
     while position < end:
         budget -= 1
         if budget < 0:
@@ -125,20 +139,52 @@ def _walk(
         elif kind == FIXED32:
             position += 4
         elif kind == LENGTH_DELIMITED:
+            key_end = position
             size, position = _varint(data, position, end)
             after = position + size
             if after > end:
                 raise Malformed("a field runs past the end of its message")
+            into = plan.get(number, _KEEP) if plan is not None and walked is not None else _KEEP
             child = shape.children.get(number)
-            if child is not None:
-                budget = _walk(data, view, position, after, child, budget, depth + 1, None, None)
+            if child is not None and into is not _KEEP and into is not None:
+                assert walked is not None  # (`into` is a plan only with somewhere to cut to)
+                index = seen.get(number, 0)
+                seen[number] = index + 1
+                inner = Walked([], walked.cut, walked.nested)
+                budget = _walk(
+                    data,
+                    view,
+                    position,
+                    after,
+                    child,
+                    budget,
+                    depth + 1,
+                    into,
+                    inner,
+                    index if entry is None else entry,
+                )
+                if inner.changed:  # the entry rewritten: its tag, its new length, what is left
+                    kept = sum(len(part) for part in inner.rest)
+                    walked.rest += (view[kept_from:field_at], view[field_at:key_end])
+                    walked.rest.append(varint_bytes(kept))
+                    walked.rest += inner.rest
+                    walked.changed = True
+                    kept_from = after
+            elif child is not None:
+                budget = _walk(
+                    data, view, position, after, child, budget, depth + 1, None, None, None
+                )
             elif number in shape.packed_integers:
                 budget -= _count_varints(view[position:after])
                 if budget < 0:
                     raise OverBudget
-            if walked is not None and number == cut:
+            if into is None and walked is not None:
                 walked.rest.append(view[kept_from:field_at])
-                walked.cut.append(view[position:after])
+                if entry is None:
+                    walked.cut.append(view[position:after])
+                else:
+                    walked.nested.setdefault((entry, number), []).append(view[position:after])
+                walked.changed = True
                 kept_from = after
             position = after
         else:
@@ -148,6 +194,21 @@ def _walk(
     if walked is not None:
         walked.rest.append(view[kept_from:end])
     return budget
+
+
+_NONE_SEEN: dict[int, int] = {}
+"""(Never written: only a walk with a plan counts entries.)"""
+_KEEP: Any = object()
+"""A field the plan does not name: walked (and counted) as it is."""
+
+
+def varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _varint(data: bytes, position: int, end: int) -> tuple[int, int]:

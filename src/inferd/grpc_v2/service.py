@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -313,7 +313,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         parameters = self._parameters(request)
         feeds, output_names = await self._reader.off_loop(
-            call.size, lambda: _read_tensors(request, call.raw)
+            call.size, lambda: _read_tensors(request, call.raw, call.packed)
         )
         timeout_s = _timeout_s(context, parameters)
         trace.preprocess_s = time.perf_counter() - started
@@ -354,7 +354,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         else one with the whole text."""
         request = call.message
         parameters = self._parameters(request)
-        feeds = await self._reader.off_loop(call.size, lambda: decode_inputs(request, call.raw))
+        feeds = await self._reader.off_loop(
+            call.size, lambda: decode_inputs(request, call.raw, call.packed)
+        )
         prompt = _prompt(feeds)
         settings = validate_fields(GenerationParameters, parameters)
         generation = await self._engine.start_generation(
@@ -527,10 +529,12 @@ def _for_grpc(exc: InferdError) -> InferdError:
 
 
 def _read_tensors(
-    request: pb.ModelInferRequest, raw: Sequence[memoryview]
+    request: pb.ModelInferRequest,
+    raw: Sequence[memoryview],
+    packed: Mapping[tuple[int, int], Sequence[memoryview]],
 ) -> tuple[dict[str, np.ndarray], list[str] | None]:
     """The request's inputs and the outputs it names (off the loop for a large message)."""
-    return decode_inputs(request, raw), [o.name for o in request.outputs] or None
+    return decode_inputs(request, raw, packed), [o.name for o in request.outputs] or None
 
 
 def _stream_error(

@@ -12,14 +12,25 @@ output, written from the arrays' own memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
-from inferd.grpc_v2.scan import LENGTH_DELIMITED, walk
+from inferd.grpc_v2.scan import LENGTH_DELIMITED, varint_bytes, walk
 
 RAW_INPUT_CONTENTS = 7
 """Field number of `ModelInferRequest.raw_input_contents`."""
+INPUTS, CONTENTS = 5, 5
+"""Field numbers of `ModelInferRequest.inputs` and `InferInputTensor.contents`."""
+FP32_CONTENTS, FP64_CONTENTS = 6, 7
+"""Field numbers of `InferTensorContents.fp32_contents` and `fp64_contents`."""
+REQUEST_PLAN = {
+    RAW_INPUT_CONTENTS: None,
+    INPUTS: {CONTENTS: {FP32_CONTENTS: None, FP64_CONTENTS: None}},
+}
+"""What a request's walk takes out of it: the raw contents, and the typed floating-point
+contents (packed: a block of little-endian numbers, read as an array of the received bytes
+instead of a list of Python floats)."""
 RAW_OUTPUT_CONTENTS = 6
 """Field number of `ModelInferResponse.raw_output_contents`."""
 
@@ -33,6 +44,9 @@ class InferCall:
     raw: Sequence[memoryview] = ()
     size: int = 0
     """The received message's bytes."""
+    packed: Mapping[tuple[int, int], Sequence[memoryview]] = field(default_factory=dict)
+    """Packed floating-point contents cut out of the inputs, by (input index, field number
+    of `InferTensorContents`), in the order they came."""
 
 
 @dataclass(slots=True)
@@ -54,8 +68,9 @@ def parse_infer_request(data: bytes, budget: int) -> InferCall:
     """A `ModelInferRequest` within `budget` fields (inferd.grpc_v2.scan), its raw contents
     cut out as views. Raises `scan.Malformed` or `scan.OverBudget`; protobuf's `DecodeError`
     for what only its parser finds wrong (a string that is not UTF-8)."""
-    walked = walk(data, pb.ModelInferRequest.DESCRIPTOR, budget, RAW_INPUT_CONTENTS)
-    return InferCall(pb.ModelInferRequest.FromString(b"".join(walked.rest)), walked.cut, len(data))
+    walked = walk(data, pb.ModelInferRequest.DESCRIPTOR, budget, REQUEST_PLAN)
+    message = pb.ModelInferRequest.FromString(b"".join(walked.rest))
+    return InferCall(message, walked.cut, len(data), walked.nested)
 
 
 def serialize_infer_response(answer: InferAnswer | pb.ModelInferResponse) -> bytes:
@@ -63,16 +78,7 @@ def serialize_infer_response(answer: InferAnswer | pb.ModelInferResponse) -> byt
     if isinstance(answer, pb.ModelInferResponse):
         return answer.SerializeToString()
     parts: list[bytes | memoryview] = [answer.message.SerializeToString()]
-    tag = _varint((RAW_OUTPUT_CONTENTS << 3) | LENGTH_DELIMITED)
+    tag = varint_bytes((RAW_OUTPUT_CONTENTS << 3) | LENGTH_DELIMITED)
     for view in answer.raw:
-        parts += (tag, _varint(view.nbytes), view)
+        parts += (tag, varint_bytes(view.nbytes), view)
     return b"".join(parts)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

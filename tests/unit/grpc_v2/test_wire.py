@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inferd.errors import InvalidInputError
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
+from inferd.grpc_v2.codec import decode_inputs
 from inferd.grpc_v2.scan import Malformed
 from inferd.grpc_v2.wire import InferAnswer, parse_infer_request, serialize_infer_response
 from inferd.server.v2_binary import encode_binary
@@ -107,3 +109,90 @@ def test_a_response_serializes_to_the_message_protobuf_would_write() -> None:
 def test_a_whole_message_is_serialized_by_protobuf() -> None:
     message = pb.ModelInferResponse(model_name="g", raw_output_contents=[b"\x00"])
     assert serialize_infer_response(message) == message.SerializeToString()
+
+
+def typed_request(rng: np.random.Generator) -> pb.ModelInferRequest:
+    """Inputs of every typed kind, floats among them, with parameters and an output."""
+    request = pb.ModelInferRequest(model_name="m", id="t")
+    request.parameters["route_key"].string_param = "k"
+    for index in range(int(rng.integers(1, 5))):
+        rows = int(rng.integers(0, 40))
+        kind = ("FP32", "FP64", "INT64", "BYTES")[index % 4]
+        tensor = request.inputs.add(name=f"in{index}", datatype=kind, shape=[rows])
+        tensor.parameters["p"].int64_param = index
+        if kind == "FP32":
+            tensor.contents.fp32_contents.extend(rng.standard_normal(rows).astype(np.float32))
+        elif kind == "FP64":
+            tensor.contents.fp64_contents.extend(rng.standard_normal(rows))
+        elif kind == "INT64":
+            tensor.contents.int64_contents.extend(rng.integers(-(2**40), 2**40, rows).tolist())
+        else:
+            tensor.contents.bytes_contents.extend(b"b%d" % i for i in range(rows))
+    request.outputs.add(name="y")
+    return request
+
+
+def test_typed_floats_are_read_from_the_received_bytes_and_mean_what_protobuf_reads() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        request = typed_request(rng)
+        data = request.SerializeToString()
+        call = parse_infer_request(data, BUDGET)
+        ours = decode_inputs(call.message, call.raw, call.packed)
+        theirs = decode_inputs(pb.ModelInferRequest.FromString(data))
+        assert ours.keys() == theirs.keys()
+        for name, array in theirs.items():
+            assert ours[name].dtype == array.dtype and ours[name].shape == array.shape
+            assert np.array_equal(ours[name], array), name
+        # every field but the packed floats reaches protobuf; those stay in what arrived
+        kept = pb.ModelInferRequest()
+        kept.CopyFrom(request)
+        for tensor in kept.inputs:
+            del tensor.contents.fp32_contents[:]
+            del tensor.contents.fp64_contents[:]
+        assert call.message == kept
+        assert all(view.obj is data for views in call.packed.values() for view in views)
+
+
+def test_packed_floats_split_over_entries_and_merged_messages_keep_their_order() -> None:
+    values = np.arange(10, dtype=np.float32)
+    first = pb.ModelInferRequest(model_name="m")
+    first.inputs.add(name="x", datatype="FP32", shape=[10]).contents.fp32_contents.extend(
+        values[:4]
+    )
+    # a second occurrence of the same input's contents (protobuf merges: lists concatenate)
+    more = pb.ModelInferRequest.InferInputTensor()
+    more.contents.fp32_contents.extend(values[4:])
+    entry = first.inputs[0].SerializeToString() + more.SerializeToString()
+    data = (
+        pb.ModelInferRequest(model_name="m").SerializeToString()
+        + b"\x2a"
+        + bytes([len(entry)])
+        + entry
+    )
+    assert pb.ModelInferRequest.FromString(data).inputs[0].contents.fp32_contents == list(values)
+    call = parse_infer_request(data, BUDGET)
+    feeds = decode_inputs(call.message, call.raw, call.packed)
+    assert np.array_equal(feeds["x"], values)
+
+
+def test_floats_packed_and_unpacked_in_one_tensor_or_of_the_wrong_count_are_refused() -> None:
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="FP32", shape=[3]).contents.fp32_contents.extend(
+        [1.0, 2.0]
+    )
+    data = request.SerializeToString()
+    call = parse_infer_request(data, BUDGET)
+    with pytest.raises(InvalidInputError, match=r"needs 3 elements, contents\.fp32_contents has 2"):
+        decode_inputs(call.message, call.raw, call.packed)
+    # field 6 of the contents once unpacked (fixed32, tag 0x35) beside the packed run
+    unpacked = b"\x35" + np.float32(3.0).tobytes()
+    contents = request.inputs[0].contents.SerializeToString() + unpacked
+    tensor = pb.ModelInferRequest.InferInputTensor(
+        name="x", datatype="FP32", shape=[3]
+    ).SerializeToString()
+    tensor += b"\x2a" + bytes([len(contents)]) + contents
+    mixed = b"\x2a" + bytes([len(tensor)]) + tensor
+    call = parse_infer_request(mixed, BUDGET)
+    with pytest.raises(InvalidInputError, match="mixes packed and unpacked"):
+        decode_inputs(call.message, call.raw, call.packed)
