@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -384,3 +386,36 @@ def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
             logits = model(ids).logits[0].numpy()
         expected = logits[len(prompts[r]) - 1 : len(prompts[r]) + 3]
         np.testing.assert_allclose(np.stack(seen[r]), expected, atol=1e-4)
+
+
+def test_the_generator_build_says_each_phase_and_each_training_step(tmp_path: Path) -> None:
+    from inferd.tools.generator import GeneratorShape, build_generator
+
+    phases: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        phases.append(("start", name))
+        yield
+        phases.append(("end", name))
+
+    steps: list[int] = []
+    shape = GeneratorShape(layers=1, heads=2, hidden=32, context=64, vocab=300, train_batch=2)
+    facts = build_generator(
+        tmp_path,
+        "gen",
+        steps=3,
+        shape=shape,
+        corpus_chars=30_000,
+        progress=lambda step, loss: steps.append(step),
+        phase=phase,
+    )
+    names = [name for what, name in phases if what == "start"]
+    assert [name for what, name in phases if what == "end"] == names  # each one closed
+    assert names[0] == "loading PyTorch and transformers"
+    assert names[1] == "reading the docstrings of Python's standard library"
+    assert names[2].startswith("training a 300-token BPE tokenizer")
+    assert names[3] == "tokenizing the training text"
+    assert names[4].startswith("exporting to ONNX")
+    assert steps == [0, 1, 2] and facts["steps"] == 3
+    assert (tmp_path / "gen" / "1" / "model.onnx").is_file()

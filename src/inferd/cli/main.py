@@ -89,6 +89,15 @@ PROGRESS_EVERY = 0.05
 
 
 @contextlib.contextmanager
+def _build_phase(name: str) -> Iterator[None]:
+    """One line as a phase of the generator's build starts, one with its time as it ends."""
+    print(f"docgen: {name} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    yield
+    print(f"docgen: {name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
 def _training_progress(total: int) -> Iterator[Callable[[int, float], None]]:
     """A bar on a terminal; elsewhere (a log, CI) one plain line every few percent."""
     if sys.stderr.isatty():
@@ -137,7 +146,9 @@ def _demo_generator(repo: Path, force: bool) -> int:
     started = time.monotonic()
     remove(repo, "docgen")
     with _training_progress(DEMO_STEPS) as progress:
-        facts = build_generator(repo, "docgen", progress=progress, kv_cache="inplace")
+        facts = build_generator(
+            repo, "docgen", progress=progress, kv_cache="inplace", phase=_build_phase
+        )
     print(
         f"demo repository ready in {repo}; docgen trained {facts['steps']} steps to loss "
         f"{facts['loss']:.2f} ({facts['parameters']:,} parameters) in "

@@ -9,13 +9,15 @@ that need a real decoder, not a good one).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,14 @@ def train_tokenizer(texts: list[str], vocab: int) -> Tokenizer:
 
 Progress = Callable[[int, float], None]
 """(step, loss) after each training step."""
+Phase = Callable[[str], AbstractContextManager[object]]
+"""A context around each phase of the build, named in words (the caller may print it and its
+time)."""
+
+
+@contextlib.contextmanager
+def _unreported(name: str) -> Iterator[None]:
+    yield
 
 
 def _train(
@@ -132,20 +142,25 @@ def build_generator(
     progress: Progress | None = None,
     init_std: float | None = None,
     kv_cache: str = "concat",
+    phase: Phase = _unreported,
 ) -> dict[str, Any]:
     """Trains (or with steps=0 only initializes) the model and exports it as `repo/name/1`;
-    returns facts for the caller (final loss, parameters)."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    returns facts for the caller (final loss, parameters). `phase` is entered around each
+    phase but the training (whose steps go to `progress`)."""
+    with phase("loading PyTorch and transformers"):
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-    from inferd.prep.console import Reporter
-    from inferd.prep.exporting import run_export
-    from inferd.prep.quiet import quiet_transformers
+        from inferd.prep.console import Reporter
+        from inferd.prep.exporting import run_export
+        from inferd.prep.quiet import quiet_transformers
 
     quiet_transformers()
     shape = shape or GeneratorShape()
-    texts = docstrings(corpus_chars)
-    tokenizer = train_tokenizer(texts, shape.vocab)
+    with phase("reading the docstrings of Python's standard library"):
+        texts = docstrings(corpus_chars)
+    with phase(f"training a {shape.vocab:,}-token BPE tokenizer on them"):
+        tokenizer = train_tokenizer(texts, shape.vocab)
     eos = tokenizer.token_to_id(EOS)
     if eos is None:
         raise RuntimeError(f"the tokenizer lost its {EOS} token")
@@ -168,11 +183,15 @@ def build_generator(
     loss = None
     if steps:
         ids: list[int] = []
-        for encoding in tokenizer.encode_batch(texts):
-            ids.extend(encoding.ids)
-            ids.append(eos)
+        with phase("tokenizing the training text"):
+            for encoding in tokenizer.encode_batch(texts):
+                ids.extend(encoding.ids)
+                ids.append(eos)
         loss = _train(model, ids, shape, steps, seed, progress)
-    with tempfile.TemporaryDirectory(prefix="inferd-generator-") as tmp:
+    with (
+        phase("exporting to ONNX, checking parity with PyTorch"),
+        tempfile.TemporaryDirectory(prefix="inferd-generator-") as tmp,
+    ):
         folder = Path(tmp)
         model.save_pretrained(folder)
         tokenizer.save(str(folder / "tokenizer.json"))
