@@ -260,6 +260,11 @@ def test_the_first_paint_shows_models_and_a_rollouts_step_and_reason_without_scr
         assert shown["ready"] == "yes"
         models = shown["models"]
         assert set(models) == {"rolling", "withdrawn", "plain"}, models
+        # each version in memory shows what its load added to the process
+        badges = [b for m in models.values() for b in m["versions"] if " READY" in b]
+        assert badges and all(re.search(r" READY \d+(\.\d)? MB$", b) for b in badges), badges
+        for model in models.values():
+            model["versions"] = [re.sub(r" [\d.]+ MB$", "", b) for b in model["versions"]]
         assert models["plain"]["versions"] == ["v1 READY"]
         assert models["plain"]["split"] is None and models["plain"]["step"] is None
         rolling = models["rolling"]

@@ -641,6 +641,15 @@ class ModelConfig(_Strict):
         description="Answer the task routes that name no model (`/predict`, `/embed`, "
         "`/generate`, `/v1/...`) when several models serve the task; one default per task.",
     )
+    residency: Literal["pinned", "on_demand"] = Field(
+        "pinned",
+        description="pinned: loaded at start and kept until an admin unloads it. on_demand: "
+        "loaded by its first request (requests arriving meanwhile wait for that load within "
+        "their deadlines) and evicted, least recently used first, when a load would take the "
+        "versions in memory over the server's model_memory_budget_mb or max_loaded_versions; "
+        "never while a request to it is in flight or queued, or while it is in a rollout. A "
+        "zero-shot model's base is kept like a pinned one.",
+    )
 
     @model_validator(mode="after")
     def _unique_overrides(self) -> ModelConfig:

@@ -154,6 +154,20 @@ class ServerSettings(BaseModel):
         description="Ready only when every model and version loaded; when false, ready once "
         "loading finished and at least one model serves.",
     )
+    model_memory_budget_mb: float = Field(
+        0,
+        ge=0,
+        description="Resident memory the loaded model versions may hold in all (each "
+        "measured when it loads: what its load added to the process). A load of an on_demand "
+        "version that would go over it evicts idle on_demand versions, least recently used "
+        "first; one that cannot fit even then is refused 503 (code 5030). 0: no budget.",
+    )
+    max_loaded_versions: int = Field(
+        0,
+        ge=0,
+        description="Most model versions in memory at once, counted as the memory budget is "
+        "(on_demand ones evicted to stay within it). 0: no limit.",
+    )
     load_concurrency: int = Field(
         1, ge=1, description="Model versions loaded at the same time in the background."
     )

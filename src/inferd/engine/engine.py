@@ -23,6 +23,7 @@ from inferd.engine.cached import Answer
 from inferd.engine.generation import Generation
 from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
+from inferd.engine.residency import Residency, ResidencyFacts
 from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts, ServingPolicy
 from inferd.engine.servable import Classified, Embeddings, Servable
@@ -54,6 +55,15 @@ class Engine:
         self.policy = ServingPolicy.for_repository(root)
         self.registry = Registry([self.policy.select(entry) for entry in entries])
         self.admission = Admission(settings)
+        self.residency = Residency(
+            settings.model_memory_budget_mb,
+            settings.max_loaded_versions,
+            lambda version: self.loader.load_resident(version),
+            lambda version: self.loader.evict(version),
+            lambda: list(self.registry.all_versions()),
+            self._in_rollout,
+            self._zero_shot_base,
+        )
         self.loader = Loader(
             self.registry,
             settings,
@@ -63,6 +73,7 @@ class Engine:
             lambda: self.admission.draining,
             lambda: self.admission.in_flight,
             self.policy.select,
+            self.residency.on_demand,
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
         self._background: list[asyncio.Task[None]] = []
@@ -129,7 +140,8 @@ class Engine:
             served = self._named(choose())
             deadline = self.admission.deadline_for(served.config, timeout_s)
             with self._outcome(served):
-                answer = await run(served.servable, deadline)
+                async with self.residency.hold(served, deadline):
+                    answer = await run(served.servable, deadline)
         self._mirror(served, lambda s: run(s, None), lambda shadow: agree(served, answer, shadow))
         return served, answer
 
@@ -152,7 +164,9 @@ class Engine:
             raise
         try:
             with self._outcome(served, finished_only=True):
-                seq = await served.servable.generate(prompt, sampling)
+                async with self.residency.hold(served, None):
+                    seq = await served.servable.generate(prompt, sampling)
+                    self.residency.enter(served)  # (held until its stream ends)
         except BaseException:
             self.admission.leave()
             raise
@@ -177,6 +191,7 @@ class Engine:
         generation's length is the prompt's, not the version's doing), and a greedy one
         routed to the stable version may run again on the candidate, its tokens compared."""
         self.admission.leave()
+        self.residency.leave(served)
         finished = seq.finished
         if finished is None or finished.reason == "cancelled":
             return  # its client left: neither version's failure
@@ -255,6 +270,26 @@ class Engine:
                 return None
         config = self.registry.config_of(model)
         return config.rollout.route_key_field if config is not None else None
+
+    async def resident(self, model: str, version: str | None) -> Version:
+        """The version that answers, in memory (an on-demand one loaded now, within the
+        server's request timeout): what a client's metadata request describes."""
+        served = self.registry.resolve(model, version)
+        deadline = self.admission.deadline_for(served.config, None)
+        async with self.residency.hold(served, deadline):
+            return served
+
+    def _in_rollout(self, model: str) -> bool:
+        record = self.policy.record(model)
+        return record is not None and record.active
+
+    def _zero_shot_base(self, version: Version) -> bool:
+        """Whether `version`'s model is a zero-shot model's base (which it holds)."""
+        return any(
+            config.zero_shot is not None and config.zero_shot.base_model == version.model
+            for name in self.registry.models()
+            if (config := self.registry.config_of(name)) is not None
+        )
 
     def _task_model(self, model: str | None, purpose: str, version: str | None = None) -> Version:
         if not model:
@@ -396,6 +431,9 @@ class Engine:
             await version.close()
 
     # -- what the metrics read at scrape time (observability's ServerView) -------------------
+
+    def residency_facts(self) -> list[ResidencyFacts]:
+        return self.residency.facts()
 
     def queue_depths(self) -> list[tuple[str, str, int]]:
         return self.registry.queue_depths()

@@ -21,7 +21,9 @@ from inferd.engine.build import BuildContext
 from inferd.engine.generation import GeneratorServable
 from inferd.engine.heap import settle
 from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.memory import resident_bytes
 from inferd.engine.registry import Registry
+from inferd.engine.residency import NOT_RESIDENT
 from inferd.engine.servable import Servable
 from inferd.engine.tensor import TensorServable
 from inferd.engine.text import ClassifierServable, EmbeddingServable
@@ -64,10 +66,12 @@ class Loader:
         draining: Callable[[], bool],
         in_flight: Callable[[], int],
         select: Callable[[ModelEntry], ModelEntry] = lambda entry: entry,
+        on_demand: Callable[[Version], bool] = lambda version: False,
     ) -> None:
         """`draining`: whether the server drains; `in_flight`: the requests it holds;
         `select`: the serving policy, which versions of a scanned model serve
-        (inferd.engine.rollout.policy)."""
+        (inferd.engine.rollout.policy); `on_demand`: a version left unloaded at start, for
+        its first request to load (inferd.engine.residency)."""
         self._registry = registry
         self._settings = settings
         self._runtime_loader = runtime_loader
@@ -76,6 +80,7 @@ class Loader:
         self._draining = draining
         self._in_flight = in_flight
         self._select = select
+        self._on_demand = on_demand
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
         self._model_locks: dict[str, asyncio.Lock] = {}
@@ -94,11 +99,14 @@ class Loader:
             async with limit:
                 await self._load_version(entry, version)
 
-        jobs = [
-            load(registry.entries[v.model], v)
-            for v in registry.all_versions()
-            if v.config.needs_versions
-        ]
+        jobs = []
+        for version in registry.all_versions():
+            if not version.config.needs_versions:
+                continue
+            if self._on_demand(version):
+                version.state, version.reason = VersionState.UNLOADED, NOT_RESIDENT
+                continue
+            jobs.append(load(registry.entries[version.model], version))
         try:
             await asyncio.gather(*jobs)
             for name in registry.models():
@@ -120,6 +128,8 @@ class Loader:
         versions = self._registry.versions_map(name)
         if config is None or not config.needs_versions or any(v.ready for v in versions.values()):
             return True
+        if any(v.standby for v in versions.values()):
+            return True  # (loaded by its first request; a failure then is that request's)
         policy = config.version_policy
         if policy.all or policy.specific is not None:
             return False
@@ -144,6 +154,7 @@ class Loader:
         config = version.config
         path = next(v.path for v in entry.available if v.version == version.version)
         loop = asyncio.get_running_loop()
+        before = resident_bytes()
         try:
             loaded: LoadedModel = await loop.run_in_executor(
                 None,
@@ -176,6 +187,8 @@ class Loader:
             self._failed(version, exc, "model version failed to load")
             return
         version.serve(servable, loaded.load_s, self._settings.response_cache)
+        # (loads at once share the difference: exact with load_concurrency 1, and on demand)
+        version.footprint_bytes = max(resident_bytes() - before, 0)
         self._registry.mark_loaded(version.model, int(time.time()))
         log.info(
             "model version ready",
@@ -184,6 +197,7 @@ class Loader:
                 "version": version.version,
                 "load_ms": round(loaded.load_s * 1000, 1),
                 "providers": list(servable.providers),
+                "footprint_mb": round(version.footprint_bytes / 2**20, 1),
                 "instances": [load.name for load in servable.instances],
             },
         )
@@ -332,6 +346,23 @@ class Loader:
         await version.close()
         settle()
         log.info("baseline closed", extra={"model": version.model, "version": version.version})
+
+    async def load_resident(self, version: Version) -> None:
+        """Loads a registered version that is not in memory, in place (residency: on demand);
+        its state and reason say how it went."""
+        async with self._model_locks.setdefault(version.model, asyncio.Lock()):
+            if version.ready:
+                return
+            await self._load_version(self._registry.entries[version.model], version)
+            if version.ready:
+                settle()
+
+    async def evict(self, version: Version) -> None:
+        """Drains and closes a version, which stays registered (residency: on demand)."""
+        async with self._model_locks.setdefault(version.model, asyncio.Lock()):
+            await version.drain(self._settings.drain_timeout_s)
+            await version.close()
+            settle()
 
     async def retire_version(self, name: str, number: int) -> None:
         """Drains and closes one version of a model; the others keep serving."""

@@ -138,7 +138,7 @@ class Registry:
             default_for.setdefault(name, []).append(purpose)
         served = []
         for name, versions in sorted(self._versions.items()):
-            ready = [v for v in versions.values() if v.ready]
+            ready = [v for v in versions.values() if v.ready or v.standby]
             if ready:
                 newest = max(ready, key=lambda v: v.version)
                 served.append(
@@ -176,7 +176,7 @@ class Registry:
                 str(n): {"state": v.state.value, **({"reason": v.reason} if v.reason else {})}
                 for n, v in versions.items()
             }
-            model_ready = any(v.ready for v in versions.values())
+            model_ready = any(v.ready or v.standby for v in versions.values())
             models[name] = {"ready": model_ready, "versions": states}
             for n, v in versions.items():
                 if v.state is VersionState.FAILED and not v.superseded:

@@ -42,12 +42,19 @@ class Version:
         self.superseded = False
         """Failed, but an older version serves in its place (readiness is not held back)."""
         self.load_s: float | None = None
+        self.footprint_bytes: int | None = None
+        """What its last load added to the process's resident memory (inferd.engine.residency)."""
         self.stats = VersionStats(model, version)
         self._servable: Servable | None = None
 
     @property
     def ready(self) -> bool:
         return self.state is VersionState.READY
+
+    @property
+    def standby(self) -> bool:
+        """Not in memory, and loaded by its next request (an `on_demand` version)."""
+        return self.state is VersionState.UNLOADED and self.config.residency == "on_demand"
 
     @property
     def task(self) -> str:

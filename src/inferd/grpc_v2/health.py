@@ -31,7 +31,8 @@ class Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # (generate
             ready = self._engine.readiness(self._strict).ready
         else:
             try:
-                ready = self._engine.registry.resolve(service).ready
+                served = self._engine.registry.resolve(service)
+                ready = served.ready or served.standby
             except InferdError:
                 return None
         return int(Status.SERVING if ready else Status.NOT_SERVING)

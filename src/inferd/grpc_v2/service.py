@@ -218,7 +218,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelReadyResponse:
         async def ready() -> pb.ModelReadyResponse:
             served = self._engine.registry.resolve(request.name, request.version or None)
-            return pb.ModelReadyResponse(ready=served.ready)
+            return pb.ModelReadyResponse(ready=served.ready or served.standby)
 
         return await self._call(context, "ModelReady", request.name, ready)
 
@@ -235,7 +235,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelMetadataRequest, context: Any
     ) -> pb.ModelMetadataResponse:
         async def metadata() -> pb.ModelMetadataResponse:
-            body = views.model_metadata(self._engine, request.name, request.version or None)
+            body = await views.model_metadata(self._engine, request.name, request.version or None)
             return _message(body, pb.ModelMetadataResponse())
 
         return await self._call(context, "ModelMetadata", request.name, metadata)
@@ -244,7 +244,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelConfigRequest, context: Any
     ) -> pb.ModelConfigResponse:
         async def config() -> pb.ModelConfigResponse:
-            served = views.ready_version(self._engine, request.name, request.version or None)
+            served = await views.ready_version(self._engine, request.name, request.version or None)
             body = {"config": views.config_of(served)}
             return _message(body, pb.ModelConfigResponse())
 

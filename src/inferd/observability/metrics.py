@@ -94,6 +94,29 @@ class CacheFacts(Protocol):
     def entries(self) -> int: ...
 
 
+class ResidencyFacts(Protocol):
+    """A version's residency (inferd.engine.residency), as the metrics read it."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def on_demand(self) -> bool: ...
+    @property
+    def resident(self) -> bool: ...
+    @property
+    def footprint_bytes(self) -> int | None: ...
+    @property
+    def loads(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def cold_waits(self) -> int: ...
+    @property
+    def cold_wait_s(self) -> float: ...
+
+
 class ServerView(Protocol):
     """What the metrics read from the engine at scrape time."""
 
@@ -101,6 +124,7 @@ class ServerView(Protocol):
     def model_states(self) -> Iterable[tuple[str, str, bool, float | None]]: ...
     def instance_loads(self) -> Iterable[tuple[str, str, InstanceFacts]]: ...
     def cache_states(self) -> Iterable[tuple[str, str, CacheFacts]]: ...
+    def residency_facts(self) -> Iterable[ResidencyFacts]: ...
     @property
     def in_flight(self) -> int: ...
 
@@ -136,6 +160,43 @@ class _EngineCollector(Collector):
         yield flight
         yield from _instance_metrics(view.instance_loads())
         yield from _cache_metrics(view.cache_states())
+        yield from _residency_metrics(view.residency_facts())
+
+
+def _residency_metrics(facts: Iterable[ResidencyFacts]) -> Iterable[Metric]:
+    """Per version: whether it is in memory, what its load added, its on-demand loads and
+    evictions, and the time requests waited for those loads."""
+    labels = ["model", "version", "residency"]
+    resident = GaugeMetricFamily(
+        "inferd_model_resident", "1 when the version is in memory", labels=labels
+    )
+    footprint = GaugeMetricFamily(
+        "inferd_model_resident_bytes",
+        "What the version's last load added to the process's resident memory",
+        labels=labels,
+    )
+    loads = CounterMetricFamily(
+        "inferd_model_loads_on_demand", "Loads of the version by a request", labels=labels
+    )
+    evictions = CounterMetricFamily(
+        "inferd_model_evictions", "Evictions of the version to stay within budget", labels=labels
+    )
+    waits = CounterMetricFamily(
+        "inferd_model_cold_waits", "Requests that waited for the version's load", labels=labels
+    )
+    waited = CounterMetricFamily(
+        "inferd_model_cold_wait_seconds", "Time requests waited for its loads", labels=labels
+    )
+    for fact in facts:
+        key = [fact.model, fact.version, "on_demand" if fact.on_demand else "pinned"]
+        resident.add_metric(key, 1.0 if fact.resident else 0.0)
+        if fact.footprint_bytes is not None:
+            footprint.add_metric(key, fact.footprint_bytes)
+        loads.add_metric(key, fact.loads)
+        evictions.add_metric(key, fact.evictions)
+        waits.add_metric(key, fact.cold_waits)
+        waited.add_metric(key, fact.cold_wait_s)
+    yield from (resident, footprint, loads, evictions, waits, waited)
 
 
 def _cache_metrics(caches: Iterable[tuple[str, str, CacheFacts]]) -> Iterable[Metric]:

@@ -71,7 +71,7 @@ def _card(model: dict[str, Any]) -> str:
                 "data-version": v["version"],
                 "title": v["reason"] or "",
             },
-            _text(f"v{v['version']} {v['state']}"),
+            _text(f"v{v['version']} {v['state']}{_resident(v)}"),
         )
         for v in versions
     ] or [_tag("span", {"class": f"badge {model['state'] or ''}"}, _text(model["state"] or ""))]
@@ -88,6 +88,12 @@ def _card(model: dict[str, Any]) -> str:
         _tag("div", {"class": "note"}, _text(_cache_note(versions))),
     ]
     return _tag("section", {"class": "card", "data-model": model["name"]}, "".join(parts))
+
+
+def _resident(version: dict[str, Any]) -> str:
+    """What a version in memory holds, after its state (nothing while it is not)."""
+    held = version.get("resident_mb")
+    return "" if held is None else f" {held:g} MB"
 
 
 def _task(model: dict[str, Any]) -> str:

@@ -56,6 +56,12 @@ def _version(served: Version, queue_depth: int) -> dict[str, Any]:
         "state": served.state.value,
         "reason": served.reason,
         "queue_depth": queue_depth,
+        # what its load added to memory, while it is in memory (inferd.engine.residency)
+        "resident_mb": (
+            round(served.footprint_bytes / 2**20, 1)
+            if served.ready and served.footprint_bytes is not None
+            else None
+        ),
         "requests": stats.success.count + stats.fail.count,
         "failures": stats.fail.count,
         "batches": stats.execution_count,

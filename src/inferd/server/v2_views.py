@@ -26,14 +26,15 @@ def server_metadata(engine: Engine) -> dict[str, Any]:
     }
 
 
-def ready_version(engine: Engine, model: str, version: str | None) -> Version:
-    served = engine.registry.resolve(model, version)
+async def ready_version(engine: Engine, model: str, version: str | None) -> Version:
+    """The version that answers, serving (an on-demand one is loaded for it)."""
+    served = await engine.resident(model, version)
     served.ensure_ready()
     return served
 
 
-def model_metadata(engine: Engine, model: str, version: str | None) -> dict[str, Any]:
-    served = ready_version(engine, model, version)
+async def model_metadata(engine: Engine, model: str, version: str | None) -> dict[str, Any]:
+    served = await ready_version(engine, model, version)
     versions = engine.registry.versions_of(model)
     body: dict[str, Any] = {
         "name": model,

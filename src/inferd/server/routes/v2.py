@@ -58,7 +58,7 @@ async def version_stats(request: Request, model: str, version: str) -> Response:
 
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
-    return _json(views.model_metadata(engine_of(request), model, version))
+    return _json(await views.model_metadata(engine_of(request), model, version))
 
 
 @router.get("/v2/models/{model}", summary="Model metadata")
@@ -73,10 +73,11 @@ async def version_metadata(request: Request, model: str, version: str) -> Respon
 
 def _model_ready(request: Request, model: str, version: str | None) -> Response:
     served = engine_of(request).registry.resolve(model, version)
-    body = {"name": model, "version": str(served.version), "ready": served.ready}
+    ready = served.ready or served.standby  # (an on-demand version loads for its request)
+    body = {"name": model, "version": str(served.version), "ready": ready}
     if served.reason:
         body["reason"] = served.reason
-    return _json(body, 200 if served.ready else 503)
+    return _json(body, 200 if ready else 503)
 
 
 @router.get("/v2/models/{model}/ready", summary="Model readiness (200 or 503)")
@@ -91,12 +92,12 @@ async def version_ready(request: Request, model: str, version: str) -> Response:
 
 @router.get("/v2/models/{model}/config", summary="Model configuration (Triton extension)")
 async def model_config(request: Request, model: str) -> Response:
-    return _json(views.config_of(views.ready_version(engine_of(request), model, None)))
+    return _json(views.config_of(await views.ready_version(engine_of(request), model, None)))
 
 
 @router.get("/v2/models/{model}/versions/{version}/config", summary="Model version configuration")
 async def version_config(request: Request, model: str, version: str) -> Response:
-    return _json(views.config_of(views.ready_version(engine_of(request), model, version)))
+    return _json(views.config_of(await views.ready_version(engine_of(request), model, version)))
 
 
 def _timeout_s(request: Request, parsed: InferRequest) -> float | None:

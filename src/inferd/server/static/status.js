@@ -155,7 +155,8 @@ function update(status) {
     parts.task.textContent = model.task || "";
     parts.versions.replaceChildren(...(model.versions.length
       ? model.versions.map(v => el("span", {class: `badge ${v.state}`, "data-version": v.version,
-                                            title: v.reason || ""}, `v${v.version} ${v.state}`))
+                                            title: v.reason || ""},
+                                         `v${v.version} ${v.state}${resident(v)}`))
       : [el("span", {class: `badge ${model.state}`}, model.state || "")]));
     parts.reason.textContent = model.reason || model.versions.filter(v => v.reason)
       .map(v => `v${v.version}: ${v.reason}`).join("; ");
@@ -230,3 +231,8 @@ async function poll() {
   }
 }
 poll();
+
+// what a version in memory holds, after its state (nothing while it is not)
+function resident(v) {
+  return v.resident_mb === null || v.resident_mb === undefined ? "" : ` ${v.resident_mb} MB`;
+}

@@ -1,0 +1,267 @@
+"""Residency: which model versions are in memory, under a budget.
+
+A model's `residency` is `pinned` (loaded at start, kept until an admin unloads it: the default)
+or `on_demand`: not loaded at start, loaded by its first request (requests arriving meanwhile
+wait for that one load, within their deadlines), and evictable. Each version's footprint is
+measured when it loads (the process's resident memory before and after: the runtime's arenas
+and the warm-up included; loads are one at a time, so the difference is that version's). When
+a load would take the versions in memory over `model_memory_budget_mb` (or their count over
+`max_loaded_versions`), the least recently used idle `on_demand` versions are evicted first:
+never one with a request in flight or queued, nor one of a model in a rollout, nor a pinned
+one. A load that cannot fit even then is refused 5030 with the reason, and nothing serving is
+touched. An evicted version's footprint is remembered: its next load is budgeted by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from inferd.engine.version import Version, VersionState
+from inferd.errors import DeadlineExceededError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+NOT_RESIDENT = "on demand: loads on its first request"
+"""The reason an `on_demand` version that is not in memory shows (index, readiness)."""
+
+
+@dataclass(frozen=True)
+class ResidencyFacts:
+    """One version's residency, as the metrics and the status page show it."""
+
+    model: str
+    version: str
+    on_demand: bool
+    resident: bool
+    footprint_bytes: int | None
+    loads: int
+    evictions: int
+    cold_waits: int
+    cold_wait_s: float
+
+
+@dataclass
+class _Record:
+    version: Version
+    last_used: float = 0.0
+    in_use: int = 0
+    loads: int = 0
+    evictions: int = 0
+    cold_waits: int = 0
+    cold_wait_s: float = 0.0
+
+
+Load = Callable[[Version], Awaitable[None]]
+"""Loads a registered version in place (its footprint measured: `Version.footprint_bytes`)."""
+Evict = Callable[[Version], Awaitable[None]]
+"""Drains and closes a version, leaving it registered and not resident."""
+
+
+class Residency:
+    def __init__(
+        self,
+        budget_mb: float,
+        max_versions: int,
+        load: Load,
+        evict: Evict,
+        versions: Callable[[], list[Version]],
+        in_rollout: Callable[[str], bool],
+        pinned_anyway: Callable[[Version], bool] = lambda version: False,
+    ) -> None:
+        """`budget_mb`, `max_versions`: 0 for none; `versions`: every registered version;
+        `pinned_anyway`: an `on_demand` version kept like a pinned one (a zero-shot model's
+        base, which the zero-shot model holds)."""
+        self._budget = int(budget_mb * 2**20)
+        self._max_versions = max_versions
+        self._load = load
+        self._evict = evict
+        self._versions = versions
+        self._in_rollout = in_rollout
+        self._pinned_anyway = pinned_anyway
+        self._records: dict[tuple[str, int], _Record] = {}
+        self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
+
+    def on_demand(self, version: Version) -> bool:
+        return version.config.residency == "on_demand" and not self._pinned_anyway(version)
+
+    def _record(self, version: Version) -> _Record:
+        key = (version.model, version.version)
+        record = self._records.get(key)
+        if record is None or record.version is not version:
+            kept = record
+            record = _Record(version)
+            if kept is not None:  # (the same version registered again: its counts go on)
+                record.loads, record.evictions = kept.loads, kept.evictions
+                record.cold_waits, record.cold_wait_s = kept.cold_waits, kept.cold_wait_s
+            self._records[key] = record
+        return record
+
+    @asynccontextmanager
+    async def hold(self, version: Version, deadline: float | None) -> AsyncIterator[Version]:
+        """`version` in memory for the time of a request: loaded first when it is an
+        `on_demand` version not resident (waiting at most until `deadline`, a loop time),
+        and never evicted while held."""
+        record = self._record(version)
+        record.in_use += 1
+        try:
+            if not version.ready and self.on_demand(version):
+                await self._wait_for_load(version, record, deadline)
+            record.last_used = time.monotonic()
+            yield version
+        finally:
+            record.in_use -= 1
+            record.last_used = time.monotonic()
+
+    def enter(self, version: Version) -> None:
+        """Holds `version` until `leave` (a generation's stream, which outlives its call)."""
+        record = self._record(version)
+        record.in_use += 1
+        record.last_used = time.monotonic()
+
+    def leave(self, version: Version) -> None:
+        record = self._record(version)
+        record.in_use = max(record.in_use - 1, 0)
+        record.last_used = time.monotonic()
+
+    async def _wait_for_load(
+        self, version: Version, record: _Record, deadline: float | None
+    ) -> None:
+        key = (version.model, version.version)
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._load_one(version), name=f"inferd-load-{version.model}-{version.version}"
+            )
+            self._loading[key] = task
+            task.add_done_callback(lambda _: self._loading.pop(key, None))
+        started = time.perf_counter()
+        timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"model '{version.model}' version {version.version} is loading on demand and "
+                "its load outlasted the request's deadline"
+            ) from None
+        finally:
+            record.cold_waits += 1
+            record.cold_wait_s += time.perf_counter() - started
+
+    async def _load_one(self, version: Version) -> None:
+        async with self._lock:
+            if version.ready:
+                return
+            record = self._record(version)
+            await self._make_room(version, version.footprint_bytes or 0)
+            version.state, version.reason = VersionState.LOADING, None
+            await self._load(version)
+            if not version.ready:
+                reason = version.reason or "it did not load"
+                version.state, version.reason = (
+                    VersionState.UNLOADED,
+                    f"its last load failed: {reason}",
+                )
+                raise UnavailableError(
+                    f"model '{version.model}' version {version.version} did not load: {reason}",
+                    retry_after_s=1.0,
+                )
+            record.loads += 1
+            record.last_used = time.monotonic()
+            log.info(
+                "model version loaded on demand",
+                extra={
+                    "model": version.model,
+                    "version": version.version,
+                    "footprint_mb": _mb(version.footprint_bytes),
+                },
+            )
+            # measured now: over the budget (its estimate was short), the next idle ones go
+            await self._make_room(version, 0, loaded=True)
+
+    async def _make_room(self, coming: Version, need: int, loaded: bool = False) -> None:
+        """Evicts least recently used idle `on_demand` versions until `need` more bytes (and,
+        unless `loaded`, one more version) fit; 5030 when they cannot."""
+        while True:
+            resident = [v for v in self._versions() if v.ready and v is not coming]
+            held = sum(v.footprint_bytes or 0 for v in resident)
+            if loaded:
+                held += coming.footprint_bytes or 0
+            count = len(resident) + 1
+            over_bytes = self._budget > 0 and held + need > self._budget
+            over_count = self._max_versions > 0 and count > self._max_versions
+            if not over_bytes and not over_count:
+                return
+            idle = [v for v in resident if self._evictable(v)]
+            if not idle:
+                if loaded:  # (it serves already: the budget is exceeded until one goes idle)
+                    log.warning(
+                        "versions in memory over the budget, none idle to evict",
+                        extra={"held_mb": _mb(held), "budget_mb": _mb(self._budget)},
+                    )
+                    return
+                raise UnavailableError(self._no_room(coming, need, held, count), retry_after_s=1.0)
+            victim = min(idle, key=lambda v: self._record(v).last_used)
+            self._record(victim).evictions += 1
+            log.info(
+                "model version evicted",
+                extra={
+                    "model": victim.model,
+                    "version": victim.version,
+                    "footprint_mb": _mb(victim.footprint_bytes),
+                    "for": f"{coming.model}/{coming.version}",
+                },
+            )
+            await self._evict(victim)
+            victim.reason = NOT_RESIDENT
+
+    def _evictable(self, version: Version) -> bool:
+        record = self._records.get((version.model, version.version))
+        return (
+            self.on_demand(version)
+            and (record is None or record.in_use == 0)
+            and version.queued_items == 0
+            and not self._in_rollout(version.model)
+        )
+
+    def _no_room(self, coming: Version, need: int, held: int, count: int) -> str:
+        name = f"model '{coming.model}' version {coming.version}"
+        if self._max_versions > 0 and count > self._max_versions:
+            return (
+                f"{name} cannot load: {count - 1} versions are in memory (max_loaded_versions "
+                f"{self._max_versions}) and none is idle and on demand; retry later"
+            )
+        return (
+            f"{name} cannot load: it needs about {_mb(need)} MB and the versions in memory "
+            f"hold {_mb(held)} MB of the {_mb(self._budget)} MB budget "
+            "(model_memory_budget_mb), none of it idle and on demand; retry later"
+        )
+
+    def facts(self) -> list[ResidencyFacts]:
+        rows = []
+        for version in self._versions():
+            record = self._records.get((version.model, version.version))
+            rows.append(
+                ResidencyFacts(
+                    version.model,
+                    str(version.version),
+                    self.on_demand(version),
+                    version.ready,
+                    version.footprint_bytes,
+                    record.loads if record else 0,
+                    record.evictions if record else 0,
+                    record.cold_waits if record else 0,
+                    record.cold_wait_s if record else 0.0,
+                )
+            )
+        return rows
+
+
+def _mb(size: int | None) -> float | None:
+    return None if size is None else round(size / 2**20, 1)

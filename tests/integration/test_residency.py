@@ -1,0 +1,251 @@
+"""Many models on one box: on-demand models load on their first request, the least recently
+used idle ones are evicted to stay within the server's count or memory budget, a version in use
+never is, and nothing serving is harmed by a load that cannot fit."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.integration.server import RunningServer, start_server
+from tests.models import _save, affine_model, slow_model, write_config
+
+MODELS = [f"m{i}" for i in range(6)]
+ON_DEMAND = {"max_batch_size": 8, "residency": "on_demand", "runtime": {"intra_op_threads": 1}}
+
+
+def affine_body(value: float = 1.0) -> dict[str, Any]:
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [value] * 4}]}
+
+
+def wide_body() -> dict[str, Any]:
+    x = np.full((1, 512), 0.5, dtype=np.float32).tolist()
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512], "data": x}]}
+
+
+def infer(url: str, model: str, value: float = 1.0) -> httpx.Response:
+    return httpx.post(f"{url}/v2/models/{model}/infer", json=affine_body(value), timeout=60)
+
+
+def metrics(url: str) -> dict[tuple[str, str], float]:
+    """(metric name, model) -> value, for the residency families."""
+    found: dict[tuple[str, str], float] = {}
+    text = httpx.get(url + "/metrics", timeout=10).text
+    for name, model, value in re.findall(
+        r"^(inferd_model_(?:resident|resident_bytes|loads_on_demand_total|evictions_total|"
+        r'cold_waits_total))\{model="([^"]+)",[^}]*\} (\S+)$',
+        text,
+        re.M,
+    ):
+        found[name, model] = float(value)
+    return found
+
+
+def resident(url: str) -> set[str]:
+    return {m for (name, m), v in metrics(url).items() if name == "inferd_model_resident" and v}
+
+
+def per_model(seen: dict[tuple[str, str], float], metric: str) -> dict[str, float]:
+    return {model: value for (name, model), value in seen.items() if name == metric}
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Six on-demand affine models, a slow on-demand one, and a pinned one; at most three
+    versions in memory."""
+    root = tmp_path_factory.mktemp("residency-repo")
+    for name in MODELS:
+        affine_model(root / name / "1" / "model.onnx")
+        write_config(root / name, ON_DEMAND)
+    slow_model(root / "slow" / "1" / "model.onnx", layers=2048, width=512)
+    write_config(
+        root / "slow",
+        {**ON_DEMAND, "max_batch_size": 1, "dynamic_batching": {"max_queue_time_ms": None}},
+    )
+    affine_model(root / "pinned" / "1" / "model.onnx")
+    write_config(root / "pinned", {"max_batch_size": 8})
+    log = tmp_path_factory.mktemp("residency-logs") / "server.log"
+    running = start_server(root, log, "--max-loaded-versions", "3")
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def test_on_demand_models_are_not_loaded_at_start_and_the_server_is_ready(
+    counted: RunningServer,
+) -> None:
+    assert httpx.get(counted.url + "/ready", timeout=5).status_code == 200
+    index = httpx.post(counted.url + "/v2/repository/index", json={}, timeout=5).json()
+    states = {row["name"]: row for row in index}
+    assert states["pinned"]["state"] == "READY"
+    for name in MODELS:
+        assert states[name]["state"] == "UNLOADED", states[name]
+        assert "on demand" in states[name]["reason"]
+    # a client that asks first is told the model can serve
+    ready = httpx.get(f"{counted.url}/v2/models/m0/ready", timeout=5)
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert resident(counted.url) == {"pinned"}
+
+
+def test_the_least_recently_used_idle_model_is_evicted_and_loads_again_when_asked(
+    counted: RunningServer,
+) -> None:
+    url = counted.url
+    for name in ("m0", "m1"):  # the pinned model and these two: three, the limit
+        answer = infer(url, name, 2.0)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [5.0] * 4
+    assert resident(url) == {"pinned", "m0", "m1"}
+    infer(url, "m0")  # m1 is now the least recently used
+    assert infer(url, "m2").status_code == 200
+    assert resident(url) == {"pinned", "m0", "m2"}
+    seen = metrics(url)
+    assert seen["inferd_model_evictions_total", "m1"] == 1
+    assert seen["inferd_model_loads_on_demand_total", "m0"] == 1  # loaded once, kept
+    assert infer(url, "m1").status_code == 200  # back, in place of m0
+    assert resident(url) == {"pinned", "m2", "m1"}
+    assert metrics(url)["inferd_model_loads_on_demand_total", "m1"] == 2
+    log = counted.log()
+    assert "model version evicted" in log and "model version loaded on demand" in log
+
+
+def test_requests_arriving_for_a_cold_model_wait_for_one_load(counted: RunningServer) -> None:
+    url = counted.url
+    before = metrics(url).get(("inferd_model_loads_on_demand_total", "m3"), 0.0)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda v: infer(url, "m3", v), [float(i) for i in range(8)]))
+    assert [a.status_code for a in answers] == [200] * 8
+    assert [a.json()["outputs"][0]["data"][0] for a in answers] == [2 * i + 1 for i in range(8)]
+    seen = metrics(url)
+    assert seen["inferd_model_loads_on_demand_total", "m3"] == before + 1
+    assert seen["inferd_model_cold_waits_total", "m3"] >= 1
+    # metadata a client reads first loads the model too
+    meta = httpx.get(f"{url}/v2/models/m4", timeout=30)
+    assert meta.status_code == 200 and meta.json()["inputs"][0]["name"] == "x"
+
+
+def test_a_model_with_a_request_in_flight_is_never_evicted(counted: RunningServer) -> None:
+    url = counted.url
+    x = np.full((1, 512), 0.5, dtype=np.float32)
+    slow_body = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512], "data": x.tolist()}]
+    }
+    assert httpx.post(f"{url}/v2/models/slow/infer", json=slow_body, timeout=60).status_code == 200
+    stop = threading.Event()
+    slow_codes: list[int] = []
+
+    def keep_slow_busy() -> None:  # a request to it always in flight or queued
+        with httpx.Client(base_url=url, timeout=60) as client:
+            while not stop.is_set():
+                slow_codes.append(client.post("/v2/models/slow/infer", json=slow_body).status_code)
+
+    workers = [threading.Thread(target=keep_slow_busy) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        time.sleep(0.2)
+        others = []
+        for name in ("m0", "m5", "m1", "m2", "m5", "m0"):  # every load needs an eviction
+            others.append(infer(url, name).status_code)
+            assert "slow" in resident(url)
+        assert others == [200] * 6
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert slow_codes and set(slow_codes) == {200}
+    assert metrics(url).get(("inferd_model_evictions_total", "slow"), 0.0) == 0
+
+
+def test_a_load_that_cannot_fit_is_refused_and_what_serves_is_untouched(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "repo"
+    slow_model(root / "busy" / "1" / "model.onnx", layers=4096, width=512)
+    write_config(
+        root / "busy",
+        {**ON_DEMAND, "max_batch_size": 1, "dynamic_batching": {"max_queue_time_ms": None}},
+    )
+    affine_model(root / "cold" / "1" / "model.onnx")
+    write_config(root / "cold", ON_DEMAND)
+    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "1")
+    try:
+        url = running.url
+        body = wide_body()
+        with ThreadPoolExecutor(4) as pool:
+            held = [
+                pool.submit(httpx.post, f"{url}/v2/models/busy/infer", json=body, timeout=60)
+                for _ in range(4)
+            ]
+            time.sleep(0.5)  # busy is loaded and in use
+            refused = infer(url, "cold")
+            codes = [h.result().status_code for h in held]
+        assert codes == [200] * 4
+        assert refused.status_code == 503, refused.text
+        answer = refused.json()
+        assert answer["code"] == 5030 and "max_loaded_versions 1" in answer["error"], answer
+        assert refused.headers.get("retry-after") is not None
+        assert resident(url) == {"busy"}
+        # once busy is idle, cold loads in its place
+        assert infer(url, "cold").status_code == 200
+        assert resident(url) == {"cold"}
+    finally:
+        assert running.stop() == 0, running.log()
+
+
+def big_model(path: Path, megabytes: int) -> Path:
+    """x: FP32 [batch, 4] -> y = x + a row of a zero weight of `megabytes` MB, chosen by an
+    index computed from x (so the runtime cannot fold the weight away): a model whose load
+    takes about that much memory, and y = x."""
+    rows = megabytes * 2**20 // 16
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    weight = numpy_helper.from_array(np.zeros((rows, 4), dtype=np.float32), "w")
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    nodes = [
+        helper.make_node("ReduceMin", ["x"], ["low"], keepdims=0),
+        helper.make_node("Mul", ["low", "zero"], ["nothing"]),
+        helper.make_node("Cast", ["nothing"], ["index"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["w", "index"], ["row"], axis=0),
+        helper.make_node("Add", ["x", "row"], ["y"]),
+    ]
+    return _save(helper.make_graph(nodes, "big", [x], [y], [weight, zero]), path)
+
+
+def test_the_memory_budget_holds_the_measured_footprints_of_what_is_loaded(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "repo"
+    names = [f"big{i}" for i in range(4)]
+    for name in names:
+        big_model(root / name / "1" / "model.onnx", 48)
+        write_config(root / name, ON_DEMAND)
+    budget_mb = 160
+    running = start_server(root, tmp_path / "server.log", "--model-memory-budget-mb", "160")
+    try:
+        url = running.url
+        for name in [*names, *names]:
+            answer = infer(url, name, 3.0)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["outputs"][0]["data"] == [3.0] * 4
+            seen = metrics(url)
+            held = per_model(seen, "inferd_model_resident")
+            footprints = per_model(seen, "inferd_model_resident_bytes")
+            assert held[name] == 1
+            in_memory = sum(footprints[model] for model, on in held.items() if on)
+            assert in_memory <= budget_mb * 2**20, (name, footprints, held)
+        seen = metrics(url)
+        measured = per_model(seen, "inferd_model_resident_bytes")
+        assert len(measured) == 4 and min(measured.values()) >= 40 * 2**20, measured  # ~48 MB
+        assert sum(per_model(seen, "inferd_model_evictions_total").values()) >= 4
+    finally:
+        assert running.stop() == 0, running.log()
