@@ -17,9 +17,9 @@ SLOW_FOLDERS = {"integration", "prep"}
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """The slow folders, when the marker expression deselects slow tests (None: pytest
     decides, as for any other path)."""
-    if collection_path.name in SLOW_FOLDERS and collection_path.parent == TESTS:
-        if not _selects_slow(config.getoption("markexpr") or ""):
-            return True
+    slow_folder = collection_path.name in SLOW_FOLDERS and collection_path.parent == TESTS
+    if slow_folder and not _selects_slow(config.getoption("markexpr") or ""):
+        return True
     return None
 
 

@@ -125,6 +125,11 @@ def test_requests_arriving_for_a_cold_model_wait_for_one_load(counted: RunningSe
         answers = list(pool.map(lambda v: infer(url, "m3", v), [float(i) for i in range(8)]))
     assert [a.status_code for a in answers] == [200] * 8
     assert [a.json()["outputs"][0]["data"][0] for a in answers] == [2 * i + 1 for i in range(8)]
+    # what each waited for the load is in its Server-Timing (at least the first one did)
+    waited = [re.search(r"load;dur=([\d.]+)", a.headers["server-timing"]) for a in answers]
+    assert any(w is not None and float(w.group(1)) > 0 for w in waited), waited
+    warm = infer(url, "m3")
+    assert "load;dur" not in warm.headers["server-timing"]
     seen = metrics(url)
     assert seen["inferd_model_loads_on_demand_total", "m3"] == before + 1
     assert seen["inferd_model_cold_waits_total", "m3"] >= 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, UnavailableError
+from inferd.observability.trace import current_trace
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,10 @@ class Residency:
                 "its load outlasted the request's deadline"
             ) from None
         finally:
+            waited = time.perf_counter() - started
             record.cold_waits += 1
-            record.cold_wait_s += time.perf_counter() - started
+            record.cold_wait_s += waited
+            current_trace().load_s += waited
 
     async def _load_one(self, version: Version) -> None:
         async with self._lock:

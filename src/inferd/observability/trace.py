@@ -26,6 +26,8 @@ class RequestTrace:
     queue_s: float = 0.0
     inference_s: float = 0.0
     postprocess_s: float = 0.0
+    load_s: float = 0.0
+    """Time waited for the version to load (an on-demand one that was not in memory)."""
     batch_size: int = 0
     input_length: int = 0
     """Tokens for texts, elements for tensors."""

@@ -49,9 +49,13 @@ def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
     trace.payload = f"[PAYLOAD, debug logging] {text}{more}"
 
 
-def server_timing(started: float) -> tuple[bytes, bytes]:
-    """The `Server-Timing` header: milliseconds from reading the request to answering it."""
-    return b"server-timing", b"total;dur=%.3f" % ((time.perf_counter() - started) * 1000)
+def server_timing(started: float, load_s: float = 0.0) -> tuple[bytes, bytes]:
+    """The `Server-Timing` header: milliseconds from reading the request to answering it, and
+    of them those it waited for its model to load (`load`, only when it did)."""
+    value = b"total;dur=%.3f" % ((time.perf_counter() - started) * 1000)
+    if load_s > 0:
+        value += b", load;dur=%.3f" % (load_s * 1000)
+    return b"server-timing", value
 
 
 class RequestRecorder:
@@ -127,6 +131,7 @@ class RequestRecorder:
             "inference_ms": round(trace.inference_s * 1000, 3),
             "postprocess_ms": round(trace.postprocess_s * 1000, 3),
             "total_ms": round(total_s * 1000, 3),
+            "load_ms": round(trace.load_s * 1000, 3),
             "batch_size": trace.batch_size,
             "items": trace.items,
             "input_length": trace.input_length,
@@ -174,7 +179,8 @@ class ObserveMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                headers = [*message.get("headers", []), server_timing(trace.started)]
+                timing = server_timing(trace.started, trace.load_s)
+                headers = [*message.get("headers", []), timing]
                 if trace.cache is not None:
                     headers.append((CACHE_HEADER, trace.cache.encode()))
                 message["headers"] = headers
