@@ -63,6 +63,7 @@ class Engine:
             lambda: list(self.registry.all_versions()),
             self._in_rollout,
             self._zero_shot_base,
+            lambda version: self.loader.disk_bytes(version),
         )
         self.loader = Loader(
             self.registry,
@@ -423,6 +424,7 @@ class Engine:
 
     async def close(self) -> None:
         self.admission.accepting = False
+        self.residency.close()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

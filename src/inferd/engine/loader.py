@@ -21,7 +21,7 @@ from inferd.engine.build import BuildContext
 from inferd.engine.generation import GeneratorServable
 from inferd.engine.heap import settle
 from inferd.engine.loading import LoadedModel, load_instances
-from inferd.engine.memory import resident_bytes
+from inferd.engine.memory import release_freed, resident_bytes
 from inferd.engine.registry import Registry
 from inferd.engine.residency import NOT_RESIDENT
 from inferd.engine.servable import Servable
@@ -353,16 +353,25 @@ class Loader:
         async with self._model_locks.setdefault(version.model, asyncio.Lock()):
             if version.ready:
                 return
+            # (no collection here, others serve: inferd.engine.residency settles later)
             await self._load_version(self._registry.entries[version.model], version)
-            if version.ready:
-                settle()
+
+    def disk_bytes(self, version: Version) -> int:
+        """The size of a version's folder (its model file, external weights, tokenizer)."""
+        entry = self._registry.entries.get(version.model)
+        found = [v.path for v in entry.available if v.version == version.version] if entry else []
+        if not found:
+            return 0
+        folder = found[0].parent
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
     async def evict(self, version: Version) -> None:
-        """Drains and closes a version, which stays registered (residency: on demand)."""
+        """Drains and closes a version, which stays registered (residency: on demand); the
+        memory its runtime freed goes back to the system."""
         async with self._model_locks.setdefault(version.model, asyncio.Lock()):
             await version.drain(self._settings.drain_timeout_s)
             await version.close()
-            settle()
+            await asyncio.get_running_loop().run_in_executor(None, release_freed)
 
     async def retire_version(self, name: str, number: int) -> None:
         """Drains and closes one version of a model; the others keep serving."""

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from inferd.engine.heap import settle
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, UnavailableError
 from inferd.observability.trace import current_trace
@@ -28,6 +29,15 @@ from inferd.observability.trace import current_trace
 log = logging.getLogger(__name__)
 
 NOT_RESIDENT = "on demand: loads on its first request"
+UNMEASURED_FACTOR = 2.0
+"""A version never loaded is budgeted at this many times its files' size until its load is
+measured: what loading took here was 1.0-2.3 times the file (the runtime's copy of the weights,
+its arenas, a tokenizer; benchmarks/RESULTS.md, "Many models")."""
+SETTLE_AFTER_S = 30.0
+"""After an on-demand load or eviction, the long-lived heap is collected and frozen again
+(inferd.engine.heap.settle: a pause of the event loop, 70-100 ms with a few models) at most
+this long after, once for all the changes meanwhile: under churn, one pause per this period
+instead of one per change."""
 """The reason an `on_demand` version that is not in memory shows (index, readiness)."""
 
 
@@ -73,10 +83,12 @@ class Residency:
         versions: Callable[[], list[Version]],
         in_rollout: Callable[[str], bool],
         pinned_anyway: Callable[[Version], bool] = lambda version: False,
+        disk_bytes: Callable[[Version], int] = lambda version: 0,
     ) -> None:
         """`budget_mb`, `max_versions`: 0 for none; `versions`: every registered version;
         `pinned_anyway`: an `on_demand` version kept like a pinned one (a zero-shot model's
-        base, which the zero-shot model holds)."""
+        base, which the zero-shot model holds); `disk_bytes`: the size of a version's files,
+        from which a version never loaded is budgeted (`UNMEASURED_FACTOR` times it)."""
         self._budget = int(budget_mb * 2**20)
         self._max_versions = max_versions
         self._load = load
@@ -84,10 +96,12 @@ class Residency:
         self._versions = versions
         self._in_rollout = in_rollout
         self._pinned_anyway = pinned_anyway
+        self._disk_bytes = disk_bytes
         self._records: dict[tuple[str, int], _Record] = {}
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
+        self._settling: asyncio.TimerHandle | None = None
 
     def on_demand(self, version: Version) -> bool:
         return version.config.residency == "on_demand" and not self._pinned_anyway(version)
@@ -162,7 +176,10 @@ class Residency:
             if version.ready:
                 return
             record = self._record(version)
-            await self._make_room(version, version.footprint_bytes or 0)
+            need = version.footprint_bytes
+            if need is None:  # never loaded: from its files (then measured, and made room for)
+                need = int(UNMEASURED_FACTOR * self._disk_bytes(version))
+            await self._make_room(version, need)
             version.state, version.reason = VersionState.LOADING, None
             await self._load(version)
             if not version.ready:
@@ -177,6 +194,7 @@ class Residency:
                 )
             record.loads += 1
             record.last_used = time.monotonic()
+            self._settle_later()
             log.info(
                 "model version loaded on demand",
                 extra={
@@ -211,6 +229,8 @@ class Residency:
                     return
                 raise UnavailableError(self._no_room(coming, need, held, count), retry_after_s=1.0)
             victim = min(idle, key=lambda v: self._record(v).last_used)
+            # out of traffic at once: a request arriving while it closes waits for its reload
+            victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
             self._record(victim).evictions += 1
             log.info(
                 "model version evicted",
@@ -222,7 +242,20 @@ class Residency:
                 },
             )
             await self._evict(victim)
-            victim.reason = NOT_RESIDENT
+            self._settle_later()
+
+    def _settle_later(self) -> None:
+        if self._settling is None:
+            self._settling = asyncio.get_running_loop().call_later(SETTLE_AFTER_S, self._settle)
+
+    def _settle(self) -> None:
+        self._settling = None
+        settle()
+
+    def close(self) -> None:
+        if self._settling is not None:
+            self._settling.cancel()
+            self._settling = None
 
     def _evictable(self, version: Version) -> bool:
         record = self._records.get((version.model, version.version))
