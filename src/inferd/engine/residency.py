@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 NOT_RESIDENT = "on demand: loads on its first request"
 UNMEASURED_FACTOR = 2.0
 """A version never loaded is budgeted at this many times its files' size until its load is
-measured: what loading took here was 1.0-2.3 times the file (the runtime's copy of the weights,
-its arenas, a tokenizer; benchmarks/RESULTS.md, "Many models")."""
+measured (then made room for by what was measured): loads measured here took 1.0 times the file
+(a 100 MB tensor model), 2.0 (a 2 MB one) and 5.0 (the demo's minilm: two instances, each with
+its weights, and a tokenizer; benchmarks/RESULTS.md, "Many models")."""
 SETTLE_AFTER_S = 30.0
 """After an on-demand load or eviction, the long-lived heap is collected and frozen again
 (inferd.engine.heap.settle: a pause of the event loop, 70-100 ms with a few models) at most
