@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -81,6 +82,9 @@ def test_demo_command_builds_a_repository_that_repo_check_passes(tmp_path: Path)
     result = inferd("demo", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert str(out) in result.stdout
+    # the build says what it does as it starts, and its time as it ends
+    assert re.search(r"^demo: the demo repository .* \.\.\.$", result.stderr, re.M)
+    assert re.search(r"^demo: the demo repository .*: \d+\.\d s$", result.stderr, re.M)
     check = inferd("repo", "check", str(out))
     assert check.returncode == 0, check.stdout
     assert "sentiment: zero-shot over 'minilm'" in check.stdout

@@ -89,12 +89,12 @@ PROGRESS_EVERY = 0.05
 
 
 @contextlib.contextmanager
-def _build_phase(name: str) -> Iterator[None]:
-    """One line as a phase of the generator's build starts, one with its time as it ends."""
-    print(f"docgen: {name} ...", file=sys.stderr, flush=True)
+def _build_phase(name: str, who: str = "docgen") -> Iterator[None]:
+    """One line as a phase of a build starts, one with its time as it ends."""
+    print(f"{who}: {name} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
     yield
-    print(f"docgen: {name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    print(f"{who}: {name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -201,7 +201,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
             out = args.out or ServerSettings().demo_repository.expanduser()
             try:
-                built = build_demo(out, force=args.force)
+                with _build_phase("the demo repository (all-MiniLM-L6-v2 and its heads)", "demo"):
+                    built = build_demo(out, force=args.force)
             except DemoUnavailable as exc:
                 print(f"inferd: {exc}", file=sys.stderr)
                 return 2
