@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--generator",
         action="store_true",
         help="also train the demo text generator 'docgen' (a small GPT-2 on stdlib docstrings; "
-        "needs the export extra; about 3 minutes on 2 cores)",
+        "needs the export extra; 2.5-3 minutes on 2 idle cores, nearly all of it training)",
     )
 
     repo = commands.add_parser("repo", help="model repository tools")
