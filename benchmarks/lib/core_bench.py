@@ -6,8 +6,8 @@ at concurrency 1, 8, 32, 64 with one item per request, driven by wrk (one thread
 Reports throughput, p50 and p99, the ratio to raw, and CPU time per item of the server process
 against raw ONNX Runtime's (efficiency). Medians over --repeats runs.
 
-    python benchmarks/core_bench.py            # writes the "core" section of RESULTS.md
-    python benchmarks/core_bench.py --quick    # a short smoke run, nothing written
+    python benchmarks/serving_bench.py core  # writes the "core" section of RESULTS.md
+    python benchmarks/serving_bench.py core --quick  # a short smoke run, nothing written
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def main() -> int:
                 load_runs.append(steps)
             finally:
                 server.stop()
-        command = "python benchmarks/core_bench.py " + " ".join(sys.argv[1:])
+        command = "python benchmarks/serving_bench.py core " + " ".join(sys.argv[1:])
         text = report(
             median_raw(raw_runs),
             median_load(load_runs),
@@ -262,7 +262,3 @@ def main() -> int:
         )
     publish("core", text, args.quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

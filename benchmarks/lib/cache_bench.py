@@ -7,8 +7,8 @@ the demo's own setting) and off (`--no-response-cache`), in alternating rounds; 
 of 32 connections (throughput) and of 1 (latency); and raw in-process ONNX Runtime at its best
 batch size on the same texts, as the ceiling without a cache.
 
-    python benchmarks/cache_bench.py          # writes the "cache" section of RESULTS.md
-    python benchmarks/cache_bench.py --quick
+    python benchmarks/jobs_bench.py cache  # writes the "cache" section of RESULTS.md
+    python benchmarks/jobs_bench.py cache --quick
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def main() -> int:
             f"{med('off', connections, 2):.1f} | {on:.0f} / {med('on', connections, 1):.1f} / "
             f"{med('on', connections, 2):.1f} | {on / off:.2f}x |"
         )
-    command = ("python benchmarks/cache_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/jobs_bench.py cache " + " ".join(sys.argv[1:])).strip()
     lines = [
         "## Response cache: 30% repeated requests, cache on vs off",
         "",
@@ -151,7 +151,3 @@ def main() -> int:
     ]
     publish("cache", "\n".join(lines), args.quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ exactly 128 new tokens each:
   prompts of equal length) through `Generator.generate_next_token`, in this process;
 - inferd: `inferd serve` on each export, 1 and 16 requests kept in flight by a closed loop
   over HTTP (whole answers), tokens counted by the server over a window (as
-  benchmarks/ceiling_bench.py).
+  benchmarks/generate_bench.py ceiling).
 
 Needs the `anchor` extra: pip install -e ".[anchor]"
 """

@@ -9,8 +9,8 @@ KV cache, the draw in the graph), 1 and 16 rows at position 100, blocks of 4 ste
 default `block_steps`); the ways interleaved over 300 rounds (this machine's speed moves
 within seconds), medians, and the median of each round's difference to the bare runtime.
 
-    python benchmarks/block_bench.py            # writes the "block" section of RESULTS.md
-    python benchmarks/block_bench.py --quick
+    python benchmarks/generate_bench.py block  # writes the "block" section of RESULTS.md
+    python benchmarks/generate_bench.py block --quick
 """
 
 from __future__ import annotations
@@ -123,10 +123,11 @@ def main() -> None:
             "",
             f"Machine: {machine_description()}",
             "",
-            f"Command: `python benchmarks/block_bench.py` (the demo generator's shape, in-place "
-            f"KV cache, the draw in the graph; {' and '.join(map(str, ROWS))} rows at position "
-            f"{POSITION}, blocks of {STEPS} steps; the ways interleaved over {rounds} rounds, "
-            "medians; in brackets the median of the rounds' differences to the runtime alone).",
+            "Command: `python benchmarks/generate_bench.py block` (the demo generator's shape, "
+            f"in-place KV cache, the draw in the graph; {' and '.join(map(str, ROWS))} rows at "
+            f"position {POSITION}, blocks of {STEPS} steps; the ways interleaved over {rounds} "
+            "rounds, medians; in brackets the median of the rounds' differences to the runtime "
+            "alone).",
             "",
             f"| way | {heads} |",
             "|---|" + "---|" * len(ROWS),
@@ -134,7 +135,3 @@ def main() -> None:
         ]
     )
     publish("block", text, args.quick)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,8 +10,8 @@ padded to the longest text, as a naive batcher does). CPU time per sequence of t
 tokenizer's own cost is reported. Padding efficiency (real tokens / padded tokens) comes from the
 server's statistics. Medians of --repeats runs.
 
-    python benchmarks/text_bench.py            # writes the "text" section of RESULTS.md
-    python benchmarks/text_bench.py --quick    # a short smoke run, nothing written
+    python benchmarks/serving_bench.py text  # writes the "text" section of RESULTS.md
+    python benchmarks/serving_bench.py text --quick  # a short smoke run, nothing written
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def main() -> int:
                 repo, bodies, concurrencies[-1:], args.load_seconds, False, reference, blind
             )
             served_runs.append(steps)
-        command = ("python benchmarks/text_bench.py " + " ".join(sys.argv[1:])).strip()
+        command = ("python benchmarks/serving_bench.py text " + " ".join(sys.argv[1:])).strip()
         text = report(
             median_rows(raw_runs),
             median_served(served_runs),
@@ -387,7 +387,3 @@ def main() -> int:
         )
     publish("text", text, args.quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

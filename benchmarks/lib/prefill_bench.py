@@ -12,8 +12,8 @@ it, asking for the ranked candidates as the scheduler does; the memory is what t
 resident set grew by in a prefill of the longest prompt (ONNX Runtime's arena keeps what a run
 took).
 
-    python benchmarks/prefill_bench.py            # writes the "prefill" section of RESULTS.md
-    python benchmarks/prefill_bench.py --quick
+    python benchmarks/generate_bench.py prefill  # writes the "prefill" section of RESULTS.md
+    python benchmarks/generate_bench.py prefill --quick
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.context, prompts, args.repeats)))
         return
     rounds, repeats = (2, 5) if args.quick else (args.rounds, 20)
-    command = ("python benchmarks/prefill_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/generate_bench.py prefill " + " ".join(sys.argv[1:])).strip()
     sections = [
         "## A prefill with the last token's logits only",
         "",
@@ -270,5 +270,5 @@ def main() -> None:
     publish("prefill", "\n".join(sections), args.quick)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the worker: `run_worker` runs this file
     main()

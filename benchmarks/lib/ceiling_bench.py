@@ -25,8 +25,8 @@ rows of other lengths than the raw step's 128), and the share spent in prefills 
 prefill's mean time (the rest of the window: HTTP, tokenizing, answering, the loop's own
 Python).
 
-    python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
-    python benchmarks/ceiling_bench.py --quick
+    python benchmarks/generate_bench.py ceiling  # writes the "ceiling" section of RESULTS.md
+    python benchmarks/generate_bench.py ceiling --quick
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def main() -> None:
     rounds, window = (1, 5.0) if args.quick else (args.rounds, args.window)
     cases = [c for key, c in DECODERS.items() if args.decoder in ("both", key)]
     inline = args.inline_step_ms
-    command = ("python benchmarks/ceiling_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/generate_bench.py ceiling " + " ".join(sys.argv[1:])).strip()
     title = "## Generation against the runtime's decode ceiling"
     block = args.block_steps
     if inline is not None:
@@ -181,7 +181,3 @@ def main() -> None:
     if block is not None:
         key += f"-block-{block}"
     publish(key, "\n".join(sections), args.quick)
-
-
-if __name__ == "__main__":
-    main()
