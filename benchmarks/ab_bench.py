@@ -54,7 +54,7 @@ from common import (
 from inferd.bench.workload import Lengths, generate_texts
 from inferd.tools.demo import build_demo
 from overload_bench import lone_latencies, request_bytes
-from text_bench import apply_overrides, make_texts, stats
+from texts import apply_overrides, make_texts, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 LONE_TEXTS = {"2 words": 2, "24 words": 24, "90 words": 90}

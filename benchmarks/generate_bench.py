@@ -318,7 +318,7 @@ def main() -> None:
         results = genai_anchor.run(rounds, window)
         text = "\n".join(
             [
-                "## Text generation: inferd beside onnxruntime-genai",
+                "### Text generation: inferd beside onnxruntime-genai",
                 "",
                 f"Machine: {machine_description()}",
                 "",

@@ -47,7 +47,7 @@ from inferd.jobs.store import QueueBound, ResultBound, finished
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, open_loop, request_bytes, run_loop
 from tests.redis_server import redis_server
-from text_bench import make_texts
+from texts import make_texts
 
 JOB_TEXTS = 4
 
@@ -168,7 +168,7 @@ def redis_memory(args: Any) -> int:
         queued, kept, body, answer = asyncio.run(redis_bytes_per_job(url, jobs))
     command = ("python benchmarks/jobs_bench.py " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Jobs: what Redis holds for each job",
+        "### Jobs: what Redis holds for each job",
         "",
         f"Machine: {machine_description()}.",
         f"{jobs} jobs queued on the Redis store, then each finished (failed, as a job naming "

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, parts_help, publish, run_entry, worktree
 from inferd.tools.demo import build_demo
-from text_bench import make_texts
+from texts import make_texts
 
 PATH = "/predict"
 SLOW_S = 0.02

@@ -101,11 +101,6 @@ SUBJECTS = (
 
 
 PARTS = {
-    "core": (
-        "core_bench",
-        "V2 JSON over HTTP against raw ONNX Runtime at every batch size (a 6-layer encoder)",
-    ),
-    "text": ("text_bench", "/embed (tokenizing, length grouping) against raw ONNX Runtime"),
     "overhead": ("overhead_bench", "what logs and metrics cost: on against off"),
     "soak": ("soak", "memory, throughput and errors over minutes of mixed traffic"),
     "clients": ("client_bench", "what the Python load generator itself costs"),

@@ -32,7 +32,7 @@ from common import Server, machine_description, publish
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, request_bytes, run_loop
 from serving_bench import raw_best
-from text_bench import make_texts
+from texts import make_texts
 
 REPEAT_SHARE = 0.3
 
@@ -130,7 +130,7 @@ def main() -> int:
         )
     command = ("python benchmarks/jobs_bench.py cache " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Response cache: 30% repeated requests, cache on vs off",
+        "### Response cache: 30% repeated requests, cache on vs off",
         "",
         f"Machine: {machine_description()}.",
         f"Workload: /embed on the demo (all-MiniLM-L6-v2), one text of 8-128 tokens a request, "

@@ -110,7 +110,7 @@ def main() -> None:
     ]
     text = "\n".join(
         [
-            "## The load generator's own cost: three Python clients on one server",
+            "### The load generator's own cost: three Python clients on one server",
             "",
             f"Machine: {machine_description()}",
             "",

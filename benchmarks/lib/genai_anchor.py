@@ -212,7 +212,7 @@ def report(results: dict[int, Result], rounds: int, window_s: float) -> str:
     ]
     return "\n".join(
         [
-            "### The anchor: onnxruntime-genai's own loop on the same decoder",
+            "#### The anchor: onnxruntime-genai's own loop on the same decoder",
             "",
             "Command: `python benchmarks/generate_bench.py --anchor` (needs the `anchor` extra). "
             "A random-weight Llama of the demo generator's size (4 layers, hidden 128, "

@@ -257,7 +257,7 @@ def main() -> int:
             server.stop()
     command = ("python benchmarks/overload_bench.py hostile " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Hostile requests: the answer, and /health meanwhile",
+        "### Hostile requests: the answer, and /health meanwhile",
         "",
         f"Machine: {machine_description()}.",
         "Server: `inferd serve` on the demo repository plus a 2-layer GPT-2 generator "
@@ -289,7 +289,7 @@ def main_grpc(quick: bool) -> int:
             server.stop()
     command = ("python benchmarks/overload_bench.py hostile " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Hostile gRPC messages: the answer, and /health meanwhile",
+        "### Hostile gRPC messages: the answer, and /health meanwhile",
         "",
         f"Machine: {machine_description()}.",
         "Server: `inferd serve` on the demo repository with an API key, default "

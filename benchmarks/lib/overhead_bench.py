@@ -109,7 +109,7 @@ def main() -> int:
             rows.append((label, concurrency, median_of(on), median_of(off)))
     command = ("python benchmarks/serving_bench.py overhead " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Observability overhead: logs and metrics on vs off",
+        "### Observability overhead: logs and metrics on vs off",
         "",
         f"Machine: {machine_description()}.",
         f"On: `{' '.join(ON)}` (the defaults); off: `{' '.join(OFF)}`. wrk, 1 thread, closed "

@@ -118,7 +118,7 @@ def main() -> int:
     five_xx = sum(n for status, n in statuses.items() if status >= 500)
     command = ("python benchmarks/serving_bench.py soak " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Soak: mixed traffic, long and short texts alternating",
+        "### Soak: mixed traffic, long and short texts alternating",
         "",
         f"Machine: {machine_description()}.",
         f"Demo repository; {args.concurrency} concurrent Python clients for "
