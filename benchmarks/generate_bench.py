@@ -18,7 +18,8 @@ steps of 16 rows over a 128-token cache, no server, no sampling.
     python benchmarks/generate_bench.py            # writes the "generate" section of RESULTS.md
     python benchmarks/generate_bench.py --quick
     python benchmarks/generate_bench.py --kv-cache inplace
-    python benchmarks/generate_bench.py --anchor  # beside onnxruntime-genai: genai_anchor.py
+    python benchmarks/generate_bench.py --anchor  # beside onnxruntime-genai: lib/genai_anchor.py
+    python benchmarks/generate_bench.py ceiling   # against the decode ceiling; --help: the parts
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ the knee of each server, the lone-text line, and the plots (benchmarks/results/<
 
     python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
     python benchmarks/serving_bench.py --quick
+    python benchmarks/serving_bench.py soak --minutes 5   # a part; --help lists them
 """
 
 from __future__ import annotations
