@@ -38,14 +38,23 @@ import orjson
 import yaml
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, median_of, require_wrk, run_wrk, worktree
+from common import (
+    Server,
+    machine_description,
+    median_of,
+    parts_help,
+    require_wrk,
+    run_entry,
+    run_wrk,
+    worktree,
+)
 from inferd.bench.workload import Lengths, generate_texts
 from inferd.tools.demo import build_demo
 from overload_bench import lone_latencies, request_bytes
-from text_bench import apply_overrides, make_texts, stats
+from texts import apply_overrides, make_texts, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 LONE_TEXTS = {"2 words": 2, "24 words": 24, "90 words": 90}
@@ -57,6 +66,13 @@ class Variant:
     name: str
     ref: str
     overrides: dict[str, object]
+
+
+PARTS = {
+    "heap": ("heap_bench", "two code trees: the garbage collector's pauses under load"),
+    "loop": ("loop_bench", "two code trees: the generation loop in process, no HTTP"),
+    "serve-loop": ("serve_loop_bench", "two code trees: the generation loop served, through HTTP"),
+}
 
 
 def parse_variant(text: str) -> Variant:
@@ -122,7 +138,11 @@ def measure_lone(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=parts_help(PARTS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--variant", action="append", required=True, type=parse_variant)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=4)
@@ -208,4 +228,4 @@ def lone_table(lone: dict[str, list[list[float]]]) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_entry(main, PARTS)

@@ -18,7 +18,8 @@ steps of 16 rows over a 128-token cache, no server, no sampling.
     python benchmarks/generate_bench.py            # writes the "generate" section of RESULTS.md
     python benchmarks/generate_bench.py --quick
     python benchmarks/generate_bench.py --kv-cache inplace
-    python benchmarks/generate_bench.py --anchor  # beside onnxruntime-genai: genai_anchor.py
+    python benchmarks/generate_bench.py --anchor  # beside onnxruntime-genai: lib/genai_anchor.py
+    python benchmarks/generate_bench.py ceiling   # against the decode ceiling; --help: the parts
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ import numpy as np
 import orjson
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, median_of, publish
+from common import Server, machine_description, median_of, parts_help, publish, run_entry
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
@@ -82,6 +83,16 @@ class RoundResult:
     latency_p99_ms: float
     requests: int
     errors: int
+
+
+PARTS = {
+    "ceiling": ("ceiling_bench", "tokens/s against ONNX Runtime's own decode ceiling"),
+    "prefill": (
+        "prefill_bench",
+        "a prefill with the last token's logits only against every position's",
+    ),
+    "block": ("block_bench", "a decode block of steps against a call a step"),
+}
 
 
 def new_tokens(rng: random.Random, mix: str) -> int:
@@ -283,7 +294,11 @@ def run_case(case: Case, quick: bool, layouts: tuple[str, ...]) -> tuple[Results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=parts_help(PARTS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="one short round, RESULTS.md kept")
     parser.add_argument(
         "--anchor",
@@ -304,7 +319,7 @@ def main() -> None:
         results = genai_anchor.run(rounds, window)
         text = "\n".join(
             [
-                "## Text generation: inferd beside onnxruntime-genai",
+                "### Text generation: inferd beside onnxruntime-genai",
                 "",
                 f"Machine: {machine_description()}",
                 "",
@@ -402,4 +417,4 @@ def report(
 
 
 if __name__ == "__main__":
-    main()
+    run_entry(main, PARTS)

@@ -49,6 +49,8 @@ import onnx
 import yaml
 from onnx import TensorProto, helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
 from common import Server, machine_description
 
 CUDA = "CUDAExecutionProvider"

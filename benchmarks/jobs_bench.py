@@ -37,19 +37,24 @@ import orjson
 import redis
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, publish
+from common import Server, machine_description, parts_help, publish, run_entry
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.redis_store import RedisJobStore
 from inferd.jobs.store import QueueBound, ResultBound, finished
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, open_loop, request_bytes, run_loop
 from tests.redis_server import redis_server
-from text_bench import make_texts
+from texts import make_texts
 
 JOB_TEXTS = 4
+
+
+PARTS = {
+    "cache": ("cache_bench", "the response cache on against off, 30% of requests repeated"),
+}
 
 
 def jobs_done(url: str) -> float:
@@ -163,7 +168,7 @@ def redis_memory(args: Any) -> int:
         queued, kept, body, answer = asyncio.run(redis_bytes_per_job(url, jobs))
     command = ("python benchmarks/jobs_bench.py " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Jobs: what Redis holds for each job",
+        "### Jobs: what Redis holds for each job",
         "",
         f"Machine: {machine_description()}.",
         f"{jobs} jobs queued on the Redis store, then each finished (failed, as a job naming "
@@ -181,7 +186,11 @@ def redis_memory(args: Any) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=parts_help(PARTS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
@@ -236,4 +245,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_entry(main, PARTS)

@@ -40,12 +40,12 @@ import orjson
 import yaml
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, publish, worktree
+from common import Server, machine_description, parts_help, publish, run_entry, worktree
 from inferd.tools.demo import build_demo
-from text_bench import make_texts
+from texts import make_texts
 
 PATH = "/predict"
 SLOW_S = 0.02
@@ -113,6 +113,14 @@ class Tally:
         while self.outstanding > 0 and (left := deadline - time.perf_counter()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.quiet.wait(), left)
+
+
+PARTS = {
+    "hostile": (
+        "hostile_bench",
+        "hostile requests (--grpc: messages): the answer, and /health meanwhile",
+    ),
+}
 
 
 def request_bytes(host: str, body: bytes, path: str = PATH) -> bytes:
@@ -358,7 +366,11 @@ def queue_time_words(ms: float | None) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=parts_help(PARTS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--factor", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=1536)
@@ -428,4 +440,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_entry(main, PARTS)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
 from common import Server, machine_description, publish
 from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, build_workload

@@ -50,7 +50,7 @@ import orjson
 import yaml
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
@@ -59,7 +59,7 @@ from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, open_loop, request_bytes, run_loop
 from tests.models import lookup_model, slow_model, write_config
-from text_bench import make_texts
+from texts import make_texts
 
 ADMIN_KEY = "rollout-bench"
 
@@ -560,7 +560,7 @@ def judge_main(args: argparse.Namespace) -> int:
             rows += end_to_end(tmp, keys, args.end_to_end, models)
     command = ("python benchmarks/rollout_bench.py " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Rollouts: the judge on samples recorded from the server, and end to end",
+        "### Rollouts: the judge on samples recorded from the server, and end to end",
         "",
         f"Machine: {machine_description()}.",
         "Recorded samples: benchmarks/results/rollout-samples.json (server latency from "

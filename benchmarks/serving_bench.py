@@ -1,5 +1,5 @@
 """inferd against the limit (raw in-process ONNX Runtime) and against the common tutorial
-baseline (a FastAPI app, one request one run: benchmarks/naive_server.py), driven by
+baseline (a FastAPI app, one request one run: benchmarks/lib/naive_server.py), driven by
 `inferd bench`'s own sweep, on two models:
 
 - the demo model (all-MiniLM-L6-v2, 6 layers, hidden 384), one text a request, texts of
@@ -25,6 +25,7 @@ the knee of each server, the lone-text line, and the plots (benchmarks/results/<
 
     python benchmarks/serving_bench.py            # writes the "serving" section of RESULTS.md
     python benchmarks/serving_bench.py --quick
+    python benchmarks/serving_bench.py soak --minutes 5   # a part; --help lists them
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ import yaml
 from rich.console import Console
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import ROOT, Server, machine_description, publish
+from common import ROOT, Server, machine_description, parts_help, publish, run_entry
 from inferd.bench.knee import Knee, find_knee
 from inferd.bench.load import closed_loop
 from inferd.bench.report import write_report
@@ -98,6 +99,17 @@ SUBJECTS = (
         128,
     ),
 )
+
+
+PARTS = {
+    "overhead": ("overhead_bench", "what logs and metrics cost: on against off"),
+    "soak": ("soak", "memory, throughput and errors over minutes of mixed traffic"),
+    "clients": ("client_bench", "what the Python load generator itself costs"),
+    "residency": (
+        "residency_bench",
+        "many models on one box: on-demand loads and evictions under a memory budget",
+    ),
+}
 
 
 def build_repo(root: Path) -> Path:
@@ -200,7 +212,7 @@ def lone_rounds(raw: RawLone, urls: dict[str, str], workload: Workload) -> Lone:
     """`LONE_ROUNDS` rounds of: raw ONNX Runtime's median over `LONE_CALLS` calls, then each
     server's p50 over as many requests at concurrency 1 with `inferd bench`'s client
     (aiohttp), and over `LONE_LEAN_S` with the lean one (raw asyncio HTTP/1.1 on uvloop, as
-    benchmarks/steady.py drives generation: a fraction of any general client's CPU a request,
+    benchmarks/lib/steady.py drives generation: a fraction of any general client's CPU a request,
     so the p50 is the server's more than the client's)."""
     lean = {  # each server's requests: the texts of the raw calls, in turn
         url: [
@@ -232,7 +244,7 @@ class Naive:
         self.process = subprocess.Popen(
             [
                 sys.executable,
-                str(ROOT / "benchmarks" / "naive_server.py"),
+                str(ROOT / "benchmarks" / "lib" / "naive_server.py"),
                 "--model",
                 str(model),
                 "--tokenizer",
@@ -409,7 +421,11 @@ def table(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=parts_help(PARTS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="short steps, RESULTS.md kept")
     args = parser.parse_args()
     settings = SweepSettings(
@@ -445,4 +461,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_entry(main, PARTS)

@@ -31,6 +31,8 @@ import orjson
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
 from common import Server, machine_description, publish
 
 BIG = 262_144

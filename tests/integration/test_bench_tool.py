@@ -257,7 +257,7 @@ def test_the_locust_file_runs(server: RunningServer, tmp_path: Path) -> None:
             "-m",
             "locust",
             "-f",
-            str(ROOT / "benchmarks" / "locustfile.py"),
+            str(ROOT / "benchmarks" / "lib" / "locustfile.py"),
             "--headless",
             "-u",
             "4",

@@ -135,7 +135,7 @@ def test_a_64_mib_message_is_refused_without_a_key_and_bounded_with_one(
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith("[4005]") and "grpc_max_message_fields" in details
     # the loop was never held for long (before: 9 s for 10 MB without a key); the figure
-    # itself is measured in benchmarks/hostile_bench.py --grpc
+    # itself is measured in benchmarks/overload_bench.py hostile --grpc
     assert max(probes) < 1.0, max(probes)
 
 

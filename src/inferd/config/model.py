@@ -170,7 +170,8 @@ class RuntimeOptions(_Strict):
         description="With allow_spinning: the threads spin while a run lasts and stop when it "
         "returns (ONNX Runtime's session.force_spinning_stop): no core burnt between runs, "
         "for machines shared with other work. It costs latency: the next run wakes them "
-        "(a lone short text 0.2-0.7 ms slower on the solo instance: benchmarks/RESULTS.md).",
+        "(a lone short text 0.2-0.7 ms slower on the solo instance: benchmarks/ab_bench.py "
+        "--lone).",
     )
     device_id: int | None = Field(
         None,

@@ -5,7 +5,7 @@ of the oldest generation scans every one of them. Most of a server's heap is mad
 lives as long as the process or its models: the web framework, the runtime's bindings, the
 tokenizers, configurations and metrics (about 100k objects with the demo model). A collection
 of all of it paused the event loop, and every answer waiting on it, for 71-85 ms about every
-2,000 requests (the demo model, one request at a time: benchmarks/heap_bench.py). `settle`
+2,000 requests (the demo model, one request at a time: benchmarks/ab_bench.py heap). `settle`
 collects once and freezes what is then alive (`gc.freeze`): later collections scan only what
 was made after it. It runs when start-up loading ends and after each change to what is
 loaded, unfreezing first, so that what an unloaded model leaves in cycles is collected then.

@@ -255,7 +255,7 @@ class Scheduler:
                     # queued before it, would start the next steps first; so it joins at the
                     # next step, not one step or block later (the demo decoder at 16 in
                     # flight: 0.6 more rows a step, a request's time outside the batch
-                    # 21 -> 9 ms: benchmarks/RESULTS.md)
+                    # 21 -> 9 ms: benchmarks/ab_bench.py serve-loop)
                     await asyncio.sleep(0)
 
     def _room(self) -> bool:

@@ -304,7 +304,7 @@ class OnnxSession:
         before to the same memory, shape and type is not bound again: ONNX Runtime reads the
         bound memory at each run, so what was written there in place since is what it
         reads, and binding again costs more than the binding's own work (a decode block of 4
-        steps 20-60 us more here: benchmarks/block_bench.py)."""
+        steps 20-60 us more here: benchmarks/generate_bench.py block)."""
         shared = sorted(set(into.values()))
         key = self._key(feeds, shared, returned, into)
         kept = self._bindings.pop(key, None)

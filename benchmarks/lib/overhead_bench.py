@@ -5,8 +5,8 @@ alternation (on, off, on, off, ...) so the machine's drift hits both alike, on t
 /embed (realistic) and on a tiny model where per-request work dominates (the worst case).
 Reports medians and the cost in percent.
 
-    python benchmarks/overhead_bench.py            # writes the "overhead" section of RESULTS.md
-    python benchmarks/overhead_bench.py --quick
+    python benchmarks/serving_bench.py overhead  # writes the "overhead" section of RESULTS.md
+    python benchmarks/serving_bench.py overhead --quick
 """
 
 from __future__ import annotations
@@ -107,9 +107,9 @@ def main() -> int:
                 off.append(measure(repo, path, bodies, OFF, args.seconds, concurrency))
                 print(f"{label} round {r + 1}: on {on[-1]:.1f} req/s, off {off[-1]:.1f} req/s")
             rows.append((label, concurrency, median_of(on), median_of(off)))
-    command = ("python benchmarks/overhead_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/serving_bench.py overhead " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Observability overhead: logs and metrics on vs off",
+        "### Observability overhead: logs and metrics on vs off",
         "",
         f"Machine: {machine_description()}.",
         f"On: `{' '.join(ON)}` (the defaults); off: `{' '.join(OFF)}`. wrk, 1 thread, closed "
@@ -129,7 +129,3 @@ def main() -> int:
     text = "\n".join(lines)
     publish("overhead", text, args.quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,8 +9,8 @@ most the loaded versions held (`inferd_model_resident_bytes` of those resident, 
 100 ms) against the budget, and the process's resident memory over what it held with nothing
 loaded.
 
-    python benchmarks/residency_bench.py            # writes the "residency" section of RESULTS.md
-    python benchmarks/residency_bench.py --quick
+    python benchmarks/serving_bench.py residency          # its section of RESULTS.md
+    python benchmarks/serving_bench.py residency --quick
 """
 
 from __future__ import annotations
@@ -322,10 +322,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="inferd-residency-") as tmp:
         runs, footprint, budget_mb = many_models(Path(tmp) / "many", args.seconds)
         colds = cold_starts(Path(tmp), args.rounds)
-    command = ("python benchmarks/residency_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/serving_bench.py residency " + " ".join(sys.argv[1:])).strip()
     fit_uniform, fit_zipf, budget_uniform, budget_zipf = runs
     lines = [
-        f"## Many models: {MODELS} on-demand models, a budget for {FITS}",
+        f"### Many models: {MODELS} on-demand models, a budget for {FITS}",
         "",
         f"Machine: {machine_description()}.",
         f"Server: `inferd serve` on {MODELS} tensor models (`residency: on_demand`, a 256x2048 "
@@ -345,19 +345,16 @@ def main() -> int:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *(summary(run) for run in runs),
         "",
-        f"Hot p99 with evictions against all fitting: uniform "
+        "Hot p99 with evictions against all fitting: uniform "
         f"{percentile(budget_uniform.hot_ms, 99) / percentile(fit_uniform.hot_ms, 99):.2f}x, "
-        f"Zipf {percentile(budget_zipf.hot_ms, 99) / percentile(fit_zipf.hot_ms, 99):.2f}x.",
-        "",
-        "Cold starts (every request to the other of two copies, `--max-loaded-versions 1`):",
-        "",
-        "| model | starts | p50 ms | max ms | footprint MB |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        *(
-            f"| {label} | {len(took)} | {statistics.median(took):.0f} | {max(took):.0f} | "
-            f"{held / 2**20:.0f} |"
+        f"Zipf {percentile(budget_zipf.hot_ms, 99) / percentile(fit_zipf.hot_ms, 99):.2f}x. "
+        "Cold starts (every request to the other of two copies, `--max-loaded-versions 1`): "
+        + "; ".join(
+            f"{label}: p50 {statistics.median(took):.0f} ms, max {max(took):.0f} ms over "
+            f"{len(took)}, footprint {held / 2**20:.0f} MB"
             for label, took, held in colds
-        ),
+        )
+        + ".",
     ]
     publish("residency", "\n".join(lines), args.quick)
     return 0

@@ -9,8 +9,8 @@ KV cache, the draw in the graph), 1 and 16 rows at position 100, blocks of 4 ste
 default `block_steps`); the ways interleaved over 300 rounds (this machine's speed moves
 within seconds), medians, and the median of each round's difference to the bare runtime.
 
-    python benchmarks/block_bench.py            # writes the "block" section of RESULTS.md
-    python benchmarks/block_bench.py --quick
+    python benchmarks/generate_bench.py block  # an experiment: printed, not in RESULTS.md
+    python benchmarks/generate_bench.py block --quick
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import machine_description, publish
+from common import machine_description
 from generate_bench import CASES, MODEL, build_repo
 from inferd.engine.loading import load_instances
 from inferd.generation.decoder import NEXT_IDS, TOKENS
@@ -106,7 +106,7 @@ def measure(rows: int, rounds: int) -> dict[str, tuple[float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="30 rounds, RESULTS.md kept")
+    parser.add_argument("--quick", action="store_true", help="30 rounds")
     args = parser.parse_args()
     rounds = 30 if args.quick else 300
     measured = {rows: measure(rows, rounds) for rows in ROWS}
@@ -119,22 +119,19 @@ def main() -> None:
     heads = " | ".join(f"{r} row{'s' if r > 1 else ''}: us a step (vs alone)" for r in ROWS)
     text = "\n".join(
         [
-            "## A decode step in a block against a call a step",
+            "### A decode step in a block against a call a step",
             "",
             f"Machine: {machine_description()}",
             "",
-            f"Command: `python benchmarks/block_bench.py` (the demo generator's shape, in-place "
-            f"KV cache, the draw in the graph; {' and '.join(map(str, ROWS))} rows at position "
-            f"{POSITION}, blocks of {STEPS} steps; the ways interleaved over {rounds} rounds, "
-            "medians; in brackets the median of the rounds' differences to the runtime alone).",
+            "Command: `python benchmarks/generate_bench.py block` (the demo generator's shape, "
+            f"in-place KV cache, the draw in the graph; {' and '.join(map(str, ROWS))} rows at "
+            f"position {POSITION}, blocks of {STEPS} steps; the ways interleaved over {rounds} "
+            "rounds, medians; in brackets the median of the rounds' differences to the runtime "
+            "alone).",
             "",
             f"| way | {heads} |",
             "|---|" + "---|" * len(ROWS),
             *lines,
         ]
     )
-    publish("block", text, args.quick)
-
-
-if __name__ == "__main__":
-    main()
+    print(text)

@@ -7,8 +7,8 @@ reach). Reported: each client's p50 and the client process's CPU a request (user
 getrusage), medians of the rounds. The server is the same for all three, so the differences
 are the clients'.
 
-    python benchmarks/client_bench.py            # writes the "client" section of RESULTS.md
-    python benchmarks/client_bench.py --quick
+    python benchmarks/serving_bench.py clients  # writes the "client" section of RESULTS.md
+    python benchmarks/serving_bench.py clients --quick
 """
 
 from __future__ import annotations
@@ -110,12 +110,12 @@ def main() -> None:
     ]
     text = "\n".join(
         [
-            "## The load generator's own cost: three Python clients on one server",
+            "### The load generator's own cost: three Python clients on one server",
             "",
             f"Machine: {machine_description()}",
             "",
-            "Command: `python benchmarks/client_bench.py` (the demo model's `/embed`, one short "
-            f"text a request, concurrency 1; {rounds} rounds, the clients in turn, "
+            "Command: `python benchmarks/serving_bench.py clients` (the demo model's `/embed`, one "
+            f"short text a request, concurrency 1; {rounds} rounds, the clients in turn, "
             f"{requests} requests (the lean client {seconds:g} s) each a round; medians of the "
             "rounds; the client's CPU is its process's user + system time over its requests).",
             "",
@@ -125,7 +125,3 @@ def main() -> None:
         ]
     )
     publish("client", text, args.quick)
-
-
-if __name__ == "__main__":
-    main()

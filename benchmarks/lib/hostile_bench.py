@@ -3,9 +3,9 @@ a liveness probe asks `/health` every 20 ms: each attack's answer and time, and 
 slowest answer meanwhile (a Kubernetes liveness probe typically allows 1 s; the goal here is
 under 100 ms).
 
-    python benchmarks/hostile_bench.py     # writes the "hostile" section of RESULTS.md
-    python benchmarks/hostile_bench.py --quick
-    python benchmarks/hostile_bench.py --grpc   # the "hostile-grpc" section: 64 MiB messages
+    python benchmarks/overload_bench.py hostile  # writes the "hostile" section of RESULTS.md
+    python benchmarks/overload_bench.py hostile --quick
+    python benchmarks/overload_bench.py hostile --grpc  # "hostile-grpc": 64 MiB messages
 """
 
 from __future__ import annotations
@@ -255,9 +255,9 @@ def main() -> int:
             rows += attack_rows(server.url, attacks(server.url))
         finally:
             server.stop()
-    command = ("python benchmarks/hostile_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/overload_bench.py hostile " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Hostile requests: the answer, and /health meanwhile",
+        "### Hostile requests: the answer, and /health meanwhile",
         "",
         f"Machine: {machine_description()}.",
         "Server: `inferd serve` on the demo repository plus a 2-layer GPT-2 generator "
@@ -287,9 +287,9 @@ def main_grpc(quick: bool) -> int:
             rows += attack_rows(server.url, grpc_attacks(server.grpc_target))
         finally:
             server.stop()
-    command = ("python benchmarks/hostile_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/overload_bench.py hostile " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Hostile gRPC messages: the answer, and /health meanwhile",
+        "### Hostile gRPC messages: the answer, and /health meanwhile",
         "",
         f"Machine: {machine_description()}.",
         "Server: `inferd serve` on the demo repository with an API key, default "
@@ -305,7 +305,3 @@ def main_grpc(quick: bool) -> int:
     ]
     publish("hostile-grpc", "\n".join(lines), quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,8 +12,8 @@ it, asking for the ranked candidates as the scheduler does; the memory is what t
 resident set grew by in a prefill of the longest prompt (ONNX Runtime's arena keeps what a run
 took).
 
-    python benchmarks/prefill_bench.py            # writes the "prefill" section of RESULTS.md
-    python benchmarks/prefill_bench.py --quick
+    python benchmarks/generate_bench.py prefill  # an experiment: printed, not in RESULTS.md
+    python benchmarks/generate_bench.py prefill --quick
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import machine_description, median_of, publish
+from common import machine_description, median_of
 
 ROWS = 16
 DECODE_AT = 100
@@ -202,7 +202,7 @@ def report(shape: Shape, rounds: list[dict[str, dict[str, object]]]) -> str:
         return median_of([read(r[way]) for r in rounds])  # type: ignore[operator]
 
     lines = [
-        f"### {shape.name}",
+        f"#### {shape.name}",
         "",
         f"{len(rounds)} rounds; a prefill is one prompt, the decode step {ROWS} rows at "
         f"position {DECODE_AT}.",
@@ -231,7 +231,7 @@ def report(shape: Shape, rounds: list[dict[str, dict[str, object]]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two short rounds, RESULTS.md kept")
+    parser.add_argument("--quick", action="store_true", help="two short rounds")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--context", type=int, help=argparse.SUPPRESS)
@@ -243,9 +243,9 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.context, prompts, args.repeats)))
         return
     rounds, repeats = (2, 5) if args.quick else (args.rounds, 20)
-    command = ("python benchmarks/prefill_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/generate_bench.py prefill " + " ".join(sys.argv[1:])).strip()
     sections = [
-        "## A prefill with the last token's logits only",
+        "### A prefill with the last token's logits only",
         "",
         f"Machine: {machine_description()}",
         "",
@@ -267,8 +267,8 @@ def main() -> None:
                 results.append({way: measured[way] for way in paths})
                 print(shape.vocab, k, results[-1], flush=True)
             sections += ["", report(shape, results)]
-    publish("prefill", "\n".join(sections), args.quick)
+    print("\n".join(sections))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the worker: `run_worker` runs this file
     main()

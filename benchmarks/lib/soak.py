@@ -3,8 +3,8 @@ requests mixed in; resident memory over time and its slope, errors by code, thro
 
 Target: no growth in resident memory after warm-up (slope within noise) and zero 5xx.
 
-    python benchmarks/soak.py --minutes 5          # writes the "soak" section of RESULTS.md
-    python benchmarks/soak.py --minutes 1 --quick
+    python benchmarks/serving_bench.py soak --minutes 5  # writes the "soak" section of RESULTS.md
+    python benchmarks/serving_bench.py soak --minutes 1 --quick
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def main() -> int:
     codes = result["codes"]
     assert isinstance(statuses, Counter) and isinstance(codes, Counter)
     five_xx = sum(n for status, n in statuses.items() if status >= 500)
-    command = ("python benchmarks/soak.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/serving_bench.py soak " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Soak: mixed traffic, long and short texts alternating",
+        "### Soak: mixed traffic, long and short texts alternating",
         "",
         f"Machine: {machine_description()}.",
         f"Demo repository; {args.concurrency} concurrent Python clients for "
@@ -147,7 +147,3 @@ def main() -> int:
     if not args.quick:
         update_results_section("soak", text)
     return 0 if five_xx == 0 else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

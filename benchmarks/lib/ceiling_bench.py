@@ -25,8 +25,8 @@ rows of other lengths than the raw step's 128), and the share spent in prefills 
 prefill's mean time (the rest of the window: HTTP, tokenizing, answering, the loop's own
 Python).
 
-    python benchmarks/ceiling_bench.py            # writes the "ceiling" section of RESULTS.md
-    python benchmarks/ceiling_bench.py --quick
+    python benchmarks/generate_bench.py ceiling  # writes the "ceiling" section of RESULTS.md
+    python benchmarks/generate_bench.py ceiling --quick
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def report(case: Case, results: list[Round], window_s: float) -> str:
         )
     return "\n".join(
         [
-            f"### {case.name}",
+            f"#### {case.name}",
             "",
             f"{len(results)} rounds, {window_s:.0f} s windows; raw ceiling (median) "
             f"{ceiling:.0f} tokens/s, a raw step of 16 rows {step:.2f} ms.",
@@ -139,21 +139,21 @@ def main() -> None:
         type=float,
         default=None,
         help="generation.inline_step_ms for the server (default: the setting's default); "
-        "its own RESULTS.md section",
+        "printed, RESULTS.md kept",
     )
     parser.add_argument(
         "--block-steps",
         type=int,
         default=None,
-        help="generation.block_steps for the server (default: the setting's default); its own "
-        "RESULTS.md section",
+        help="generation.block_steps for the server (default: the setting's default); "
+        "printed, RESULTS.md kept",
     )
     args = parser.parse_args()
     rounds, window = (1, 5.0) if args.quick else (args.rounds, args.window)
     cases = [c for key, c in DECODERS.items() if args.decoder in ("both", key)]
     inline = args.inline_step_ms
-    command = ("python benchmarks/ceiling_bench.py " + " ".join(sys.argv[1:])).strip()
-    title = "## Generation against the runtime's decode ceiling"
+    command = ("python benchmarks/generate_bench.py ceiling " + " ".join(sys.argv[1:])).strip()
+    title = "### Generation against the runtime's decode ceiling"
     block = args.block_steps
     if inline is not None:
         title += f", steps inline under {inline:g} ms"
@@ -175,13 +175,5 @@ def main() -> None:
     ]
     for case in cases:
         sections += ["", report(case, run_case(case, rounds, window, inline, block), window)]
-    key = "ceiling"
-    if inline is not None:
-        key += f"-inline-{inline:g}ms"
-    if block is not None:
-        key += f"-block-{block}"
-    publish(key, "\n".join(sections), args.quick)
-
-
-if __name__ == "__main__":
-    main()
+    # RESULTS.md holds the defaults' figures: a variant's are printed only
+    publish("ceiling", "\n".join(sections), args.quick or inline is not None or block is not None)

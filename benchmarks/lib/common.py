@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmark scripts: machine description, raw ONNX Runtime, wrk, server.
+"""Shared pieces of the benchmark scripts: machine description, raw ONNX Runtime, wrk, server,
+the parts an entry point runs.
 
 Benchmarks measure; they never assert. Every figure is taken in one run, side by side with raw
 in-process ONNX Runtime on the same machine, and written with the command that produced it.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import re
 import resource
@@ -24,12 +26,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from inferd.bench.machine import describe
 from inferd.bench.server import start_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -237,3 +239,22 @@ def publish(key: str, text: str, quick: bool) -> None:
     print(text)
     if not quick:
         update_results_section(key, text)
+
+
+def parts_help(parts: Mapping[str, tuple[str, str]]) -> str:
+    """The epilog of an entry point's --help: the parts it runs besides its own benchmark."""
+    width = max(len(name) for name in parts)
+    lines = [f"  {name:<{width}}  {question}" for name, (_, question) in parts.items()]
+    return "parts (PART --help for each one's options):\n" + "\n".join(lines)
+
+
+def run_entry(main: Callable[[], object], parts: Mapping[str, tuple[str, str]]) -> None:
+    """`python benchmarks/ENTRY.py PART [options]` runs PART, a module of benchmarks/lib with
+    its own options and its own section of RESULTS.md (`parts` maps each name to its module and
+    the question it answers); without a PART, ENTRY's own benchmark (`main`)."""
+    if len(sys.argv) > 1 and sys.argv[1] in parts:
+        name = sys.argv[1]
+        module = importlib.import_module(parts[name][0])
+        sys.argv = [f"{Path(sys.argv[0]).name} {name}", *sys.argv[2:]]
+        raise SystemExit(module.main())
+    raise SystemExit(main())

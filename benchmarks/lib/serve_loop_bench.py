@@ -1,29 +1,29 @@
 """Generation served over HTTP, A/B between two code trees, interleaved in one run.
 
-benchmarks/loop_bench.py measures the step loop in process; what happens between the event
-loop's sockets and the scheduler (a request read while a step holds the loop, an answer
-written after it) needs the server and a client. Here both trees serve the same decoder of
-benchmarks/ceiling_bench.py (GPT-2 architecture, random weights, in-place KV cache, continuous
-batching) at once, each its own `inferd serve` with its tree's `src` first on PYTHONPATH, and
-the rounds alternate between them (the order turned each round: this machine's speed moves
-within minutes). A round is ceiling_bench's closed loop (`--in-flight` requests without end,
-prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k 50, the raw
-asyncio client) for `--seconds` after a warm-up, read from the server's own counters:
+`benchmarks/ab_bench.py loop` measures the step loop in process; what happens between the event
+loop's sockets and the scheduler (a request read while a step holds the loop, an answer written
+after it) needs the server and a client. Here both trees serve the same decoder of
+`benchmarks/generate_bench.py ceiling` (GPT-2 architecture, random weights, in-place KV cache,
+continuous batching) at once, each its own `inferd serve` with its tree's `src` first on
+PYTHONPATH, and the rounds alternate between them (the order turned each round: this machine's
+speed moves within minutes). A round is ceiling_bench's closed loop (`--in-flight` requests
+without end, prompts 8-64 tokens, max_new_tokens uniform over 8-256, temperature 0.8, top-k 50,
+the raw asyncio client) for `--seconds` after a warm-up, read from the server's own counters:
 tokens/s, a decode step's mean rows and time, the window's share in decode steps, and a
 request's time outside the decode batch: by Little's law, the requests in flight less the rows
 a step, over the requests a second (reading, tokenizing, waiting for a row, the prefill, the
 answer and the client's turn).
 
 Reported: each tree's medians over the rounds, and the median of the rounds' tokens/s ratios.
-Rows a step, and the time outside the batch, move little with the machine's speed, so they
-show a change in how soon newcomers join where tokens/s swings with the runtime's step. (On
-a CPU a 16-row step's rows cost nearly all of it, 33 us a row of the demo decoder's 654 us by
-benchmarks/block_bench.py's 1- and 16-row steps, so a few tenths of a row more a step are a
-percent or two of tokens/s at most; on a GPU, where a step's time hardly grows with its rows,
-they are the share of rows gained.)
+Rows a step, and the time outside the batch, move little with the machine's speed, so they show
+a change in how soon newcomers join where tokens/s swings with the runtime's step. (On a CPU a
+16-row step's rows cost nearly all of it, 33 us a row of the demo decoder's 654 us by
+`benchmarks/generate_bench.py block`'s 1- and 16-row steps, so a few tenths of a row more a
+step are a percent or two of tokens/s at most; on a GPU, where a step's time hardly grows with
+its rows, they are the share of rows gained.)
 
-    python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD
-    python benchmarks/serve_loop_bench.py --variant before=HEAD~1 --variant after=HEAD \
+    python benchmarks/ab_bench.py serve-loop --variant before=HEAD~1 --variant after=HEAD
+    python benchmarks/ab_bench.py serve-loop --variant before=HEAD~1 --variant after=HEAD \
         --decoder 21m --in-flight 16 --rounds 4 --seconds 8
 """
 
@@ -96,7 +96,7 @@ def main() -> int:
     pairs = zip(results[first], results[second], strict=True)
     ratio = [b.tokens_per_s / a.tokens_per_s for a, b in pairs]
     print(f"\nMachine: {machine_description()}")
-    print(f"Command: python benchmarks/serve_loop_bench.py {' '.join(sys.argv[1:])}\n")
+    print(f"Command: python benchmarks/ab_bench.py serve-loop {' '.join(sys.argv[1:])}\n")
     print(f"{case.name}, {args.in_flight} requests in flight\n")
     print(
         "| variant | tokens/s | rows a step | decode step ms | time in decode steps "
@@ -115,7 +115,3 @@ def main() -> int:
         )
     print("\n" + ratio_line(first, second, ratio, "tokens a second"))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

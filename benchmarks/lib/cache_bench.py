@@ -7,8 +7,8 @@ the demo's own setting) and off (`--no-response-cache`), in alternating rounds; 
 of 32 connections (throughput) and of 1 (latency); and raw in-process ONNX Runtime at its best
 batch size on the same texts, as the ceiling without a cache.
 
-    python benchmarks/cache_bench.py          # writes the "cache" section of RESULTS.md
-    python benchmarks/cache_bench.py --quick
+    python benchmarks/jobs_bench.py cache  # writes the "cache" section of RESULTS.md
+    python benchmarks/jobs_bench.py cache --quick
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from common import Server, machine_description, publish
 from inferd.tools.demo import build_demo
 from overload_bench import closed_loop, request_bytes, run_loop
 from serving_bench import raw_best
-from text_bench import make_texts
+from texts import make_texts
 
 REPEAT_SHARE = 0.3
 
@@ -128,9 +128,9 @@ def main() -> int:
             f"{med('off', connections, 2):.1f} | {on:.0f} / {med('on', connections, 1):.1f} / "
             f"{med('on', connections, 2):.1f} | {on / off:.2f}x |"
         )
-    command = ("python benchmarks/cache_bench.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/jobs_bench.py cache " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "## Response cache: 30% repeated requests, cache on vs off",
+        "### Response cache: 30% repeated requests, cache on vs off",
         "",
         f"Machine: {machine_description()}.",
         f"Workload: /embed on the demo (all-MiniLM-L6-v2), one text of 8-128 tokens a request, "
@@ -151,7 +151,3 @@ def main() -> int:
     ]
     publish("cache", "\n".join(lines), args.quick)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,7 @@ wall time less the time in ONNX Runtime's run calls) a row stepped, which the ru
 speed, swinging with the machine, moves far less than the rows a second. Reported: each
 tree's medians over the rounds, and the median of the rounds' ratios.
 
-    python benchmarks/loop_bench.py --variant before=HEAD~1 --variant after=HEAD --in-flight 1
+    python benchmarks/ab_bench.py loop --variant before=HEAD~1 --variant after=HEAD --in-flight 1
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def main() -> int:
     pairs = zip(results[first], results[second], strict=True)
     ratio = [b["rows_per_s"] / a["rows_per_s"] for a, b in pairs]
     print(f"\nMachine: {machine_description()}")
-    print(f"Command: python benchmarks/loop_bench.py {' '.join(sys.argv[1:])}\n")
+    print(f"Command: python benchmarks/ab_bench.py loop {' '.join(sys.argv[1:])}\n")
     print(
         "| variant | decode step us (median of rounds) | rows stepped a second "
         "| outside the runtime, us a row stepped |"
@@ -176,7 +176,3 @@ def main() -> int:
     outside = [b["outside_us"] / a["outside_us"] for a, b in pairs]
     print(ratio_line(first, second, outside, "time outside the runtime a row"))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,7 +2,7 @@
 batching, no queue, the texts of a request padded together), behind the same `/embed` route as
 inferd so that `inferd bench` drives both alike.
 
-    python benchmarks/naive_server.py --model M.onnx --tokenizer tokenizer.json --port 8100
+    python benchmarks/lib/naive_server.py --model M.onnx --tokenizer tokenizer.json --port 8100
 """
 
 from __future__ import annotations

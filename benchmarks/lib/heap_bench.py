@@ -10,7 +10,7 @@ when the process exits); a client sends `--requests` texts one at a time, each t
 response cache), and the collections that began during the load are reported: of each
 generation, how many and their longest and total pause, with the requests' latency.
 
-    python benchmarks/heap_bench.py --variant before=HEAD~1 --variant after=HEAD
+    python benchmarks/ab_bench.py heap --variant before=HEAD~1 --variant after=HEAD
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main() -> int:
             results[name].append(got)
             print(f"round {round_ + 1} {name}: {orjson.dumps(got).decode()}", flush=True)
     print(f"\nMachine: {machine_description()}")
-    print(f"Command: python benchmarks/heap_bench.py {' '.join(sys.argv[1:])}\n")
+    print(f"Command: python benchmarks/ab_bench.py heap {' '.join(sys.argv[1:])}\n")
     print(
         f"The demo model, {args.requests} new texts one at a time a round, {args.rounds} "
         "rounds; medians of the rounds.\n"
@@ -134,7 +134,3 @@ def main() -> int:
             f"{med('gen2_n'):.0f} | {med('gen2_max_ms'):.1f} | {total:.1f} |"
         )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ exactly 128 new tokens each:
   prompts of equal length) through `Generator.generate_next_token`, in this process;
 - inferd: `inferd serve` on each export, 1 and 16 requests kept in flight by a closed loop
   over HTTP (whole answers), tokens counted by the server over a window (as
-  benchmarks/ceiling_bench.py).
+  benchmarks/generate_bench.py ceiling).
 
 Needs the `anchor` extra: pip install -e ".[anchor]"
 """
@@ -212,7 +212,7 @@ def report(results: dict[int, Result], rounds: int, window_s: float) -> str:
     ]
     return "\n".join(
         [
-            "### The anchor: onnxruntime-genai's own loop on the same decoder",
+            "#### The anchor: onnxruntime-genai's own loop on the same decoder",
             "",
             "Command: `python benchmarks/generate_bench.py --anchor` (needs the `anchor` extra). "
             "A random-weight Llama of the demo generator's size (4 layers, hidden 128, "

@@ -1,7 +1,7 @@
 """Locust load for inferd, for teams that use Locust; the bodies are `inferd bench`'s own.
 
-    locust -f benchmarks/locustfile.py --host http://127.0.0.1:8000
-    INFERD_ENDPOINT=v2 INFERD_MODEL=mymodel locust -f benchmarks/locustfile.py --headless \\
+    locust -f benchmarks/lib/locustfile.py --host http://127.0.0.1:8000
+    INFERD_ENDPOINT=v2 INFERD_MODEL=mymodel locust -f benchmarks/lib/locustfile.py --headless \\
         -u 32 -r 8 -t 60s --host http://127.0.0.1:8000
 
 INFERD_ENDPOINT: embed (default), predict, v1-embeddings, generate or v2; INFERD_MODEL: the
