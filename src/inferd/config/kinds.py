@@ -24,12 +24,13 @@ TaskName = Literal[
     "text-classification",
     "zero-shot-classification",
     "text-generation",
+    "rerank",
 ]
 """The `task` of config.yaml: one per row of `KINDS` (a test holds them equal)."""
 
-Verb = Literal["infer", "embed", "classify", "generate"]
+Verb = Literal["infer", "embed", "classify", "generate", "rerank"]
 """What the engine can be asked of a model: `Engine.infer`, `.embed`, `.classify`,
-`.start_generation`."""
+`.start_generation`, `.rerank`."""
 
 Loads = Literal["file", "base"]
 """file: version folders each holding a model.onnx; base: no file of its own, built over the
@@ -45,7 +46,7 @@ class Kind:
     description: str
     """One line for the configuration reference."""
     purpose: str | None
-    """The task route family (`/embed`, `/predict`, `/generate`) whose requests
+    """The task route family (`/embed`, `/predict`, `/generate`, `/rerank`) whose requests
     naming no model it can answer; None: it is always named (`/v2/models/{model}/...`)."""
     loads: Loads
     tokenizer: bool
@@ -150,6 +151,21 @@ KINDS: dict[str, Kind] = {
             v2_inputs=(("text_input", "BYTES"),),
             v2_outputs=(("text_output", "BYTES"),),
             section="generation",
+            drift=True,
+        ),
+        Kind(
+            name="rerank",
+            description="a cross-encoder scoring (query, text) pairs, through the tokenizer "
+            "(/rerank)",
+            purpose="rerank",
+            loads="file",
+            tokenizer=True,
+            decoder=False,
+            servable="inferd.engine.rerank:RerankServable",
+            verbs=frozenset({"infer", "rerank"}),
+            v2_inputs=(("query", "BYTES"), ("texts", "BYTES")),
+            v2_outputs=(("scores", "FP32"),),
+            section="rerank",
             drift=True,
         ),
     )

@@ -314,6 +314,17 @@ class ClassificationConfig(_Strict):
     )
 
 
+class RerankConfig(_Strict):
+    output: str | None = Field(
+        None, description="The output holding one logit per pair; default: the first."
+    )
+    activation: Literal["sigmoid", "none"] = Field(
+        "sigmoid",
+        description="sigmoid: scores between 0 and 1 (a request's `raw_scores: true` asks for "
+        "the logits instead, as text-embeddings-inference's does); none: the logits always.",
+    )
+
+
 class ZeroShotLabel(_Strict):
     name: str = Field(description="The label returned to clients.")
     description: str | None = Field(
@@ -616,6 +627,7 @@ class ModelConfig(_Strict):
         None, description="Required for task zero-shot-classification."
     )
     generation: GenerationConfig = GenerationConfig()
+    rerank: RerankConfig = RerankConfig()
     drift: DriftConfig = DriftConfig()
     rollout: RolloutConfig = RolloutConfig()
     response_cache: ResponseCacheConfig = ResponseCacheConfig()

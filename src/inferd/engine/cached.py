@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import numpy as np
 
 from inferd.engine.response_cache import MISS, ResponseCache
-from inferd.engine.servable import Classified, Embeddings, Servable
+from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
@@ -127,6 +127,11 @@ class CachedServable(Servable):
 
     async def generate(self, prompt: str | Messages, sampling: SamplingRequest) -> Seq:
         return await self.inner.generate(prompt, sampling)
+
+    async def rerank(
+        self, query: str, texts: Sequence[str], raw_scores: bool, deadline: float | None
+    ) -> Reranked:
+        return await self.inner.rerank(query, texts, raw_scores, deadline)  # (not cached)
 
     async def _cached(
         self, key: bytes, run: Callable[[], Awaitable[Answer]], deadline: float | None

@@ -25,7 +25,7 @@ from inferd.engine.loader import Loader, RuntimeLoader
 from inferd.engine.registry import Readiness, Registry
 from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts, ServingPolicy
-from inferd.engine.servable import Classified, Embeddings, Servable
+from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError, QueueFullError
 from inferd.generation.chat import Messages
@@ -114,6 +114,22 @@ class Engine:
             timeout_s,
             lambda servable, deadline: servable.classify(texts, k, deadline),
             lambda served, a, b: agreement.labels(a, b),
+        )
+
+    async def rerank(
+        self,
+        model: str | None,
+        query: str,
+        texts: Sequence[str],
+        raw_scores: bool = False,
+        timeout_s: float | None = None,
+        version: str | None = None,
+    ) -> tuple[Version, Reranked]:
+        return await self._serve(
+            lambda: self._task_model(model, "rerank", version),
+            timeout_s,
+            lambda servable, deadline: servable.rerank(query, texts, raw_scores, deadline),
+            lambda served, a, b: agreement.rankings(a, b),
         )
 
     async def _serve(
