@@ -551,10 +551,10 @@ class RolloutConfig(_Strict):
 class ResponseCacheConfig(_Strict):
     enabled: bool = Field(
         False,
-        description="Keep answers to repeated requests (V2 tensors, /embed, /predict and their "
-        "OpenAI and gRPC forms) and answer an identical request from memory; one identical to a "
-        "request still running waits for its answer instead of running again. Generation is "
-        "never cached.",
+        description="Keep answers to repeated requests (V2 tensors, /embed, /predict, /rerank "
+        "and their OpenAI and gRPC forms) and answer an identical request from memory; one "
+        "identical to a request still running waits for its answer instead of running "
+        "again. Generation is never cached.",
     )
     max_mb: float = Field(
         64.0,
