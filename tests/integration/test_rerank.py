@@ -93,6 +93,8 @@ def test_export_makes_a_rerank_model(repo: Path) -> None:
     assert config["task"] == "rerank"
     assert config["tokenizer"]["token_type_ids"] == "token_type_ids"
     assert config["rerank"] == {"output": "logits", "activation": "sigmoid"}
+    report = yaml.safe_load((repo / ".inferd" / "reports" / "ranker" / "export-1.json").read_text())
+    assert report["parity"]["ok"]
 
 
 def test_rerank_ranks_as_transformers_scores(server: RunningServer, source: Path) -> None:
