@@ -1,4 +1,4 @@
-"""The response cache in front of each servable kind, through the engine on fake runtimes: a
+"""The response cache around every verb of the engine, on fake runtimes: a
 repeat is answered without running, anything that changes the answer never hits, and a
 version's answers go with the version."""
 
