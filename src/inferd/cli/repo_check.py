@@ -47,9 +47,7 @@ def check_repository(root: Path, load: bool = True) -> int:
             if (
                 base not in known
                 or known[base].config is None
-                or (
-                    known[base].config.task != "embedding"  # type: ignore[union-attr]
-                )
+                or "embed" not in known[base].config.kind.verbs  # type: ignore[union-attr]
             ):
                 reason = f"base model '{base}' is not an embedding model here"
                 out.append(f"  {entry.name}: NOT LOADABLE: {reason}")

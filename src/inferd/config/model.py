@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.config.kinds import KINDS, Kind, TaskName
+
 V2Datatype = Literal[
     "BOOL",
     "UINT8",
@@ -27,15 +29,6 @@ V2Datatype = Literal[
     "BF16",
     "BYTES",
 ]
-
-
-PURPOSE_OF_TASK = {
-    "embedding": "embed",
-    "text-classification": "predict",
-    "zero-shot-classification": "predict",
-    "text-generation": "generate",
-}
-"""Task -> the task route family (`/embed`, `/predict`, `/generate`) it serves."""
 
 
 class _Strict(BaseModel):
@@ -262,11 +255,6 @@ class DriftConfig(_Strict):
     )
 
 
-TaskName = Literal[
-    "tensor", "embedding", "text-classification", "zero-shot-classification", "text-generation"
-]
-
-
 class TokenizerConfig(_Strict):
     file: str = Field(
         "tokenizer.json",
@@ -324,6 +312,17 @@ class ClassificationConfig(_Strict):
     output: str | None = Field(None, description="The logits output; default: the first.")
     activation: Literal["softmax", "sigmoid"] = Field(
         "softmax", description="softmax: one label per text; sigmoid: independent labels."
+    )
+
+
+class RerankConfig(_Strict):
+    output: str | None = Field(
+        None, description="The output holding one logit per pair; default: the first."
+    )
+    activation: Literal["sigmoid", "none"] = Field(
+        "sigmoid",
+        description="sigmoid: scores between 0 and 1 (a request's `raw_scores: true` asks for "
+        "the logits instead, as text-embeddings-inference's does); none: the logits always.",
     )
 
 
@@ -553,10 +552,10 @@ class RolloutConfig(_Strict):
 class ResponseCacheConfig(_Strict):
     enabled: bool = Field(
         False,
-        description="Keep answers to repeated requests (V2 tensors, /embed, /predict and their "
-        "OpenAI and gRPC forms) and answer an identical request from memory; one identical to a "
-        "request still running waits for its answer instead of running again. Generation is "
-        "never cached.",
+        description="Keep answers to repeated requests (V2 tensors, /embed, /predict, /rerank "
+        "and their OpenAI and gRPC forms) and answer an identical request from memory; one "
+        "identical to a request still running waits for its answer instead of running "
+        "again. Generation is never cached.",
     )
     max_mb: float = Field(
         64.0,
@@ -620,9 +619,7 @@ class ModelConfig(_Strict):
     )
     task: TaskName = Field(
         "tensor",
-        description="tensor: raw V2 tensors; embedding, text-classification: texts in, through "
-        "the tokenizer; zero-shot-classification: labels scored over an embedding model; "
-        "text-generation: a decoder with a KV cache behind /generate and /v1/completions.",
+        description="; ".join(f"{k.name}: {k.description}" for k in KINDS.values()) + ".",
     )
     tokenizer: TokenizerConfig = TokenizerConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -631,6 +628,7 @@ class ModelConfig(_Strict):
         None, description="Required for task zero-shot-classification."
     )
     generation: GenerationConfig = GenerationConfig()
+    rerank: RerankConfig = RerankConfig()
     drift: DriftConfig = DriftConfig()
     rollout: RolloutConfig = RolloutConfig()
     response_cache: ResponseCacheConfig = ResponseCacheConfig()
@@ -660,9 +658,9 @@ class ModelConfig(_Strict):
                 raise ValueError(f"{kind} names must be unique")
         if any(o.pad_value is not None for o in self.outputs):
             raise ValueError("pad_value applies to inputs only")
-        if (self.task == "zero-shot-classification") != (self.zero_shot is not None):
+        if (self.kind.loads == "base") != (self.zero_shot is not None):
             raise ValueError("zero_shot is required for, and only for, zero-shot-classification")
-        if self.default and self.task == "tensor":
+        if self.default and self.kind.purpose is None:
             raise ValueError("default applies to task models (tensor models are always named)")
         if self.instance_groups and "instance_count" in self.model_fields_set:
             raise ValueError("give instance_count or instance_groups, not both")
@@ -671,15 +669,16 @@ class ModelConfig(_Strict):
         return self
 
     @property
-    def purpose(self) -> str | None:
-        """The task route that can answer with this model when a request names none."""
-        return PURPOSE_OF_TASK.get(self.task)
+    def kind(self) -> Kind:
+        """What its task makes of it (inferd.config.kinds)."""
+        return KINDS[self.task]
 
     @property
-    def is_text(self) -> bool:
-        return self.task in ("embedding", "text-classification")
+    def purpose(self) -> str | None:
+        """The task route that can answer with this model when a request names none."""
+        return self.kind.purpose
 
     @property
     def needs_versions(self) -> bool:
-        """A zero-shot model has no file of its own: it uses its base model's."""
-        return self.task != "zero-shot-classification"
+        """A model built over a base (zero-shot) has no file of its own: it uses its base's."""
+        return self.kind.needs_versions

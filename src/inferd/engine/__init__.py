@@ -9,7 +9,7 @@ from inferd.engine.engine import Engine
 from inferd.engine.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
 from inferd.engine.loader import RuntimeLoader
 from inferd.engine.registry import Readiness
-from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.servable import Classified, Embeddings, Reranked
 from inferd.engine.specs import served_shape
 from inferd.engine.version import Version, VersionState
 
@@ -22,6 +22,7 @@ __all__ = [
     "Engine",
     "Generation",
     "Readiness",
+    "Reranked",
     "RuntimeLoader",
     "Version",
     "VersionState",

@@ -1,7 +1,7 @@
 """How far two versions' answers to the same request agree, as one number in [0, 1] per
 request (shadow traffic in a rollout): the share of texts given the same top label, the mean
-cosine of the embeddings, the share of greedy generated tokens that match, or whether every
-output tensor is within a tolerance."""
+cosine of the embeddings, the share of places a reranking orders alike, the share of greedy
+generated tokens that match, or whether every output tensor is within a tolerance."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.servable import Classified, Embeddings, Reranked
 from inferd.runtime.protocol import Array
 
 
@@ -29,6 +29,16 @@ def embeddings(stable: Embeddings, candidate: Embeddings) -> float:
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     cosine = np.sum(a * b, axis=1) / np.where(norms == 0, 1.0, norms)
     return float(np.clip(cosine.mean(), 0.0, 1.0)) if len(cosine) else 1.0
+
+
+def rankings(stable: Reranked, candidate: Reranked) -> float:
+    """Reranked texts: the share of places of the order by score where both put the same
+    text."""
+    a = np.argsort(-np.asarray(stable.scores, dtype=np.float64), kind="stable")
+    b = np.argsort(-np.asarray(candidate.scores, dtype=np.float64), kind="stable")
+    if a.shape != b.shape:
+        return 0.0
+    return float(np.mean(a == b)) if len(a) else 1.0
 
 
 def tokens(stable: Sequence[int], candidate: Sequence[int]) -> float:

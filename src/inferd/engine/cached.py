@@ -1,10 +1,11 @@
-"""A servable with a response cache in front: the same protocol as the servable it wraps, so
-nothing above it knows.
+"""The response cache around every verb: the engine asks `answer` for each request it runs on a
+version (`Engine._serve`), whatever the verb, so a new verb is cached as soon as it is served.
 
-A request's key is what changes its answer: the verb, its inputs (each tensor's name,
-datatype, shape and bytes; each text) and the parameters that shape the answer (the outputs
-asked for, `k`, `dimensions`). The version is not in the key because the cache is the
-version's own. Generation is never cached: it passes through.
+A request's key is what changes its answer: the verb and every argument the engine passes the
+servable (each tensor's name, datatype, shape and bytes; each text; the parameters that shape
+the answer: the outputs asked for, `k`, `dimensions`, `raw_scores`), each argument a part of
+its own. The version is not in the key because the cache is the version's own. Generation is
+never cached: it is not served through `answer`.
 
 Answers are kept read-only (a cached array is shared by every request it answers). A hit
 still tells the observer of its texts (drift sees the traffic, not the misses only), and the
@@ -14,177 +15,128 @@ request's trace says how it was answered (`cache`: hit, miss or coalesced).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from inferd.engine.response_cache import MISS, ResponseCache
-from inferd.engine.servable import Classified, Embeddings, Servable
-from inferd.generation.chat import Messages
-from inferd.generation.params import SamplingRequest
-from inferd.generation.sequence import Sequence as Seq
-from inferd.observability.observer import Observer
+from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.observability.trace import current_trace
-from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.protocol import Array, Feeds
 
-Answer = dict[str, Array] | Embeddings | Classified
+Answer = dict[str, Array] | Embeddings | Classified | Reranked
+"""What a cached verb answers: V2 outputs, or one of the task answers."""
 LookupHook = Callable[[str, float], None]
 """Told of every lookup: how it was answered (hit, miss, coalesced) and how long it took."""
+T = TypeVar("T")
 
 OFF_LOOP_BYTES = 1 << 20
 """Inputs larger than this are hashed on a worker thread (a 64 MB tensor takes tens of ms)."""
 PREDICTION_BYTES = 128
 """What one prediction's labels and scores hold, about, beside its probabilities."""
 
-
-class CachedServable(Servable):
-    def __init__(self, inner: Servable, cache: ResponseCache[Answer], on_lookup: LookupHook):
-        super().__init__(
-            inner.model,
-            inner.version,
-            inner.config,
-            inner.inputs,
-            inner.outputs,
-            inner.providers,
-            Observer(),
-            (inner.graph_inputs, inner.graph_outputs),
-            inner.parameters,
-        )
-        self.inner = inner
-        self.cache = cache
-        self._on_lookup = on_lookup
-
-    # -- what it is: the inner servable's ----------------------------------------------------
-
-    @property
-    def queued_items(self) -> int:
-        return self.inner.queued_items
-
-    @property
-    def instances(self) -> Sequence[InstanceLoad]:
-        return self.inner.instances
-
-    @property
-    def holder(self) -> Servable:
-        return self.inner.holder
-
-    @property
-    def saturated(self) -> bool:
-        return self.inner.saturated
-
-    @property
-    def capacity(self) -> int | None:
-        return self.inner.capacity
-
-    # -- requests ------------------------------------------------------------------------
-
-    async def infer(
-        self,
-        feeds: Feeds,
-        output_names: Sequence[str] | None,
-        deadline: float | None,
-        max_rows_per_request: int,
-    ) -> dict[str, Array]:
-        if sum(int(np.asarray(a).nbytes) for a in feeds.values()) > OFF_LOOP_BYTES:
-            hashed = await asyncio.to_thread(_feeds_bytes, feeds)  # the loop keeps serving
-        else:
-            hashed = _feeds_bytes(feeds)
-        key = _digest(b"infer", hashed, *_texts_bytes(output_names or ()))
-        outputs, _ = await self._cached(
-            key,
-            lambda: self.inner.infer(feeds, output_names, deadline, max_rows_per_request),
-            deadline,
-        )
-        assert isinstance(outputs, dict)
-        return outputs
-
-    async def embed(
-        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
-    ) -> Embeddings:
-        key = await _text_key(b"embed", str(dimensions).encode(), texts)
-        answer, how = await self._cached(
-            key, lambda: self.inner.embed(texts, deadline, dimensions), deadline
-        )
-        assert isinstance(answer, Embeddings)
-        if how != MISS:
-            self._served_hit(texts, answer.token_counts)
-        return answer
-
-    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
-        key = await _text_key(b"classify", str(k).encode(), texts)
-        answer, how = await self._cached(
-            key, lambda: self.inner.classify(texts, k, deadline), deadline
-        )
-        assert isinstance(answer, Classified)
-        if how != MISS:
-            top = answer.predictions
-            labels, scores = [p.labels[0] for p in top], [p.scores[0] for p in top]
-            self._served_hit(texts, answer.token_counts, labels, scores)
-        return answer
-
-    async def generate(self, prompt: str | Messages, sampling: SamplingRequest) -> Seq:
-        return await self.inner.generate(prompt, sampling)
-
-    async def _cached(
-        self, key: bytes, run: Callable[[], Awaitable[Answer]], deadline: float | None
-    ) -> tuple[Answer, str]:
-        started = time.perf_counter()
-
-        async def miss() -> Answer:
-            answer = await run()
-            _freeze(answer)
-            return answer
-
-        answer, how = await self.cache.get_or_run(key, miss, answer_bytes, deadline)
-        current_trace().cache = how
-        self._on_lookup(how, time.perf_counter() - started)
-        return answer, how
-
-    def _served_hit(
-        self,
-        texts: Sequence[str],
-        token_counts: Sequence[int],
-        labels: Sequence[str] | None = None,
-        scores: Sequence[float] | None = None,
-    ) -> None:
-        """What the servable itself does for texts it ran: the trace's counts, the observer."""
-        trace = current_trace()
-        trace.items = len(texts)
-        trace.input_length = sum(token_counts)
-        self.inner.report_texts(token_counts, labels, scores)
-
-    # -- life ----------------------------------------------------------------------------
-
-    async def drain(self, timeout_s: float) -> bool:
-        return await self.inner.drain(timeout_s)
-
-    async def stop(self) -> None:
-        await self.inner.stop()
-
-    async def close(self) -> None:
-        self.cache.clear()
-        await self.inner.close()
-
-    def report_texts(
-        self,
-        token_counts: Sequence[int],
-        top_labels: Sequence[str] | None = None,
-        top_scores: Sequence[float] | None = None,
-    ) -> None:
-        self.inner.report_texts(token_counts, top_labels, top_scores)
+Argument = str | int | float | bool | None | Sequence[str] | Feeds
+"""What a verb takes: texts, numbers, flags, names, V2 tensors."""
 
 
-def answer_bytes(answer: Answer) -> int:
-    """What an answer holds in memory, near enough to bound the cache by."""
-    if isinstance(answer, Embeddings):
-        return answer.vectors.nbytes + 8 * len(answer.token_counts)
-    if isinstance(answer, Classified):
-        rows = len(answer.predictions)
-        return answer.probabilities.nbytes + (PREDICTION_BYTES + 8) * rows
-    return sum(_array_bytes(array) for array in answer.values())
+async def answer(
+    cache: ResponseCache[Any],
+    servable: Servable,
+    verb: str,
+    arguments: Sequence[Argument],
+    run: Callable[[], Awaitable[T]],
+    deadline: float | None,
+    on_lookup: LookupHook,
+) -> T:
+    """The answer of `verb(*arguments)` from `cache` (or coalesced with an identical request
+    running), else `run()`'s, kept for the next."""
+    started = time.perf_counter()
+    key = await request_key(verb, arguments)
+
+    async def miss() -> T:
+        result = await run()
+        _freeze(result)
+        return result
+
+    result, how = await cache.get_or_run(key, miss, answer_bytes, deadline)
+    current_trace().cache = how
+    on_lookup(how, time.perf_counter() - started)
+    if how != MISS:
+        _served_hit(servable, result)
+    return result  # type: ignore[no-any-return]
+
+
+async def request_key(verb: str, arguments: Sequence[Argument]) -> bytes:
+    """The key of a request: one part per argument. Large inputs (a hostile 100k-character
+    batch, a 64 MB tensor) are hashed on a worker thread, so the event loop keeps answering."""
+    if sum(_size(a) for a in arguments) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(_key, verb, arguments)
+    return _key(verb, arguments)
+
+
+def _key(verb: str, arguments: Sequence[Argument]) -> bytes:
+    return _digest(verb.encode(), *(_part(a) for a in arguments))
+
+
+def _part(argument: Argument) -> bytes:
+    """One argument as bytes, tagged by its type (no two arguments of different types or
+    values give the same bytes)."""
+    if isinstance(argument, Mapping):
+        return b"T" + _feeds_bytes(argument)
+    if isinstance(argument, str):
+        return b"S" + argument.encode("utf-8", "surrogatepass")
+    if argument is None or isinstance(argument, bool | int | float):
+        return b"V" + repr(argument).encode()
+    return b"L" + _digest(*_texts_bytes(argument))
+
+
+def _size(argument: Argument) -> int:
+    if isinstance(argument, Mapping):
+        return sum(int(np.asarray(a).nbytes) for a in argument.values())
+    if isinstance(argument, str):
+        return len(argument)
+    if argument is None or isinstance(argument, bool | int | float):
+        return 0
+    return sum(len(t) for t in argument)
+
+
+def _served_hit(servable: Servable, result: object) -> None:
+    """What the servable itself does for texts it ran: the trace's counts, the observer."""
+    token_counts = getattr(result, "token_counts", None)
+    if token_counts is None:  # V2 outputs: no texts of their own to report
+        return
+    trace = current_trace()
+    trace.items = len(token_counts)
+    trace.input_length = sum(token_counts)
+    predictions = getattr(result, "predictions", None)
+    labels = [p.labels[0] for p in predictions] if predictions is not None else None
+    scores = [p.scores[0] for p in predictions] if predictions is not None else None
+    servable.report_texts(token_counts, labels, scores)
+
+
+def answer_bytes(result: object) -> int:
+    """What an answer holds in memory, near enough to bound the cache by: its arrays, and
+    a word for each item of its lists (more for a prediction's labels and scores)."""
+    if isinstance(result, dict):
+        return sum(_array_bytes(array) for array in result.values())
+    total = 0
+    for value in _fields(result):
+        if isinstance(value, np.ndarray):
+            total += _array_bytes(value)
+        elif isinstance(value, list):
+            each = PREDICTION_BYTES + 8 if value and hasattr(value[0], "labels") else 8
+            total += each * len(value)
+    return total
+
+
+def _fields(result: object) -> list[object]:
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return [getattr(result, f.name) for f in dataclasses.fields(result)]
+    return []
 
 
 def _array_bytes(array: Array) -> int:
@@ -195,25 +147,11 @@ def _array_bytes(array: Array) -> int:
     return int(array.nbytes)
 
 
-def _freeze(answer: Answer) -> None:
-    arrays = (
-        [answer.vectors]
-        if isinstance(answer, Embeddings)
-        else [answer.probabilities]
-        if isinstance(answer, Classified)
-        else list(answer.values())
-    )
+def _freeze(result: object) -> None:
+    arrays = list(result.values()) if isinstance(result, dict) else _fields(result)
     for array in arrays:
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
-
-
-async def _text_key(verb: bytes, parameter: bytes, texts: Sequence[str]) -> bytes:
-    """The key of a text request; large texts (a hostile 100k-character batch) are hashed on
-    a worker thread, so the event loop keeps answering."""
-    if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(lambda: _digest(verb, parameter, *_texts_bytes(texts)))
-    return _digest(verb, parameter, *_texts_bytes(texts))
 
 
 def _digest(*parts: bytes) -> bytes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from inferd.config.server import ServerSettings
-from inferd.engine import agreement
+from inferd.engine import agreement, cached
 from inferd.engine.admission import Admission
 from inferd.engine.cached import Answer
 from inferd.engine.generation import Generation
@@ -26,7 +26,7 @@ from inferd.engine.registry import Readiness, Registry
 from inferd.engine.residency import Residency, ResidencyFacts
 from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts, ServingPolicy
-from inferd.engine.servable import Classified, Embeddings, Servable
+from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError, QueueFullError
 from inferd.generation.chat import Messages
@@ -92,6 +92,8 @@ class Engine:
     ) -> tuple[Version, dict[str, Array]]:
         rows = self._settings.max_request_rows
         return await self._serve(
+            "infer",
+            (feeds, list(output_names or ())),
             lambda: self._resolve(model, version),
             timeout_s,
             lambda servable, deadline: servable.infer(feeds, output_names, deadline, rows),
@@ -107,6 +109,8 @@ class Engine:
         version: str | None = None,
     ) -> tuple[Version, Embeddings]:
         return await self._serve(
+            "embed",
+            (list(texts), dimensions),
             lambda: self._task_model(model, "embed", version),
             timeout_s,
             lambda servable, deadline: servable.embed(texts, deadline, dimensions),
@@ -122,28 +126,69 @@ class Engine:
         version: str | None = None,
     ) -> tuple[Version, Classified]:
         return await self._serve(
+            "classify",
+            (list(texts), k),
             lambda: self._task_model(model, "predict", version),
             timeout_s,
             lambda servable, deadline: servable.classify(texts, k, deadline),
             lambda served, a, b: agreement.labels(a, b),
         )
 
+    async def rerank(
+        self,
+        model: str | None,
+        query: str,
+        texts: Sequence[str],
+        raw_scores: bool = False,
+        timeout_s: float | None = None,
+        version: str | None = None,
+    ) -> tuple[Version, Reranked]:
+        return await self._serve(
+            "rerank",
+            (query, list(texts), raw_scores),
+            lambda: self._task_model(model, "rerank", version),
+            timeout_s,
+            lambda servable, deadline: servable.rerank(query, texts, raw_scores, deadline),
+            lambda served, a, b: agreement.rankings(a, b),
+        )
+
     async def _serve(
         self,
+        verb: str,
+        arguments: Sequence[cached.Argument],
         choose: Callable[[], Version],
         timeout_s: float | None,
         run: Callable[[Servable, float | None], Awaitable[T]],
         agree: Callable[[Version, T, T], float],
     ) -> tuple[Version, T]:
         """One request: admitted, given its version, run by its servable before its deadline,
-        its outcome recorded; then, in a rollout, maybe mirrored to the candidate."""
+        its outcome recorded; then, in a rollout, maybe mirrored to the candidate. Answered
+        from the version's response cache when it has one, whatever the verb: the key is the
+        verb and its `arguments` (everything `run` passes the servable but the deadline)."""
+
+        def answered(version: Version, deadline: float | None) -> Awaitable[T]:
+            servable = version.servable
+            if version.cache is None:
+                return run(servable, deadline)
+            return cached.answer(
+                version.cache,
+                servable,
+                verb,
+                arguments,
+                lambda: run(servable, deadline),
+                deadline,
+                version.cache_lookup,
+            )
+
         async with self.admission.admit():
             served = self._named(choose())
             deadline = self.admission.deadline_for(served.config, timeout_s)
             with self._outcome(served):
                 async with self.residency.hold(served, deadline):
-                    answer = await run(served.servable, deadline)
-        self._mirror(served, lambda s: run(s, None), lambda shadow: agree(served, answer, shadow))
+                    answer = await answered(served, deadline)
+        self._mirror(
+            served, lambda v: answered(v, None), lambda shadow: agree(served, answer, shadow)
+        )
         return served, answer
 
     async def start_generation(
@@ -322,7 +367,7 @@ class Engine:
     def _mirror(
         self,
         served: Version,
-        run: Callable[[Servable], Awaitable[T]],
+        run: Callable[[Version], Awaitable[T]],
         agree: Callable[[T], float],
     ) -> None:
         """For a request a rollout routed to its stable version, maybe the same request on
@@ -331,7 +376,7 @@ class Engine:
             return
         candidate = self.rollouts.shadow_target(served.model)
         if candidate is not None:
-            self.rollouts.mirror(served.model, run(candidate.servable), agree)
+            self.rollouts.mirror(served.model, run(candidate), agree)
 
     @contextmanager
     def _outcome(self, served: Version, finished_only: bool = False) -> Iterator[None]:

@@ -1,34 +1,34 @@
 """The loader: turns repository entries into serving versions, at start-up (in the background,
 with fallback to an older version) and on the admin's load and unload.
 
-Which servable a model becomes is decided here, once, by its task (`SERVABLES`); a zero-shot
-classifier is built over its base model's servable once the bases are up. Loading a version
-never raises: a failure is recorded on the version (its state and reason) and logged, and the
-other models serve.
+Which servable a model becomes is its kind's (inferd.config.kinds: `servable`); a kind built
+over a base (zero-shot) is built over its base model's servable once the bases are up. Loading
+a version never raises: a failure is recorded on the version (its state and reason) and logged,
+and the other models serve.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from inferd.config.kinds import Kind
 from inferd.config.model import ModelConfig, RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.build import BuildContext
-from inferd.engine.generation import GeneratorServable
 from inferd.engine.heap import settle
 from inferd.engine.loading import LoadedModel, load_instances
 from inferd.engine.memory import release_freed, resident_bytes
 from inferd.engine.registry import Registry
 from inferd.engine.residency import NOT_RESIDENT
 from inferd.engine.servable import Servable
-from inferd.engine.tensor import TensorServable
-from inferd.engine.text import ClassifierServable, EmbeddingServable
 from inferd.engine.version import Version, VersionState
-from inferd.engine.zero_shot import ZeroShotServable
 from inferd.errors import (
     ConfigError,
     InferdError,
@@ -45,14 +45,15 @@ log = logging.getLogger(__name__)
 RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
 """Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""
 
-SERVABLES: dict[str, Callable[[BuildContext], Servable]] = {
-    "tensor": TensorServable.build,
-    "embedding": EmbeddingServable.build,
-    "text-classification": ClassifierServable.build,
-    "text-generation": GeneratorServable.build,
-}
-"""Task -> how a loaded version of it is served. A new model kind is a servable class and a
-line here (zero-shot, which loads no file, is built over its base in `_load_zero_shot`)."""
+
+@functools.cache
+def servable_class(kind: Kind) -> Any:
+    """The servable class its kind names (`module:Class`), imported once."""
+    module, _, name = kind.servable.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    if not (isinstance(found, type) and issubclass(found, Servable)):
+        raise TypeError(f"{kind.servable} is not a servable")
+    return found
 
 
 class Loader:
@@ -181,7 +182,7 @@ class Loader:
             version.watch(self._observer),
         )
         try:
-            servable = SERVABLES[config.task](context)
+            servable = servable_class(config.kind).build(context)
         except Exception as exc:  # the parts do not fit the task (caught before any request)
             await loop.run_in_executor(None, loaded.pool.close)
             self._failed(version, exc, "model version failed to load")
@@ -208,7 +209,7 @@ class Loader:
             return
         try:
             base = self._registry.resolve(zero_shot.base_model).servable
-            servable = await ZeroShotServable.build(
+            servable = await servable_class(version.config.kind).build(
                 version.model, version.config, base, self._observer
             )
         except Exception as exc:  # the base is missing, failed, or cannot embed the labels

@@ -42,8 +42,9 @@ def load_instances(
     worker thread; on failure it closes what it created and raises."""
     started = time.perf_counter()
     instances: list[Runtime] = []
+    kind = config.kind
     placed = placements(config)
-    solo = solo_placement(config) if config.task != "text-generation" else None
+    solo = solo_placement(config) if kind.batched else None
     try:
         for placement in placed:
             instances.append(factory(placement.options))
@@ -51,19 +52,19 @@ def load_instances(
             instances.append(factory(solo.options))
         first = instances[0]
         # a decoder's batch is the scheduler's (its scalar inputs have no batch axis)
-        batched = config.max_batch_size > 0 and config.task != "text-generation"
+        batched = config.max_batch_size > 0 and kind.batched
         inputs = apply_overrides(first.inputs, config.inputs, batched, "inputs")
         outputs = apply_overrides(first.outputs, config.outputs, batched, "outputs")
         if batched:
             check_batch_axis(inputs, "inputs")
             check_batch_axis(outputs, "outputs")
         text = None
-        if config.is_text:
+        if kind.tokenizer:
             if version_folder is None:
                 raise ValueError("a text model needs its folder to find its tokenizer")
             text = TextPipeline(config, inputs, version_folder)
         generation = None
-        if config.task == "text-generation":
+        if kind.decoder:
             if version_folder is None:
                 raise ValueError("a generation model needs its folder to find its tokenizer")
             generation = load_generation(config, inputs, outputs, version_folder, first.providers)

@@ -2,9 +2,9 @@
 time to live, and single flight: a request identical to one still running waits for that
 one's answer instead of running again.
 
-One cache belongs to one model version (`inferd.engine.cached` wraps the version's servable
-with it), so the version is part of every key by construction, and a version that is retired
-or reloaded takes its entries with it. Runs on the event loop only: no locks.
+One cache belongs to one model version (the engine looks each request to the version up in it:
+`inferd.engine.cached`), so the version is part of every key by construction, and a version
+that is retired or reloaded takes its entries with it. Runs on the event loop only: no locks.
 
 A failure is never shared: when the request that runs fails (its own deadline, its client
 gone, a bad batch), the ones waiting for it run themselves, one of them first.

@@ -1,9 +1,9 @@
 """What a loaded model version does: the `Servable` base, and the answers of the text tasks.
 
-One class per model kind derives from `Servable` (tensor, text embedding, text classification
-and zero-shot classification, generation) and overrides the requests it serves; the base
-refuses every other one with a 4004 that says what the model does instead. Nothing above the
-engine asks which kind a model is: it calls the verb, and the servable answers or refuses.
+One class per model kind (inferd.config.kinds) derives from `Servable` and overrides the
+requests it serves; the base refuses every other one with a 4004 that says what the model
+does instead. Nothing above the engine asks which kind a model is: it calls the verb, and the
+servable answers or refuses.
 
 A servable is built ready (by the loader, once its runtimes are warm) and lives until `close`.
 """
@@ -52,6 +52,14 @@ class Classified:
     predictions: list[Prediction]
     probabilities: Array
     token_counts: list[int]
+
+
+@dataclass(frozen=True)
+class Reranked:
+    scores: Array
+    """[texts], float32: each text's score against the query, in the order given."""
+    token_counts: list[int]
+    """Tokens of each (query, text) pair."""
 
 
 class Servable:
@@ -155,6 +163,11 @@ class Servable:
 
     async def generate(self, prompt: str | Messages, sampling: SamplingRequest) -> Seq:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
+
+    async def rerank(
+        self, query: str, texts: Sequence[str], raw_scores: bool, deadline: float | None
+    ) -> Reranked:
+        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not rerank texts")
 
     # -- life ----------------------------------------------------------------------------
 

@@ -59,10 +59,16 @@ def label_arrays(classified: Classified) -> dict[str, Array]:
 
 
 class TextServable(BatchedServable):
-    """What the two text kinds share: their tokenizer, one batch item per text, and the one
+    """What the text kinds share: their tokenizer, one batch item per text, and the one
     model output their task reads (the others are not fetched)."""
 
-    def __init__(self, ctx: BuildContext, output: str, outputs: tuple[TensorSpec, ...]) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        output: str,
+        outputs: tuple[TensorSpec, ...],
+        inputs: tuple[TensorSpec, ...] = TEXT_INPUTS,
+    ) -> None:
         text = ctx.loaded.text
         if text is None:
             raise ValueError(f"model '{ctx.model}' is a text model without its tokenizer")
@@ -81,7 +87,7 @@ class TextServable(BatchedServable):
             ctx.config,
             ctx.loaded,
             batcher,
-            (TEXT_INPUTS, outputs),
+            (inputs, outputs),
             ctx.observer,
         )
         self._encoder = text.encoder
@@ -91,21 +97,25 @@ class TextServable(BatchedServable):
         self, texts: Sequence[str], deadline: float | None
     ) -> tuple[EncodedTexts, list[Array]]:
         """Each text's output (the task's one), in order."""
-        trace = current_trace()
         started = time.perf_counter()
         if self._encoder.heavy(texts):  # a large request must not stall the event loop
             self._encoder.check(texts)  # its refusals cost nothing: answered here
             encoded = await asyncio.to_thread(self._encoder.encode, texts)
         else:
             encoded = self._encoder.encode(texts)
-        trace.preprocess_s = time.perf_counter() - started
-        trace.items = len(texts)
+        current_trace().preprocess_s = time.perf_counter() - started
+        return encoded, await self._run_encoded(encoded, deadline)
+
+    async def _run_encoded(self, encoded: EncodedTexts, deadline: float | None) -> list[Array]:
+        """Each encoded item's output, in order, through the version's batcher."""
+        trace = current_trace()
+        trace.items = len(encoded.items)
         trace.input_length = sum(encoded.token_counts)
         timing = Timing()
         outputs = await self._batcher.submit_items(encoded.items, deadline, timing)
         trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
         trace.batch_size = timing.batch_rows
-        return encoded, [out[self._output] for out in outputs]
+        return [out[self._output] for out in outputs]
 
 
 class EmbeddingServable(TextServable):

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from inferd.config.model import ModelConfig
-from inferd.engine.cached import Answer, CachedServable
+from inferd.engine.cached import Answer
 from inferd.engine.response_cache import MISS, ResponseCache
 from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import UnavailableError
@@ -46,6 +46,8 @@ class Version:
         """What its last load added to the process's resident memory (inferd.engine.residency)."""
         self.stats = VersionStats(model, version)
         self._servable: Servable | None = None
+        self.cache: ResponseCache[Answer] | None = None
+        """Its response cache, when its model has one (the engine looks requests up in it)."""
 
     @property
     def ready(self) -> bool:
@@ -113,27 +115,20 @@ class Version:
     def instances(self) -> Sequence[InstanceLoad]:
         return self._servable.instances if self._servable is not None else ()
 
-    @property
-    def cache(self) -> ResponseCache[Answer] | None:
-        """Its response cache, when its model has one."""
-        servable = self._servable
-        return servable.cache if isinstance(servable, CachedServable) else None
-
     def serve(
         self, servable: Servable, load_s: float | None = None, cache_allowed: bool = True
     ) -> None:
-        """Serves with `servable`, behind a response cache of its own when the model has one
-        and the server allows it (so a version that is retired or reloaded takes its answers
-        with it)."""
+        """Serves with `servable`, with a response cache of its own when the model has one and
+        the server allows it (so a version that is retired or reloaded takes its answers with
+        it)."""
         cache = self.config.response_cache
         if cache.enabled and cache_allowed:
-            store: ResponseCache[Answer] = ResponseCache(int(cache.max_mb * 2**20), cache.ttl_s)
-            servable = CachedServable(servable, store, self._cache_lookup)
+            self.cache = ResponseCache(int(cache.max_mb * 2**20), cache.ttl_s)
         self._servable = servable
         self.load_s = load_s
         self.state = VersionState.READY
 
-    def _cache_lookup(self, how: str, seconds: float) -> None:
+    def cache_lookup(self, how: str, seconds: float) -> None:
         # a coalesced request did not run either: Triton's statistics count it as a hit
         self.stats.on_cache_lookup(how != MISS, seconds)
 
@@ -156,6 +151,9 @@ class Version:
 
     async def close(self) -> None:
         servable, self._servable = self._servable, None
+        if self.cache is not None:
+            self.cache.clear()
+            self.cache = None
         if servable is not None:
             await servable.close()
         self.state = VersionState.UNLOADED

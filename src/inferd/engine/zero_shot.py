@@ -40,7 +40,7 @@ class ZeroShotServable(LabelsOverV2):
         """Embeds the label descriptions with `base` (an embedding servable, ready)."""
         if config.zero_shot is None:
             raise ValueError(f"model '{model}' is not a zero-shot model")
-        if base.config.task != "embedding":
+        if "embed" not in base.config.kind.verbs:
             raise InvalidInputError(
                 f"base model '{config.zero_shot.base_model}' is not an embedding model"
             )

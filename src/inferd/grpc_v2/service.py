@@ -345,7 +345,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     def _generates(self, model: str) -> bool:
         config = self._engine.registry.config_of(model)
-        return config is not None and config.task == "text-generation"
+        return config is not None and "generate" in config.kind.verbs
 
     async def _generate(
         self, call: InferCall, context: Any, streamed: bool

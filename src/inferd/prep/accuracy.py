@@ -47,15 +47,15 @@ class Accuracy:
 
 
 def _embedding_task(config: ModelConfig, specs: list[TensorSpec]) -> EmbeddingTask | None:
-    if config.task != "embedding":
+    if "embed" not in config.kind.verbs:
         return None
     return EmbeddingTask(config.embedding, specs)
 
 
 def _logits_name(config: ModelConfig, names: list[str]) -> str | None:
-    if config.task == "text-classification":
+    if "classify" in config.kind.verbs:
         return config.classification.output or names[0]
-    if config.task == "text-generation":
+    if "generate" in config.kind.verbs:
         return "logits" if "logits" in names else names[0]
     return None
 

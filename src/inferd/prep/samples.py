@@ -15,7 +15,6 @@ from inferd.prep.feeds import FeedPlan, Feeds
 from inferd.tasks.text import TextEncoder, find_tokenizer
 from inferd.tools.corpus import sentences
 
-TEXT_TASKS = {"embedding", "text-classification", "zero-shot-classification"}
 BATCH = 16
 GENERATED_LENGTHS = (8, 16, 32, 64)
 
@@ -83,7 +82,7 @@ def load_samples(
         return SampleSet(
             batches, f"{path} (input tensors)", sum(len(next(iter(b.values()))) for b in batches)
         )
-    if config.task in TEXT_TASKS:
+    if config.kind.tokenizer:
         tokenizer = find_tokenizer(config.tokenizer, version_folder, version_folder.parent)
         encoder = TextEncoder(tokenizer, config.tokenizer, max_texts=BATCH)
         if path is not None:

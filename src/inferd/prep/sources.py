@@ -270,9 +270,13 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     tokenizer: dict[str, Any] = {"max_tokens": max_tokens, "truncate": True}
     if "token_type_ids" in input_names:
         tokenizer["token_type_ids"] = "token_type_ids"
-    if classifier:
+    id2label = raw.get("id2label") or {}
+    if classifier and len(id2label) == 1:  # one logit a text: a cross-encoder's score
         outputs = ["logits"]
-        id2label = raw.get("id2label") or {}
+        config.update(task="rerank", rerank={"output": "logits", "activation": "sigmoid"})
+        description = f"{architectures[0]} cross-encoder, reranks (query, text) pairs"
+    elif classifier:
+        outputs = ["logits"]
         labels = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
         multi = raw.get("problem_type") == "multi_label_classification"
         config.update(

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 DATA_ROUTES = (
     ("/predict", tasks.predict, "predict"),
     ("/embed", tasks.embed, "embed"),
+    ("/rerank", tasks.rerank, "rerank"),
     ("/v1/embeddings", openai.embeddings, "embed"),
     ("/v2/models/{model}/infer", v2.infer, None),
     ("/v2/models/{model}/versions/{version}/infer", v2.version_infer, None),

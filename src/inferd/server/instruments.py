@@ -26,9 +26,9 @@ def build_metrics(entries: Sequence[ModelEntry]) -> tuple[Metrics, Observer]:
             continue
         if config.zero_shot is not None:
             labels[entry.name] = [label.name for label in config.zero_shot.labels]
-        elif config.task == "text-classification" and config.classification.labels:
+        elif config.kind.section == "classification" and config.classification.labels:
             labels[entry.name] = list(config.classification.labels)
-        if config.task == "tensor" or not config.drift.enabled:
+        if not config.kind.drift or not config.drift.enabled:
             continue
         reference = None
         if config.drift.reference_file is not None:

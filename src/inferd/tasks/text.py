@@ -11,10 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from inferd.config.model import TokenizerConfig
-from inferd.errors import EmptyInputError, EncodingError, InputTooLongError, TooManyItemsError
+from inferd.errors import (
+    EmptyInputError,
+    EncodingError,
+    InferdError,
+    InputTooLongError,
+    TooManyItemsError,
+)
 from inferd.runtime.protocol import Array
 
 BULK = 8
@@ -118,14 +124,39 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str]) -> EncodedTexts:
         self.check(texts)
-        config = self._config
-        if config.truncate:  # never tokenize what truncation drops (bounded, see CHARS_PER_TOKEN)
-            cut = config.max_tokens * CHARS_PER_TOKEN
-            texts = [t[:cut] if len(t) > cut else t for t in texts]
+        texts = self._cut(texts)
         if len(texts) < BULK:  # few texts: the parallel batch path costs more than it saves
             encodings = [self._tokenizer.encode(text) for text in texts]
         else:
             encodings = self._tokenizer.encode_batch(list(texts))
+        return self._items(encodings, pairs=False)
+
+    def encode_pairs(self, query: str, texts: Sequence[str]) -> EncodedTexts:
+        """One item per (query, text) pair, in the tokenizer's pair form (`[CLS] query [SEP]
+        text [SEP]`, segment ids 0 then 1), as a cross-encoder takes them; truncation takes
+        from the longer of the two first, as Hugging Face's `longest_first`."""
+        self.check(texts)
+        try:
+            self.check([query])
+        except InferdError as exc:
+            raise type(exc)(exc.message.replace("text 0", "the query")) from None
+        query, *cut = self._cut([query, *texts])
+        pairs = [(query, text) for text in cut]
+        if len(pairs) < BULK:
+            encodings = [self._tokenizer.encode(q, t) for q, t in pairs]
+        else:
+            encodings = self._tokenizer.encode_batch(pairs)
+        return self._items(encodings, pairs=True)
+
+    def _cut(self, texts: Sequence[str]) -> list[str]:
+        """With truncation on, never tokenize what it drops (bounded, see CHARS_PER_TOKEN)."""
+        if not self._config.truncate:
+            return list(texts)
+        cut = self._config.max_tokens * CHARS_PER_TOKEN
+        return [t[:cut] if len(t) > cut else t for t in texts]
+
+    def _items(self, encodings: Sequence[Encoding], pairs: bool) -> EncodedTexts:
+        config = self._config
         items = []
         counts = []
         for index, encoding in enumerate(encodings):
@@ -140,7 +171,11 @@ class TextEncoder:
             if config.attention_mask is not None:
                 item[config.attention_mask] = np.ones((1, n), dtype=np.int64)
             if config.token_type_ids is not None:
-                item[config.token_type_ids] = np.zeros((1, n), dtype=np.int64)
+                item[config.token_type_ids] = (
+                    np.asarray(encoding.type_ids, dtype=np.int64).reshape(1, n)
+                    if pairs
+                    else np.zeros((1, n), dtype=np.int64)
+                )
             items.append(item)
             counts.append(n)
         return EncodedTexts(items, counts)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from inferd.config.model import RuntimeOptions
 from inferd.config.server import ServerSettings
@@ -111,10 +111,25 @@ def classifier() -> FakeRuntime:
     return FakeRuntime(TOKEN_INPUTS, [spec("logits", "FP32", (-1, 2))], logits)
 
 
+def cross_encoder() -> FakeRuntime:
+    """One logit a pair: the sentiment of its second segment (the text, not the query)."""
+
+    def logits(feeds: Feeds) -> dict[str, Array]:
+        states = _states(feeds) * feeds["token_type_ids"][:, :, None]
+        summed = states.sum(axis=1)
+        return {"logits": (summed[:, :1] - summed[:, 1:2]).astype(np.float32)}
+
+    inputs = [*TOKEN_INPUTS, spec("token_type_ids", "INT64", (-1, -1))]
+    return FakeRuntime(inputs, [spec("logits", "FP32", (-1, 1))], logits)
+
+
 def write_tokenizer(folder: Path) -> None:
     vocab = {w: i for i, w in enumerate(WORDS)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(  # segment 1 for a pair's text
+        single="$A", pair="$A $B:1", special_tokens=[]
+    )
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
@@ -176,6 +191,7 @@ FACTORIES: dict[str, Callable[[], FakeRuntime]] = {
     "affine": affine,
     "encoder": encoder,
     "sentiment": classifier,
+    "ranker": cross_encoder,
 }
 
 

@@ -1,4 +1,5 @@
-"""Agreement of two versions' answers: top labels, embedding cosine, tensor differences."""
+"""Agreement of two versions' answers: top labels, embedding cosine, rankings, tensor
+differences."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from inferd.engine import agreement
-from inferd.engine.servable import Classified, Embeddings
+from inferd.engine.servable import Classified, Embeddings, Reranked
 from inferd.tasks.classification import top_k
 
 LABELS = ["positive", "negative"]
@@ -37,3 +38,15 @@ def test_tensors_agree_within_the_tolerance_only() -> None:
     assert agreement.tensors(a, {"y": np.array([1.0, 2.1], np.float32)}, 1e-3) == 0.0
     assert agreement.max_abs_diff(a, {"y": np.ones(3, np.float32)}) == float("inf")
     assert agreement.max_abs_diff(a, {"z": a["y"]}) == float("inf")
+
+
+def reranked(scores: list[float]) -> Reranked:
+    return Reranked(np.array(scores, np.float32), [3] * len(scores))
+
+
+def test_ranking_agreement_is_the_share_of_places_ordered_alike() -> None:
+    stable = reranked([0.9, 0.1, 0.5, 0.3])  # order 0, 2, 3, 1
+    assert agreement.rankings(stable, reranked([0.8, 0.2, 0.6, 0.4])) == 1.0  # other scores
+    assert agreement.rankings(stable, reranked([0.9, 0.1, 0.3, 0.5])) == 0.5  # 0, 3, 2, 1
+    assert agreement.rankings(stable, reranked([0.9, 0.1])) == 0.0
+    assert agreement.rankings(reranked([]), reranked([])) == 1.0

@@ -23,7 +23,7 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     route: str = Field(
-        description="The inference route that runs it: /embed, /predict, /generate, "
+        description="The inference route that runs it: /embed, /predict, /rerank, /generate, "
         "/v1/embeddings, /v1/completions, /v1/chat/completions, /v2/models/{model}/infer."
     )
     body: dict[str, Any] = Field(description="That route's JSON body (no streaming).")

@@ -1,12 +1,14 @@
-"""Task endpoints for text models: `POST /predict` (labels, scores) and `POST /embed`."""
+"""Task endpoints for text models: `POST /predict` (labels, scores), `POST /embed` and
+`POST /rerank` (texts ranked against a query)."""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import Response
 
 from inferd.server.body import read_json
@@ -94,6 +96,80 @@ async def embed(request: Request) -> Response:
             "model": served.model,
             "version": str(served.version),
             "usage": {"tokens": sum(result.token_counts)},
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+    )
+
+
+class RerankRequest(BaseModel):
+    """text-embeddings-inference's `/rerank` body (`texts`, `return_text`), or Infinity's and
+    Cohere's (`documents`, `return_documents`): the answer takes the form of the one asked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str = Field(description="The query each text is scored against.")
+    texts: list[str] | None = Field(
+        None, description="The texts to rank (text-embeddings-inference's form)."
+    )
+    documents: list[str] | None = Field(
+        None, description="The texts to rank (Infinity's and Cohere's form); give one of the two."
+    )
+    model: str | None = Field(
+        None, description="Default: the one reranker served, or the one marked default."
+    )
+    version: str | None = Field(
+        None,
+        description="A version of the model; default: the serving one (or a rollout's choice).",
+    )
+    top_n: int | None = Field(None, ge=1, description="Only the n best; default: all.")
+    return_text: bool = Field(False, description="Each result carries its text.")
+    return_documents: bool = Field(False, description="The same, in Infinity's and Cohere's words.")
+    raw_scores: bool = Field(
+        False,
+        description="The model's logits instead of their sigmoid (text-embeddings-inference).",
+    )
+
+    @model_validator(mode="after")
+    def _one_list(self) -> RerankRequest:
+        if (self.texts is None) == (self.documents is None):
+            raise ValueError("give the texts to rank as `texts` or as `documents` (one of them)")
+        return self
+
+
+@router.post(
+    "/rerank", summary="Rank texts against a query", openapi_extra=openapi_body(RerankRequest)
+)
+async def rerank(request: Request) -> Response:
+    started = time.perf_counter()
+    body = await read_json(request, RerankRequest, "rerank")
+    timeout_s = header_timeout_s(request)
+    texts = body.texts if body.texts is not None else body.documents or []
+    async with cancel_on_disconnect(request.receive):
+        served, result = await engine_of(request).rerank(
+            body.model, body.query, texts, body.raw_scores, timeout_s, body.version
+        )
+    order = np.argsort(-np.asarray(result.scores, np.float64), kind="stable")[: body.top_n]
+    with_text = body.return_text or body.return_documents
+    if body.texts is not None:  # text-embeddings-inference: a list, best first
+        return _json(
+            [
+                {"index": int(i), "score": float(result.scores[i])}
+                | ({"text": texts[i]} if with_text else {})
+                for i in order
+            ]
+        )
+    tokens = sum(result.token_counts)
+    return _json(
+        {
+            "object": "rerank",
+            "results": [
+                {"index": int(i), "relevance_score": float(result.scores[i])}
+                | ({"document": texts[i]} if with_text else {})
+                for i in order
+            ],
+            "model": served.model,
+            "version": str(served.version),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
     )

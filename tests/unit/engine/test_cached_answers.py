@@ -1,4 +1,4 @@
-"""The response cache in front of each servable kind, through the engine on fake runtimes: a
+"""The response cache around every verb of the engine, on fake runtimes: a
 repeat is answered without running, anything that changes the answer never hits, and a
 version's answers go with the version."""
 
@@ -41,6 +41,17 @@ def cached_repo(root: Path) -> Path:
             "max_batch_size": 8,
             "classification": {"labels": ["positive", "negative"]},
             **TEXT,
+            **CACHE,
+        },
+        tokenizer=True,
+    )
+    add_model(
+        root,
+        "ranker",
+        {
+            "task": "rerank",
+            "max_batch_size": 8,
+            "tokenizer": {**TEXT["tokenizer"], "token_type_ids": "token_type_ids"},
             **CACHE,
         },
         tokenizer=True,
@@ -146,7 +157,12 @@ async def test_a_model_without_a_cache_runs_every_request(
             await engine.infer("plain", None, {"x": x})
         assert trace.cache is None
     assert runs(engine, made) == before + 3
-    assert [name for name, _, _ in engine.cache_states()] == ["affine", "encoder", "sentiment"]
+    assert [name for name, _, _ in engine.cache_states()] == [
+        "affine",
+        "encoder",
+        "ranker",
+        "sentiment",
+    ]
 
 
 async def test_a_version_reloaded_starts_with_an_empty_cache(
@@ -171,3 +187,30 @@ async def test_the_server_setting_turns_every_cache_off(tmp_path: Path) -> None:
         assert trace.cache is None and engine.cache_states() == []
     finally:
         await engine.close()
+
+
+async def test_every_verb_is_cached_a_new_one_too(
+    served: tuple[Engine, list[FakeRuntime]],
+) -> None:
+    """Reranking, a verb the cache was never told of, is cached like the others: its key is
+    its arguments (the query, the texts, raw_scores)."""
+    engine, made = served
+    texts = ["good film", "awful film", "the film"]
+    before = runs(engine, made)
+    for query, raw, expected in (
+        ("film", False, "miss"),
+        ("film", False, "hit"),
+        ("film", True, "miss"),  # raw_scores changes the answer
+        ("the film", False, "miss"),  # so does the query
+    ):
+        trace = RequestTrace("r")
+        with tracing(trace):
+            await engine.rerank("ranker", query, texts, raw)
+        assert trace.cache == expected
+        assert trace.items == len(texts)  # a hit reports its texts as a run does
+    assert runs(engine, made) == before + 3
+    _, fresh = await engine.rerank("ranker", "film", texts)
+    assert not fresh.scores.flags.writeable  # shared by every request it answers
+    assert list(np.argsort(-fresh.scores)) == [0, 2, 1]
+    stats = engine.registry.resolve("ranker").stats.as_dict()["inference_stats"]
+    assert stats["cache_hit"]["count"] == 2 and stats["cache_miss"]["count"] == 3
