@@ -60,6 +60,10 @@ the configured bound (a slow model, large requests) would otherwise be shed at e
 Refusal on arrival then starts at half of it (`ADMIT_SHARE`), eight runs ahead. Not the mean
 batch: under overload a fast model's batches are full and long, and a floor on them would lift
 the bound as load grows, the opposite of shedding."""
+QUEUE_TIME_MIN_ITEMS = 8
+"""Shedding by queue time needs at least this many requests queued ahead: fewer is a burst
+the runtime clears in turn, however large its requests (eight requests of a few thousand rows
+each hold seconds of work and are still no standing queue)."""
 SATURATION_PURGE_S = 0.01
 """How often `saturated` may purge a full queue of the items whose clients left."""
 CLOCK = time.perf_counter
@@ -717,9 +721,14 @@ class DynamicBatcher:
         longer than `ADMIT_SHARE` of the bound in force (`queue_time_bound_s`), or the oldest
         queued item has waited that long already (None when neither, or there is no bound):
         `arriving`, the requests to this queue read and not answered yet, count ahead of it
-        beside those queued (less those running)."""
+        beside those queued (less those running). Never with fewer than
+        `QUEUE_TIME_MIN_ITEMS` requests ahead of it (`arriving` counts the arriving one and
+        those running)."""
         bound = self.queue_time_bound_s()
         if bound is None:
+            return None
+        items_ahead = max(len(self._queue), arriving - 1 - self._running)
+        if items_ahead < QUEUE_TIME_MIN_ITEMS:
             return None
         ahead = max(self._queued_rows, arriving - self._running_rows)
         wait_s = self.queue_wait_s(ahead)
@@ -736,9 +745,10 @@ class DynamicBatcher:
 
     def _shed_overdue(self, now: float) -> float | None:
         """Answers 4290 to the client items that waited longer than the bound in force; the
-        seconds until the next one would, or None (no bound, or none queued)."""
+        seconds until the next one would, or None (no bound, or fewer than
+        `QUEUE_TIME_MIN_ITEMS` queued: a burst is served in turn)."""
         bound = self.queue_time_bound_s()
-        if bound is None or not self._queue:
+        if bound is None or len(self._queue) < QUEUE_TIME_MIN_ITEMS:
             return None
         shed = 0
         for entry in self._queue:
