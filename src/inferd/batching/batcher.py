@@ -162,6 +162,8 @@ class _Entry:
     timing: Timing | None = field(default=None)
     background: bool = False
     """Queued by background work (inferd.runtime.priority): shadow traffic."""
+    head: bool = True
+    """The first part of its request (a request over the batch size comes in parts)."""
 
 
 class _ArrivalRate:
@@ -199,6 +201,8 @@ class DynamicBatcher:
         self._observer = observer or Observer()
         self._queue: deque[_Entry] = deque()
         self._queued_rows = 0
+        self._queued_requests = 0
+        """Requests with their first part queued (what `QUEUE_TIME_MIN_ITEMS` counts)."""
         self._purged_at = 0.0
         self._running = 0
         self._running_rows = 0
@@ -351,7 +355,7 @@ class DynamicBatcher:
             overdue = self.queue_time_refusal()
             if overdue is not None:
                 raise overdue
-        entries = []
+        entries: list[_Entry] = []
         total_rows = 0
         arrived = CLOCK()
         for part_feeds, part_rows in parts:
@@ -366,9 +370,11 @@ class DynamicBatcher:
             )
             if deadline is not None:
                 entry.timer = loop.call_at(deadline, self._expire, entry)
+            entry.head = not entries
             entries.append(entry)
             self._queue.append(entry)
             self._queued_rows += part_rows
+            self._queued_requests += entry.head
             total_rows += part_rows
         self._arrivals.observe(arrived, total_rows)
         self._idle.clear()
@@ -455,6 +461,7 @@ class DynamicBatcher:
     def _pop_left(self) -> _Entry:
         entry = self._queue.popleft()
         self._queued_rows -= entry.rows
+        self._queued_requests -= entry.head
         return entry
 
     def _purge_head(self) -> None:
@@ -464,6 +471,7 @@ class DynamicBatcher:
     def _purge_done(self) -> None:
         kept = deque(e for e in self._queue if not e.future.done())
         self._queued_rows = sum(e.rows for e in kept)
+        self._queued_requests = sum(e.head for e in kept)
         self._queue = kept
 
     def _form_batch(self) -> tuple[list[_Entry], bool]:
@@ -511,6 +519,7 @@ class DynamicBatcher:
         taken = set(map(id, batch))
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.future.done())
         self._queued_rows = sum(e.rows for e in self._queue)
+        self._queued_requests = sum(e.head for e in self._queue)
         return batch, measured
 
     def _launch(self, batch: list[_Entry], measured: bool, full: bool = False) -> None:
@@ -727,7 +736,7 @@ class DynamicBatcher:
         bound = self.queue_time_bound_s()
         if bound is None:
             return None
-        items_ahead = max(len(self._queue), arriving - 1 - self._running)
+        items_ahead = max(self._queued_requests, arriving - 1 - self._running)
         if items_ahead < QUEUE_TIME_MIN_ITEMS:
             return None
         ahead = max(self._queued_rows, arriving - self._running_rows)
@@ -748,7 +757,7 @@ class DynamicBatcher:
         seconds until the next one would, or None (no bound, or fewer than
         `QUEUE_TIME_MIN_ITEMS` queued: a burst is served in turn)."""
         bound = self.queue_time_bound_s()
-        if bound is None or len(self._queue) < QUEUE_TIME_MIN_ITEMS:
+        if bound is None or self._queued_requests < QUEUE_TIME_MIN_ITEMS:
             return None
         shed = 0
         for entry in self._queue:

@@ -433,6 +433,14 @@ async def test_a_burst_of_fewer_than_eight_is_served_however_long_it_waits() -> 
     results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(7)))
     assert len(results) == 7
     await batcher.close()
+    # requests over the batch size come in parts: seven of them are still seven requests
+    runner = FakeRunner()
+    batcher = make(runner, max_batch_size=2, max_queue_time_s=0.05)
+    await batcher.submit(x(1), 1)
+    runner.delay_s = 0.02
+    results = await asyncio.gather(*(batcher.submit(x(6), 6) for _ in range(7)))
+    assert [r["y"].shape[0] for r in results] == [6] * 7  # 21 parts, 420 ms: none shed
+    await batcher.close()
 
 
 async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_after() -> None:
