@@ -154,3 +154,22 @@ def lookup_model(path: Path, rows: int = 10, offset: float = 0.0, offset_from: i
     out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 1, 2])
     node = helper.make_node("Gather", ["table", "idx"], ["out"], axis=0)
     return _save(helper.make_graph([node], "lookup", [idx], [out], [table]), path)
+
+
+def big_model(path: Path, megabytes: int) -> Path:
+    """x: FP32 [batch, 4] -> y = x + a row of a zero weight of `megabytes` MB, chosen by an
+    index computed from x (so the runtime cannot fold the weight away): a model whose load
+    takes about that much memory, and y = x."""
+    rows = megabytes * 2**20 // 16
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    weight = numpy_helper.from_array(np.zeros((rows, 4), dtype=np.float32), "w")
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    nodes = [
+        helper.make_node("ReduceMin", ["x"], ["low"], keepdims=0),
+        helper.make_node("Mul", ["low", "zero"], ["nothing"]),
+        helper.make_node("Cast", ["nothing"], ["index"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["w", "index"], ["row"], axis=0),
+        helper.make_node("Add", ["x", "row"], ["y"]),
+    ]
+    return _save(helper.make_graph(nodes, "big", [x], [y], [weight, zero]), path)

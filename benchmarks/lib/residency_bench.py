@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
 from inferd.tools.demo import build_demo
+from tests.models import big_model, write_config
 
 MODELS = 100
 FITS = 10
@@ -62,29 +63,6 @@ def small_model(path: Path, seed: int) -> None:
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-
-
-def big_model(path: Path, megabytes: int) -> None:
-    """y = x + a row of a zero weight of `megabytes` MB picked by an index computed from x
-    (the runtime cannot fold the weight away)."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    weight = numpy_helper.from_array(np.zeros((megabytes * 2**20 // 16, 4), np.float32), "w")
-    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
-    nodes = [
-        helper.make_node("ReduceMin", ["x"], ["low"], keepdims=0),
-        helper.make_node("Mul", ["low", "zero"], ["nothing"]),
-        helper.make_node("Cast", ["nothing"], ["index"], to=TensorProto.INT64),
-        helper.make_node("Gather", ["w", "index"], ["row"], axis=0),
-        helper.make_node("Add", ["x", "row"], ["y"]),
-    ]
-    graph = helper.make_graph(nodes, "big", [x], [y], [weight, zero])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-
-
-def write_config(folder: Path, config: dict[str, object]) -> None:
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 def tensor_body(width: int) -> bytes:

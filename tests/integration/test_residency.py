@@ -15,10 +15,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from tests.integration.server import RunningServer, start_server
-from tests.models import _save, affine_model, slow_model, write_config
+from tests.models import affine_model, big_model, slow_model, write_config
 
 MODELS = [f"m{i}" for i in range(6)]
 ON_DEMAND = {"max_batch_size": 8, "residency": "on_demand", "runtime": {"intra_op_threads": 1}}
@@ -205,25 +204,6 @@ def test_a_load_that_cannot_fit_is_refused_and_what_serves_is_untouched(
         assert resident(url) == {"cold"}
     finally:
         assert running.stop() == 0, running.log()
-
-
-def big_model(path: Path, megabytes: int) -> Path:
-    """x: FP32 [batch, 4] -> y = x + a row of a zero weight of `megabytes` MB, chosen by an
-    index computed from x (so the runtime cannot fold the weight away): a model whose load
-    takes about that much memory, and y = x."""
-    rows = megabytes * 2**20 // 16
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    weight = numpy_helper.from_array(np.zeros((rows, 4), dtype=np.float32), "w")
-    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
-    nodes = [
-        helper.make_node("ReduceMin", ["x"], ["low"], keepdims=0),
-        helper.make_node("Mul", ["low", "zero"], ["nothing"]),
-        helper.make_node("Cast", ["nothing"], ["index"], to=TensorProto.INT64),
-        helper.make_node("Gather", ["w", "index"], ["row"], axis=0),
-        helper.make_node("Add", ["x", "row"], ["y"]),
-    ]
-    return _save(helper.make_graph(nodes, "big", [x], [y], [weight, zero]), path)
 
 
 def test_the_memory_budget_holds_the_measured_footprints_of_what_is_loaded(
