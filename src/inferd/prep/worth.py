@@ -15,7 +15,7 @@ names account for a few bytes).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,11 +77,11 @@ def median_interval(ratios: Sequence[float], seed: int = 0) -> tuple[float, floa
     return float(np.median(values)), float(low), float(high)
 
 
-def _pass(run: Runner, feeds: Sequence[Feeds]) -> float:
-    start = time.perf_counter()
+def _pass(run: Runner, feeds: Sequence[Feeds], clock: Callable[[], float]) -> float:
+    start = clock()
     for f in feeds:
         run(f)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def compare_speed(
@@ -93,21 +93,25 @@ def compare_speed(
     max_rounds: int = 120,
     budget_s: float = 30.0,
     tolerance: float = 0.02,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> SpeedComparison:
+    """Times `source` and `candidate` on `feeds` in alternating rounds until the median
+    ratio's interval is within `tolerance`, or `max_rounds` or `budget_s` (by `clock`, seconds)
+    is reached."""
     if not feeds:
         raise ValueError("no timing batches")
     for run in (source, candidate):  # warm-up: first runs allocate
-        _pass(run, feeds)
-    started = time.monotonic()
+        _pass(run, feeds, clock)
+    started = clock()
     source_times: list[float] = []
     candidate_times: list[float] = []
     while True:
         if len(source_times) % 2 == 0:
-            a = _pass(source, feeds)
-            b = _pass(candidate, feeds)
+            a = _pass(source, feeds, clock)
+            b = _pass(candidate, feeds, clock)
         else:
-            b = _pass(candidate, feeds)
-            a = _pass(source, feeds)
+            b = _pass(candidate, feeds, clock)
+            a = _pass(source, feeds, clock)
         source_times.append(a)
         candidate_times.append(b)
         rounds = len(source_times)
@@ -116,7 +120,7 @@ def compare_speed(
         ratios = [s / c for s, c in zip(source_times, candidate_times, strict=True)]
         speedup, low, high = median_interval(ratios)
         tight = (high - low) / 2 <= tolerance * speedup
-        if tight or rounds >= max_rounds or time.monotonic() - started > budget_s:
+        if tight or rounds >= max_rounds or clock() - started > budget_s:
             return SpeedComparison(
                 speedup,
                 low,

@@ -1,9 +1,10 @@
 """The verdict on a new version: timed until the interval is tight, refused when measurably
-slower or larger (the tools' end-to-end refusals are in tests/prep)."""
+slower or larger (the tools' end-to-end refusals are in tests/prep). Timing runs on a simulated
+clock that each run advances by its cost: nothing here depends on the machine's load."""
 
 from __future__ import annotations
 
-import time
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,23 @@ from inferd.prep.worth import (
 FEEDS = [{"x": np.zeros(1, np.float32)}]
 
 
-def _busy(seconds: float) -> Runner:
+class Clock:
+    """Simulated seconds: a run advances it by what it costs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _costing(clock: Clock, seconds: float, jitter: float = 0.05) -> Runner:
+    """A runner that takes `seconds`, give or take `jitter` of it (a repeating spread, as a
+    real machine's noise)."""
+    spread = itertools.cycle((1.0, 1.0 + jitter, 1.0 - jitter, 1.0 + jitter / 2))
+
     def run(feeds: Feeds) -> list[np.ndarray]:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
+        clock.now += seconds * next(spread)
         return []
 
     return run
@@ -37,26 +50,38 @@ def _speed(speedup: float, low: float, high: float) -> SpeedComparison:
 
 
 def test_a_candidate_twice_as_slow_is_measured_slower() -> None:
-    speed = compare_speed(_busy(0.0005), _busy(0.001), FEEDS, min_rounds=10, budget_s=5)
+    clock = Clock()
+    source, candidate = _costing(clock, 0.0005), _costing(clock, 0.001)
+    speed = compare_speed(source, candidate, FEEDS, min_rounds=10, budget_s=5, clock=clock)
     assert speed.slower and not speed.faster
-    assert 0.3 < speed.speedup < 0.7 and speed.high < 1.0
+    assert 0.45 < speed.speedup < 0.55 and speed.high < 1.0
     assert speed.rounds >= 10 and speed.batches == 1
+    assert speed.source_s == pytest.approx(0.0005, rel=0.1)
 
 
 def test_a_faster_candidate_passes() -> None:
-    speed = compare_speed(_busy(0.001), _busy(0.0005), FEEDS, min_rounds=10, budget_s=5)
+    clock = Clock()
+    source, candidate = _costing(clock, 0.001), _costing(clock, 0.0005)
+    speed = compare_speed(source, candidate, FEEDS, min_rounds=10, budget_s=5, clock=clock)
     assert speed.faster and refusals(1.0, speed) == []
 
 
-def test_rounds_stop_at_the_budget_when_the_interval_stays_wide() -> None:
-    calls = iter(range(10**6))
-
-    def noisy(feeds: Feeds) -> list[np.ndarray]:
-        time.sleep(0.0002 * (1 + next(calls) % 7))  # a spread no rounds will tighten
-        return []
-
-    speed = compare_speed(noisy, noisy, FEEDS, min_rounds=5, max_rounds=12, tolerance=1e-6)
+def test_rounds_stop_at_max_rounds_when_the_interval_stays_wide() -> None:
+    clock = Clock()
+    noisy = _costing(clock, 0.0002, jitter=0.9)  # a spread no rounds will tighten
+    speed = compare_speed(
+        noisy, noisy, FEEDS, min_rounds=5, max_rounds=12, tolerance=1e-6, clock=clock
+    )
     assert speed.rounds == 12
+
+
+def test_rounds_stop_at_the_time_budget() -> None:
+    clock = Clock()
+    noisy = _costing(clock, 1.0, jitter=0.9)  # a second a pass: the budget ends it
+    speed = compare_speed(
+        noisy, noisy, FEEDS, min_rounds=5, budget_s=30, tolerance=1e-6, clock=clock
+    )
+    assert 5 <= speed.rounds < 20
 
 
 def test_the_interval_holds_the_median() -> None:
