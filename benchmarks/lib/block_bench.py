@@ -68,7 +68,7 @@ def measure(rows: int, rounds: int) -> dict[str, tuple[float, float]]:
         small = [name for name in feeds if name not in into.values()]
         every = Repeat(STEPS, lambda k: True)
         session.run_steps(feeds, (), into, every)
-        binding = session._bindings[session._binding_key(feeds, [], into)].binding  # kept
+        binding = session._bindings.kept(feeds, [], into).binding
 
         def bare() -> None:
             for _ in range(STEPS):

@@ -9,8 +9,9 @@ The table sits beside the configuration because every part reads it (the reposit
 engine, the offline tools) and the configuration imports nothing of inferd; the engine's
 servable is therefore named by its place (`module:Class`), which the loader imports.
 
-A new kind is a servable module under `engine/`, a row here (and its section in
-`config/model.py` when it has settings), and a route when it has a verb of its own.
+A new kind is a servable module under `engine/`, a row here (and, when it has settings, its
+section in `config/text.py` or a module of its own, a field of `ModelConfig` in
+`config/model.py`), and a route when it has a verb of its own.
 """
 
 from __future__ import annotations

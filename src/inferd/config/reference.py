@@ -10,7 +10,8 @@ import typing
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from inferd.config.model import InstanceGroup, ModelConfig
+from inferd.config.instances import InstanceGroup
+from inferd.config.model import ModelConfig
 from inferd.config.server import ENV_PREFIX, ServerSettings
 
 

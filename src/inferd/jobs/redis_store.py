@@ -16,15 +16,13 @@ the job again. A worker running a job tells the stream so every third of that ti
 A Redis that comes back without its data is found by the epoch (every second, and on any miss)
 or by NOGROUP: the stream and group are made again, a new epoch written, a warning logged once
 with the jobs the store held when last read, and the old epoch remembered, so that `get`
-answers its jobs as lost. A Redis that cannot be reached is `UnavailableError` (503, 5030) for
-the caller and one warning for the log (`reach`).
+answers its jobs as lost (`redis_epoch`). A Redis that cannot be reached is `UnavailableError`
+(503, 5030) for the caller and one warning for the log (`reach`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -38,12 +36,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inferd.errors import UnavailableError
 from inferd.jobs import redis_scripts
-from inferd.jobs.epoch import Epoch, new_secret
+from inferd.jobs.epoch import Epoch
 from inferd.jobs.reach import UNREACHABLE, Reach
 from inferd.jobs.record import Job, JobState
+from inferd.jobs.redis_epoch import RedisEpoch
 from inferd.jobs.store import ANONYMOUS, Delivery, QueueBound, ResultBound
-
-log = logging.getLogger(__name__)
 
 GROUP = "inferd"
 CONNECT_TIMEOUT_S = 2.0
@@ -75,31 +72,23 @@ class RedisJobStore:
             retry=Retry(NoBackoff(), 1),
         )
         self.reach = Reach()
-        tag = f"{{{prefix}}}"
+        tag = self._tag = f"{{{prefix}}}"
         self._stream = f"{tag}:stream"
         self._bytes = f"{tag}:bytes"
-        self._epoch_key = f"{tag}:epoch"
         self._results_key = f"{tag}:results"
         self._held = f"{tag}:held"
-        self._prefix = prefix
         self._bound = bound
         self._results = results or ResultBound.unbounded()
         self._ttl_s = result_ttl_s
         self._ttl_ms = int(result_ttl_s * 1000)
         self._claim_ms = int(claim_after_s * 1000)
-        self._on_lost = on_lost
         self._submit = self._client.register_script(redis_scripts.SUBMIT)
         self._finish = self._client.register_script(redis_scripts.FINISH)
         self._drop = self._client.register_script(redis_scripts.DROP)
-        self._epoch: Epoch | None = None
-        self._making = asyncio.Lock()
-        self._lost_epochs: dict[str, Epoch] = {}
-        """Epochs this process saw lost, by tag: their ids answer as lost jobs."""
-        self._known = 0
-        """Jobs (waiting, running, answers kept) when the store was last read."""
+        self._epoch = RedisEpoch(self._client, self._stream, GROUP, f"{tag}:epoch", prefix, on_lost)
 
     def _key(self, job_id: str) -> str:
-        return f"{{{self._prefix}}}:job:{job_id}"
+        return f"{self._tag}:job:{job_id}"
 
     @contextlib.asynccontextmanager
     async def _reaching(self) -> AsyncIterator[None]:
@@ -120,44 +109,7 @@ class RedisJobStore:
     async def open(self) -> None:
         """Reaches Redis (failing start-up when it cannot), makes the stream and group if
         needed, and reads (or writes) the epoch."""
-        await self._make()
-
-    async def _make(self) -> Epoch:
-        """The stream, the group and the epoch, made if missing (MKSTREAM; SET NX); a changed
-        epoch is a store that lost its data: logged once, its jobs remembered as lost."""
-        async with self._making:  # one at a time: a loss found by two calls is one loss
-            return await self._make_now()
-
-    async def _make_now(self) -> Epoch:
-        try:
-            await self._client.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        wrote = bool(await self._client.set(self._epoch_key, new_secret(), nx=True))
-        secret: Any = await self._client.get(self._epoch_key)
-        current = Epoch(secret.decode())
-        old = self._epoch
-        self._epoch = current
-        if old is None or old == current:
-            return current
-        self._lost_epochs[old.tag] = old
-        log.warning(
-            "the job store came back empty (Redis lost its data: a restart without "
-            "persistence, a failover to an empty replica, or a flush); its stream and group "
-            "are made again and new jobs run. The jobs it held are lost: each answers "
-            "failed, 'the job store lost this job'",
-            extra={"jobs_known": self._known, "prefix": self._prefix},
-        )
-        if wrote:  # one process counts a loss: the one that made the new epoch
-            self._on_lost(self._known)
-        self._known = 0
-        return current
-
-    async def _check(self, secret: bytes | None) -> None:
-        """Makes the store again when the epoch read (`secret`) is not this process's."""
-        if self._epoch is None or secret is None or secret.decode() != self._epoch.secret:
-            await self._make()
+        await self._epoch.make()
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -165,11 +117,11 @@ class RedisJobStore:
     async def submit(self, job: Job) -> Job:
         for _ in range(2):  # a second time when the epoch changed under it
             async with self._reaching():
-                epoch = self._epoch or await self._make()
+                epoch = self._epoch.current or await self._epoch.make()
                 queued = await self._submit_in(job, epoch)
                 if queued is not None:
                     return queued
-                await self._make()
+                await self._epoch.make()
         raise UnavailableError("the job store changed twice while queuing", retry_after_s=1.0)
 
     async def _submit_in(self, job: Job, epoch: Epoch) -> Job | None:
@@ -191,7 +143,7 @@ class RedisJobStore:
                 self._stream,
                 self._key(queued.id),
                 self._bytes,
-                self._epoch_key,
+                self._epoch.key,
                 self._results_key,
                 self._held,
             ],
@@ -226,22 +178,12 @@ class RedisJobStore:
         async with self._reaching():
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self._key(job_id))
-                pipe.get(self._epoch_key)
+                pipe.get(self._epoch.key)
                 fields, secret = await pipe.execute()
             if fields and b"route" in fields:
                 return Job.from_fields(fields)
-            await self._check(secret)
-        return self._lost(job_id)
-
-    def _lost(self, job_id: str) -> Job | None:
-        """A lost record for an id an epoch this process knows issued, whose answer could not
-        have expired yet; else None."""
-        epochs = [*self._lost_epochs.values(), *([self._epoch] if self._epoch else [])]
-        for epoch in epochs:
-            made = epoch.issued_at(job_id)
-            if made is not None and time.time() - made < self._ttl_s:
-                return Job.lost_record(job_id, made)
-        return None
+            await self._epoch.check(secret)
+        return self._epoch.lost(job_id, self._ttl_s)
 
     async def take(self, worker: str, wait_s: float) -> Delivery | None:
         async with self._reaching():
@@ -250,7 +192,7 @@ class RedisJobStore:
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
-                await self._make()  # the stream or its group is gone
+                await self._epoch.make()  # the stream or its group is gone
                 return None
             if entry is None:
                 return None
@@ -361,9 +303,9 @@ class RedisJobStore:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.xlen(self._stream)
                 pipe.zcard(self._results_key)
-                pipe.get(self._epoch_key)
+                pipe.get(self._epoch.key)
                 waiting, kept, secret = await pipe.execute()
-            await self._check(secret)
+            await self._epoch.check(secret)
             if secret is not None:
-                self._known = int(waiting) + int(kept)
+                self._epoch.known = int(waiting) + int(kept)
         return int(waiting)

@@ -2,7 +2,8 @@
 
 Builds session options from `RuntimeOptions`, picks providers in order of preference with CPU as
 the fallback, reads input and output specs from the file, and translates ONNX Runtime's errors
-into inferd's error tree at this one boundary.
+into inferd's error tree at this one boundary. The IO bindings of its in-place runs are kept
+by `bindings`, which works on them without importing onnxruntime.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +19,13 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
+from inferd.runtime.bindings import KeptBindings
 from inferd.runtime.datatypes import v2_from_onnx_type
 from inferd.runtime.device_memory import OrtMemory
 from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
 from inferd.runtime.protocol import Array, Bound, DeviceArray, Repeat, TensorSpec
 
 log = logging.getLogger(__name__)
-
-KEPT_BINDINGS = 64
-"""In-place bindings kept per session: a decoder's steps at each batch size, its prefills."""
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -177,11 +175,8 @@ class OnnxSession:
                 "CUDA libraries"
             )
         self._shrink_above = options.arena_shrink_above_elements
-        self._bindings: dict[object, _Kept] = {}
-        """In-place runs' bindings, most recent last (`_bound`)."""
-        self._recent: dict[object, tuple[tuple[Array | DeviceArray, ...], object]] = {}
-        """Binding keys by the identity of the shared arrays they were read from, with those
-        arrays, least recently used first (`_key`)."""
+        self._bindings = KeptBindings(ort.OrtValue.ortvalue_from_numpy)
+        """In-place runs' bindings, kept for the next run on the same buffers."""
         self._shrink = ort.RunOptions()
         gpu = f"gpu:{options.device_id or 0}"
         on_gpu = any(p in GPU_PROVIDERS for p in self._providers)
@@ -258,7 +253,7 @@ class OnnxSession:
                     break
             return out
         with _translated_errors():
-            key, binding, kept = self._bound(feeds, [], into)
+            key, binding, kept = self._bindings.take(feeds, [], into, self._session.io_binding)
             try:
                 for k in range(repeat.steps):
                     self._session.run_with_iobinding(binding)
@@ -266,96 +261,8 @@ class OnnxSession:
                     if not repeat.between(k):
                         break
             finally:
-                self._keep(key, kept)
+                self._bindings.keep(key, kept)
         return {}
-
-    @staticmethod
-    def _binding_key(feeds: Bound, returned: list[str], into: Mapping[str, str]) -> object:
-        shared = sorted(set(into.values()))
-        return (
-            tuple(into.items()),
-            tuple(returned),
-            tuple((n, *_where(feeds[n])) for n in shared),
-        )
-
-    def _key(
-        self, feeds: Bound, shared: list[str], returned: list[str], into: Mapping[str, str]
-    ) -> object:
-        """`_binding_key`, without reading the shared arrays' memory again when they are the
-        very arrays of an earlier call (a decoder's store hands the same views every step,
-        and its decode steps and prefills take turns): reading an array's address costs more
-        than a step's other bookkeeping. `shared`: the inputs written `into`, sorted."""
-        arrays = tuple(feeds[n] for n in shared)
-        known = (tuple(into.items()), tuple(returned), tuple(map(id, arrays)))
-        recent = self._recent.pop(known, None)
-        if recent is None:
-            recent = (arrays, self._binding_key(feeds, returned, into))
-            while len(self._recent) >= KEPT_BINDINGS:
-                self._recent.pop(next(iter(self._recent)))
-        self._recent[known] = recent  # (holding the arrays: no other array takes their ids)
-        return recent[1]
-
-    def _bound(
-        self, feeds: Bound, returned: list[str], into: Mapping[str, str]
-    ) -> tuple[object, ort.IOBinding, _Kept]:
-        """The binding of `feeds` for a run whose outputs in `into` (output -> input name) are
-        written into that input's own array: the kept one for the same shared buffers (taken
-        out while it runs: a concurrent run makes its own), else a new one. An input bound
-        before to the same memory, shape and type is not bound again: ONNX Runtime reads the
-        bound memory at each run, so what was written there in place since is what it
-        reads, and binding again costs more than the binding's own work (a decode block of 4
-        steps 20-60 us more here: benchmarks/generate_bench.py block)."""
-        shared = sorted(set(into.values()))
-        key = self._key(feeds, shared, returned, into)
-        kept = self._bindings.pop(key, None)
-        if kept is None:
-            binding = self._session.io_binding()
-            kept = _Kept(binding, [feeds[n] for n in shared], {})
-            for name in shared:
-                array = feeds[name]
-                if isinstance(array, DeviceArray):
-                    _bind_address(binding, name, array, output=False)
-                    continue
-                value = ort.OrtValue.ortvalue_from_numpy(array)  # no copy
-                binding.bind_ortvalue_input(name, value)
-                kept.values[name] = value
-                kept.shared_bytes += 2 * array.nbytes  # (read and written by each run)
-            for output, source in into.items():
-                target = feeds[source]
-                if isinstance(target, DeviceArray):
-                    _bind_address(binding, output, target, output=True)
-                else:
-                    binding.bind_ortvalue_output(output, kept.values[source])
-        else:
-            binding = kept.binding
-        targets = set(shared)
-        changed = False
-        for name, array in feeds.items():
-            if name in targets:
-                continue
-            before = kept.small.get(name)
-            if before is not None and before[0] is array:
-                continue  # (the same array object: the same memory, shape and type)
-            where = _where(array)
-            if before is None or before[1] != where:
-                if isinstance(array, DeviceArray):
-                    _bind_address(binding, name, array, output=False)
-                else:
-                    binding.bind_cpu_input(name, array)
-            kept.small[name] = (array, where)
-            changed = True
-        if changed:
-            kept.host_bytes = kept.shared_bytes + sum(
-                a.nbytes for a, _ in kept.small.values() if not isinstance(a, DeviceArray)
-            )
-        for name in returned:  # bound again: each run gets its own arrays
-            binding.bind_output(name)
-        return key, binding, kept
-
-    def _keep(self, key: object, kept: _Kept) -> None:
-        self._bindings[key] = kept
-        while len(self._bindings) > KEPT_BINDINGS:
-            self._bindings.pop(next(iter(self._bindings)))
 
     def _run_into(
         self, feeds: Bound, names: list[str], into: Mapping[str, str]
@@ -365,13 +272,13 @@ class OnnxSession:
 
         A decoder runs this every step on the same buffers: the binding of those buffers is
         kept (`_bindings`, keyed by their memory and shape) and only the small inputs whose
-        memory changed and the returned outputs are bound again (`_bound`)."""
+        memory changed and the returned outputs are bound again (`KeptBindings.take`)."""
         returned = [n for n in names if n not in into]
-        key, binding, kept = self._bound(feeds, returned, into)
+        key, binding, kept = self._bindings.take(feeds, returned, into, self._session.io_binding)
         try:
             self._session.run_with_iobinding(binding)
         finally:
-            self._keep(key, kept)
+            self._bindings.keep(key, kept)
         self.host_bytes += kept.host_bytes
         if not returned:
             return {}
@@ -384,37 +291,7 @@ class OnnxSession:
     def close(self) -> None:
         # InferenceSession frees its memory when dropped; drop our reference now.
         self.__dict__.pop("_session", None)
-        self._bindings = {}
-
-
-@dataclass
-class _Kept:
-    """A binding kept for its shared buffers (`OnnxSession._bound`)."""
-
-    binding: ort.IOBinding
-    arrays: list[Array | DeviceArray]
-    """The shared buffers: alive while their binding is kept."""
-    small: dict[str, tuple[Array | DeviceArray, tuple[object, ...]]]
-    """Each other input as last bound, and where it lies (`_where`): alive while bound."""
-    values: dict[str, ort.OrtValue] = field(default_factory=dict)
-    """The host buffers' OrtValues (views of their memory), alive while bound."""
-    shared_bytes: int = 0
-    """Bytes of the host buffers a run reads and writes in place."""
-    host_bytes: int = 0
-    """Bytes of host arrays a run of this binding reads and writes (`host_bytes`)."""
-
-
-def _where(array: Array | DeviceArray) -> tuple[object, ...]:
-    """An array's memory, shape, strides and type: what a binding of it reads."""
-    if isinstance(array, DeviceArray):
-        return (array.device, array.address, array.shape, array.dtype.str)
-    return (array.ctypes.data, array.shape, array.strides, array.dtype.str)
-
-
-def _bind_address(binding: ort.IOBinding, name: str, array: DeviceArray, output: bool) -> None:
-    """Binds an array in the instance's own memory where it lies, by address."""
-    bind = binding.bind_output if output else binding.bind_input
-    bind(name, array.device, array.device_id, array.dtype.type, list(array.shape), array.address)
+        self._bindings.clear()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,77 @@
+"""The metrics of requests as answered: their count and latency by endpoint, model, status and
+error code, their time in each stage, and gRPC calls refused before they were read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from inferd.observability.metric_bounds import SECONDS_BUCKETS
+
+STAGES = ("queue", "preprocess", "inference", "postprocess")
+
+
+class RequestMetrics:
+    def __init__(
+        self, registry: CollectorRegistry, model_label: Callable[[str | None], str]
+    ) -> None:
+        self._model_label = model_label
+        self._request_children: dict[tuple[object, ...], tuple[Any, Any]] = {}
+        self._stage_children: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests = Counter(
+            "inferd_requests",
+            "Requests by endpoint, model, HTTP status and error code",
+            ["endpoint", "model", "status", "code"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "inferd_request_duration_seconds",
+            "Total time of a request in the server",
+            ["endpoint", "model"],
+            buckets=SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.stage = Histogram(
+            "inferd_stage_duration_seconds",
+            "Time per stage of a request",
+            ["model", "version", "stage"],
+            buckets=SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.grpc_refused = Counter(
+            "inferd_grpc_refused",
+            "gRPC calls refused before their message was read, by reason (calls: over "
+            "grpc_max_calls)",
+            ["reason"],
+            registry=registry,
+        )
+
+    def on_request(
+        self, endpoint: str, model: str | None, status: int, code: int | None, total_s: float
+    ) -> None:
+        label = self._model_label(model)  # bounded, so the cache below is bounded too
+        key = (endpoint, label, status, code)
+        children = self._request_children.get(key)
+        if children is None:  # label lookups cost more than the observations: done once
+            children = (
+                self.requests.labels(endpoint, label, str(status), str(code or 0)),
+                self.latency.labels(endpoint, label),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(total_s)
+
+    def on_grpc_refused(self, reason: str) -> None:
+        self.grpc_refused.labels(reason).inc()
+
+    def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
+        label = self._model_label(model)
+        key = (label, version)
+        children = self._stage_children.get(key)
+        if children is None:
+            children = {stage: self.stage.labels(label, version, stage) for stage in STAGES}
+            self._stage_children[key] = children
+        for stage, seconds in stages.items():
+            children[stage].observe(seconds)
