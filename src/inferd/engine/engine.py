@@ -23,7 +23,7 @@ from inferd.engine.cached import Answer
 from inferd.engine.early_refusal import refusal_before_reading
 from inferd.engine.generation import Generation
 from inferd.engine.lifecycle import Lifecycle
-from inferd.engine.loader import Loader, RuntimeLoader
+from inferd.engine.loader import Loader
 from inferd.engine.outcomes import Outcomes
 from inferd.engine.registry import Readiness, Registry
 from inferd.engine.residency import Residency, ResidencyFacts
@@ -32,6 +32,7 @@ from inferd.engine.rollout import Rollouts, ServingPolicy
 from inferd.engine.routing import Routing
 from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.engine.version import Version
+from inferd.engine.version_loader import RuntimeLoader
 from inferd.errors import InferdError
 from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
