@@ -2,17 +2,17 @@
 
 It composes the registry (which version answers), the loader (what serves), and admission (may
 this request start, by when is it due, what a drain waits for), and runs each request on the
-version's servable, recording its outcome in the version's statistics and its model and version
-in the request's trace. It never imports a web framework, and it does not choose the runtime:
+version's servable (through its response cache when it has one), with its parts: routing (the
+version a request gets, written in its trace: inferd.engine.routing), outcomes (the version's
+statistics, a rollout's windows and shadow traffic: inferd.engine.outcomes), the early refusal
+(inferd.engine.early_refusal) and its life (start, readiness, abort, close:
+inferd.engine.lifecycle). It never imports a web framework, and it does not choose the runtime:
 the composition root (the CLI) passes a runtime loader in.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,15 +20,20 @@ from inferd.config.server import ServerSettings
 from inferd.engine import agreement, cached
 from inferd.engine.admission import Admission
 from inferd.engine.cached import Answer
+from inferd.engine.early_refusal import refusal_before_reading
 from inferd.engine.generation import Generation
-from inferd.engine.loader import Loader, RuntimeLoader
+from inferd.engine.lifecycle import Lifecycle
+from inferd.engine.loader import Loader
+from inferd.engine.outcomes import Outcomes
 from inferd.engine.registry import Readiness, Registry
 from inferd.engine.residency import Residency, ResidencyFacts
 from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts, ServingPolicy
+from inferd.engine.routing import Routing
 from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.engine.version import Version
-from inferd.errors import ErrorCode, InferdError, QueueFullError
+from inferd.engine.version_loader import RuntimeLoader
+from inferd.errors import InferdError
 from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
@@ -61,7 +66,7 @@ class Engine:
             lambda version: self.loader.load_resident(version),
             lambda version: self.loader.evict(version),
             lambda: list(self.registry.all_versions()),
-            self._in_rollout,
+            self.policy.in_rollout,
             self._zero_shot_base,
             lambda version: self.loader.disk_bytes(version),
         )
@@ -77,8 +82,11 @@ class Engine:
             self.residency.on_demand,
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
-        self._background: list[asyncio.Task[None]] = []
-        self._resumed = False
+        self._routing = Routing(self.registry, self.rollouts)
+        self._outcomes = Outcomes(self.rollouts)
+        self._life = Lifecycle(
+            settings, self.registry, self.admission, self.residency, self.loader, self.rollouts
+        )
 
     # -- inference --------------------------------------------------------------------------
 
@@ -94,7 +102,7 @@ class Engine:
         return await self._serve(
             "infer",
             (feeds, list(output_names or ())),
-            lambda: self._resolve(model, version),
+            lambda: self._routing.resolve(model, version),
             timeout_s,
             lambda servable, deadline: servable.infer(feeds, output_names, deadline, rows),
             lambda served, a, b: agreement.tensors(a, b, served.config.rollout.tensor_tolerance),
@@ -111,7 +119,7 @@ class Engine:
         return await self._serve(
             "embed",
             (list(texts), dimensions),
-            lambda: self._task_model(model, "embed", version),
+            lambda: self._routing.task_model(model, "embed", version),
             timeout_s,
             lambda servable, deadline: servable.embed(texts, deadline, dimensions),
             lambda served, a, b: agreement.embeddings(a, b),
@@ -128,7 +136,7 @@ class Engine:
         return await self._serve(
             "classify",
             (list(texts), k),
-            lambda: self._task_model(model, "predict", version),
+            lambda: self._routing.task_model(model, "predict", version),
             timeout_s,
             lambda servable, deadline: servable.classify(texts, k, deadline),
             lambda served, a, b: agreement.labels(a, b),
@@ -146,7 +154,7 @@ class Engine:
         return await self._serve(
             "rerank",
             (query, list(texts), raw_scores),
-            lambda: self._task_model(model, "rerank", version),
+            lambda: self._routing.task_model(model, "rerank", version),
             timeout_s,
             lambda servable, deadline: servable.rerank(query, texts, raw_scores, deadline),
             lambda served, a, b: agreement.rankings(a, b),
@@ -181,12 +189,12 @@ class Engine:
             )
 
         async with self.admission.admit():
-            served = self._named(choose())
+            served = Routing.named(choose())
             deadline = self.admission.deadline_for(served.config, timeout_s)
-            with self._outcome(served):
+            with self._outcomes.recorded(served):
                 async with self.residency.hold(served, deadline):
                     answer = await answered(served, deadline)
-        self._mirror(
+        self._outcomes.mirror(
             served, lambda v: answered(v, None), lambda shadow: agree(served, answer, shadow)
         )
         return served, answer
@@ -204,12 +212,12 @@ class Engine:
         rollout, and a greedy one may be mirrored to the candidate."""
         self.admission.enter()
         try:
-            served = self._named(self._task_model(model, "generate", version))
+            served = Routing.named(self._routing.task_model(model, "generate", version))
         except BaseException:
             self.admission.leave()
             raise
         try:
-            with self._outcome(served, finished_only=True):
+            with self._outcomes.recorded(served, finished_only=True):
                 async with self.residency.hold(served, None):
                     seq = await served.servable.generate(prompt, sampling)
                     self.residency.enter(served)  # (held until its stream ends)
@@ -232,34 +240,10 @@ class Engine:
         prompt: str | Messages,
         sampling: SamplingRequest,
     ) -> None:
-        """Releases the generation's slot; a finished one counts in a rollout (its latency
-        is the time per generated token, its queue time the time to the first token: a
-        generation's length is the prompt's, not the version's doing), and a greedy one
-        routed to the stable version may run again on the candidate, its tokens compared."""
+        """Releases the generation's slot; then its outcome counts (`Outcomes`)."""
         self.admission.leave()
         self.residency.leave(served)
-        finished = seq.finished
-        if finished is None or finished.reason == "cancelled":
-            return  # its client left: neither version's failure
-        failed = finished.reason == "error"
-        per_token = finished.total_s / max(finished.completion_tokens, 1)
-        first = finished.first_token_s or 0.0
-        self.rollouts.record(served.model, served.version, failed, per_token, first, route)
-        if route != "stable" or failed or not seq.params.greedy:
-            return
-        candidate = self.rollouts.shadow_target(served.model)
-        if candidate is None:
-            return
-        stable_tokens = list(seq.generated)
-
-        async def shadow() -> list[int]:
-            mirrored = await candidate.servable.generate(prompt, sampling)
-            await mirrored.result()
-            return list(mirrored.generated)
-
-        self.rollouts.mirror(
-            served.model, shadow(), lambda tokens: agreement.tokens(stable_tokens, tokens)
-        )
+        self._outcomes.generation_ended(served, seq, route, prompt, sampling)
 
     def refusal_before_reading(
         self,
@@ -268,54 +252,16 @@ class Engine:
         purpose: str | None = None,
         arriving: int = 0,
     ) -> InferdError | None:
-        """What every request to `model` (or, naming none yet, to any model serving
-        `purpose`) would be refused with now, whatever its body holds: the admission's
-        refusal, or 4290 when each version it could reach has a full queue, or when
-        `arriving` (the requests to these models read and not yet answered) fill what they
-        all hold, or when each would queue it longer than its `max_queue_time_ms`. None
-        when the request must be read to know (an unknown or unready model gets its answer
-        there)."""
-        refused = self.admission.refusal()
-        if refused is not None:
-            return refused
-        names = [model] if model is not None else self.registry.models_for(purpose or "")
-        if not names:
-            return None
-        holders: dict[int, Servable] = {}
-        for name in names:
-            try:
-                target = self.registry.resolve(name, version)
-            except InferdError:
-                return None
-            if not target.ready:
-                return None
-            holder = target.servable.holder  # (zero-shot models share their base's queue)
-            holders[id(holder)] = holder
-        capacities = [h.capacity for h in holders.values()]
-        room = None if None in capacities else sum(c or 0 for c in capacities)
-        if all(h.saturated for h in holders.values()) or (room is not None and arriving >= room):
-            whose = f"model '{model}'" if model is not None else f"every model that can {purpose}"
-            return QueueFullError(f"the queue of {whose} is full; retry later", retry_after_s=1.0)
-        # too much queued work for the queue-time bound: refused only when every queue it
-        # could reach says so (the arriving ones spread over them), the one that frees first
-        share = arriving // len(holders)
-        overdue = [h.queue_time_refusal(share) for h in holders.values()]
-        refusals = [o for o in overdue if o is not None]
-        if len(refusals) == len(overdue):
-            return min(refusals, key=lambda o: o.retry_after_s or 0.0)
-        return None
+        """What every request to `model` would be refused with now, whatever its body holds
+        (inferd.engine.early_refusal); None when the request must be read to know."""
+        return refusal_before_reading(
+            self.admission, self.registry, model, version, purpose, arriving
+        )
 
     def route_key_field(self, model: str | None, purpose: str | None) -> str | None:
         """The request field that names the route key for `model` (naming none: the default
-        model for `purpose`); None when none is configured or the model is not known yet
-        (its request gets that answer when it runs)."""
-        if not model:
-            try:
-                model = self.registry.default_for(purpose or "").model
-            except InferdError:
-                return None
-        config = self.registry.config_of(model)
-        return config.rollout.route_key_field if config is not None else None
+        model for `purpose`); None when none is configured or the model is not known yet."""
+        return self._routing.route_key_field(model, purpose)
 
     async def resident(self, model: str, version: str | None) -> Version:
         """The version that answers, in memory (an on-demand one loaded now, within the
@@ -325,10 +271,6 @@ class Engine:
         async with self.residency.hold(served, deadline):
             return served
 
-    def _in_rollout(self, model: str) -> bool:
-        record = self.policy.record(model)
-        return record is not None and record.active
-
     def _zero_shot_base(self, version: Version) -> bool:
         """Whether `version`'s model is a zero-shot model's base (which it holds)."""
         return any(
@@ -337,113 +279,17 @@ class Engine:
             if (config := self.registry.config_of(name)) is not None
         )
 
-    def _task_model(self, model: str | None, purpose: str, version: str | None = None) -> Version:
-        if not model:
-            model = self.registry.default_for(purpose).model
-        return self._resolve(model, version)
-
-    def _resolve(self, model: str, version: str | None) -> Version:
-        """The version named, else the rollout's choice for this request, else the highest
-        ready one."""
-        if version is None:
-            trace = current_trace()
-            routed = self.rollouts.choose(model, trace.route_key)
-            if routed is not None:
-                number, trace.route = routed
-                if trace.route == "baseline":
-                    baseline = self.rollouts.baseline(model)
-                    if baseline is not None:
-                        return baseline
-                    trace.route = "stable"  # (closed since it was chosen)
-                return self.registry.resolve(model, str(number))
-        return self.registry.resolve(model, version)
-
-    @staticmethod
-    def _named(served: Version) -> Version:
-        trace = current_trace()
-        trace.model, trace.version = served.model, str(served.version)
-        return served
-
-    def _mirror(
-        self,
-        served: Version,
-        run: Callable[[Version], Awaitable[T]],
-        agree: Callable[[T], float],
-    ) -> None:
-        """For a request a rollout routed to its stable version, maybe the same request on
-        the candidate, in the background, compared (inferd.engine.rollout: shadow traffic)."""
-        if current_trace().route != "stable":
-            return
-        candidate = self.rollouts.shadow_target(served.model)
-        if candidate is not None:
-            self.rollouts.mirror(served.model, run(candidate), agree)
-
-    @contextmanager
-    def _outcome(self, served: Version, finished_only: bool = False) -> Iterator[None]:
-        """Records the request's outcome and duration in the version's statistics, and for
-        a rollout: every error but shedding (4290) counts as a failure there (the versions of
-        a rollout share their clients, so a client's mistakes fall on both alike, while an
-        input one version runs and the other refuses is the candidate's fault).
-        `finished_only`: what runs inside is only a request's start (a generation's): only
-        a failure is recorded for the rollout, and nothing in the statistics."""
-        started = time.perf_counter()
-        ok = failed = False
-        try:
-            yield
-            ok = True
-        except InferdError as exc:
-            failed = exc.code is not ErrorCode.QUEUE_FULL
-            raise
-        except Exception:
-            failed = True
-            raise
-        finally:
-            seconds = time.perf_counter() - started
-            if not finished_only:
-                served.stats.on_request(ok, seconds)
-            if failed or not finished_only:
-                trace = current_trace()
-                # the version's own time: its queue wait is judged apart (it grows with the
-                # share of traffic a version takes, not with what the version does)
-                own = max(seconds - trace.queue_s, 0.0)
-                self.rollouts.record(
-                    served.model, served.version, failed, own, trace.queue_s, trace.route
-                )
-
     # -- life -------------------------------------------------------------------------------
 
     async def load_all(self) -> None:
         """Loads the repository, takes up saved rollouts, then judges rollouts and watches
         the repository for new versions of models that roll out by themselves."""
-        try:
-            await self.loader.load_all()
-            await self.rollouts.resume()
-        finally:
-            self._resumed = True
-        loop = asyncio.get_running_loop()
-        self._background = [
-            loop.create_task(self.rollouts.run(), name="inferd-rollouts"),
-            loop.create_task(
-                self.rollouts.watch(self._settings.repository_poll_s), name="inferd-watch"
-            ),
-        ]
+        await self._life.start()
 
     def readiness(self, strict: bool) -> Readiness:
         """The registry's readiness, with each model whose rollout failed (its state file
         could not be taken up) in its per-model detail; under `strict`, not ready then."""
-        loaded = self.loader.done and self._resumed
-        readiness = self.registry.readiness(strict, loaded, self.admission.draining)
-        failures = self.rollouts.failures()
-        if not failures:
-            return readiness
-        models = dict(readiness.models)
-        for model, reason in failures.items():
-            if model in models:
-                models[model] = {**models[model], "rollout": {"status": "failed", "reason": reason}}
-        if strict and readiness.ready:
-            problems = "; ".join(f"model '{m}': {r}" for m, r in sorted(failures.items()))
-            return Readiness(False, problems, models)
-        return Readiness(readiness.ready, readiness.reason, models)
+        return self._life.readiness(strict)
 
     @property
     def in_flight(self) -> int:
@@ -461,21 +307,11 @@ class Engine:
 
     async def abort(self) -> None:
         """Stops taking work and answers everything queued or running with 5030 at once (a
-        forced shutdown, or a drain that ran out of time): no admitted request goes
-        unanswered, none is cut off without a response."""
-        self.admission.accepting = False
-        for version in list(self.registry.all_versions()):
-            await version.stop()
+        forced shutdown, or a drain that ran out of time)."""
+        await self._life.abort()
 
     async def close(self) -> None:
-        self.admission.accepting = False
-        self.residency.close()
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-        await self.rollouts.close()
-        for version in list(self.registry.all_versions()):
-            await version.close()
+        await self._life.close()
 
     # -- what the metrics read at scrape time (observability's ServerView) -------------------
 

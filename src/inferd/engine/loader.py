@@ -1,59 +1,32 @@
 """The loader: turns repository entries into serving versions, at start-up (in the background,
-with fallback to an older version) and on the admin's load and unload.
-
-Which servable a model becomes is its kind's (inferd.config.kinds: `servable`); a kind built
-over a base (zero-shot) is built over its base model's servable once the bases are up. Loading
-a version never raises: a failure is recorded on the version (its state and reason) and logged,
-and the other models serve.
+with fallback to an older version), on the admin's load and unload, for rollouts (a candidate
+beside the versions serving, a baseline outside the registry) and for residency (a version
+loaded on demand, or evicted). One version is loaded by inferd.engine.version_loader, which
+never raises: a failure is the version's, and the other models serve. One change per model
+runs at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from inferd.config.kinds import Kind
-from inferd.config.model import ModelConfig, RuntimeOptions
+from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
-from inferd.engine.build import BuildContext
 from inferd.engine.heap import settle
-from inferd.engine.loading import LoadedModel, load_instances
-from inferd.engine.memory import release_freed, resident_bytes
+from inferd.engine.memory import release_freed
 from inferd.engine.registry import Registry
 from inferd.engine.residency import NOT_RESIDENT
-from inferd.engine.servable import Servable
 from inferd.engine.version import Version, VersionState
-from inferd.errors import (
-    ConfigError,
-    InferdError,
-    InvalidInputError,
-    NotFoundError,
-    UnavailableError,
-)
+from inferd.engine.version_loader import RuntimeLoader, VersionLoader
+from inferd.errors import ConfigError, InvalidInputError, NotFoundError, UnavailableError
 from inferd.observability.observer import Observer
 from inferd.repository.scan import ModelEntry, scan_model, task_defaults, valid_name
-from inferd.runtime.protocol import Runtime
 
 log = logging.getLogger(__name__)
-
-RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
-"""Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""
-
-
-@functools.cache
-def servable_class(kind: Kind) -> Any:
-    """The servable class its kind names (`module:Class`), imported once."""
-    module, _, name = kind.servable.partition(":")
-    found = getattr(importlib.import_module(module), name)
-    if not (isinstance(found, type) and issubclass(found, Servable)):
-        raise TypeError(f"{kind.servable} is not a servable")
-    return found
 
 
 class Loader:
@@ -75,11 +48,10 @@ class Loader:
         its first request to load (inferd.engine.residency)."""
         self._registry = registry
         self._settings = settings
-        self._runtime_loader = runtime_loader
-        self._observer = observer
+        self._versions = VersionLoader(
+            registry, settings, runtime_loader, observer, draining, in_flight
+        )
         self._root = root
-        self._draining = draining
-        self._in_flight = in_flight
         self._select = select
         self._on_demand = on_demand
         self.done = False
@@ -98,7 +70,7 @@ class Loader:
 
         async def load(entry: ModelEntry, version: Version) -> None:
             async with limit:
-                await self._load_version(entry, version)
+                await self._versions.load(entry, version)
 
         jobs = []
         for version in registry.all_versions():
@@ -114,7 +86,7 @@ class Loader:
                 await self._fall_back(name)
             for version in list(registry.all_versions()):  # derived models, once bases are up
                 if not version.config.needs_versions:
-                    await self._load_zero_shot(version)
+                    await self._versions.load_zero_shot(version)
         finally:
             self.done = True
             settle()
@@ -139,7 +111,7 @@ class Loader:
                 continue
             version = Version(name, candidate.version, config)
             versions[candidate.version] = version
-            await self._load_version(entry, version)
+            await self._versions.load(entry, version)
             if version.ready:
                 log.warning(
                     "serving an older version: the selected ones failed to load",
@@ -150,89 +122,6 @@ class Loader:
                         failed.superseded = True  # reported, but the model serves
                 return True
         return False
-
-    async def _load_version(self, entry: ModelEntry, version: Version) -> None:
-        config = version.config
-        path = next(v.path for v in entry.available if v.version == version.version)
-        loop = asyncio.get_running_loop()
-        before = resident_bytes()
-        try:
-            loaded: LoadedModel = await loop.run_in_executor(
-                None,
-                load_instances,
-                config,
-                lambda options: self._runtime_loader(path, options),
-                path.parent,
-            )
-        except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
-            self._failed(version, exc, "model version failed to load")
-            return
-        if self._draining():
-            await loop.run_in_executor(None, loaded.pool.close)
-            version.fail("the server began draining while this version loaded")
-            return
-        # a lone request's batch on the loop's own thread (inferd.runtime.pool)
-        loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, lambda: self._in_flight() <= 1)
-        context = BuildContext(
-            version.model,
-            version.version,
-            config,
-            loaded,
-            self._observer,
-            version.watch(self._observer),
-        )
-        try:
-            servable = servable_class(config.kind).build(context)
-        except Exception as exc:  # the parts do not fit the task (caught before any request)
-            await loop.run_in_executor(None, loaded.pool.close)
-            self._failed(version, exc, "model version failed to load")
-            return
-        version.serve(servable, loaded.load_s, self._settings.response_cache)
-        # (loads at once share the difference: exact with load_concurrency 1, and on demand)
-        version.footprint_bytes = max(resident_bytes() - before, 0)
-        self._registry.mark_loaded(version.model, int(time.time()))
-        log.info(
-            "model version ready",
-            extra={
-                "model": version.model,
-                "version": version.version,
-                "load_ms": round(loaded.load_s * 1000, 1),
-                "providers": list(servable.providers),
-                "footprint_mb": round(version.footprint_bytes / 2**20, 1),
-                "instances": [load.name for load in servable.instances],
-            },
-        )
-
-    async def _load_zero_shot(self, version: Version) -> None:
-        zero_shot = version.config.zero_shot
-        if zero_shot is None:
-            return
-        try:
-            base = self._registry.resolve(zero_shot.base_model).servable
-            servable = await servable_class(version.config.kind).build(
-                version.model, version.config, base, self._observer
-            )
-        except Exception as exc:  # the base is missing, failed, or cannot embed the labels
-            self._failed(version, exc, "zero-shot model failed to load")
-            return
-        version.serve(servable, cache_allowed=self._settings.response_cache)
-        self._registry.mark_loaded(version.model, int(time.time()))
-        log.info(
-            "zero-shot model ready",
-            extra={
-                "model": version.model,
-                "base": zero_shot.base_model,
-                "labels": len(zero_shot.labels),
-            },
-        )
-
-    @staticmethod
-    def _failed(version: Version, exc: BaseException, message: str) -> None:
-        reason = _reason(exc)
-        version.fail(reason)
-        log.error(
-            message, extra={"model": version.model, "version": version.version, "reason": reason}
-        )
 
     # -- repository changes (admin) -------------------------------------------------------
 
@@ -267,7 +156,7 @@ class Loader:
             current[selected.version] = version
             fresh.append(version)
         for version in fresh:
-            await self._load_version(entry, version)
+            await self._versions.load(entry, version)
         chosen = {v.version for v in entry.versions}
         if not any(current[v].ready for v in chosen if v in current):
             failures = "; ".join(f"version {v.version}: {v.reason}" for v in fresh if v.reason)
@@ -314,7 +203,7 @@ class Loader:
                 return existing
             version = Version(name, number, config)
             current[number] = version
-            await self._load_version(entry, version)
+            await self._versions.load(entry, version)
             if not version.ready:
                 current.pop(number, None)
                 raise UnavailableError(
@@ -333,7 +222,7 @@ class Loader:
         async with self._model_locks.setdefault(name, asyncio.Lock()):
             entry, config = self._version_entry(name, number)
             version = Version(name, number, config)
-            await self._load_version(entry, version)
+            await self._versions.load(entry, version)
             if not version.ready:
                 raise UnavailableError(
                     f"model '{name}' version {number} (baseline) did not load: {version.reason}"
@@ -355,7 +244,7 @@ class Loader:
             if version.ready:
                 return
             # (no collection here, others serve: inferd.engine.residency settles later)
-            await self._load_version(self._registry.entries[version.model], version)
+            await self._versions.load(self._registry.entries[version.model], version)
 
     def disk_bytes(self, version: Version) -> int:
         """The size of a version's folder (its model file, external weights, tokenizer)."""
@@ -398,10 +287,3 @@ class Loader:
             await version.close()
         settle()
         log.info("model unloaded", extra={"model": name})
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, InferdError):
-        return exc.message
-    text = str(exc).strip().splitlines()
-    return text[0][:500] if text else type(exc).__name__

@@ -63,7 +63,7 @@ def cached_repo(root: Path) -> Path:
 async def served(tmp_path: Path) -> AsyncIterator[tuple[Engine, list[FakeRuntime]]]:
     made: list[FakeRuntime] = []
     engine = engine_for(cached_repo(tmp_path))
-    engine.loader._runtime_loader = fake_loader(made=made, aliases={"plain": "affine"})
+    engine.loader._versions._runtime_loader = fake_loader(made=made, aliases={"plain": "affine"})
     await engine.load_all()
     yield engine, made
     await engine.close()

@@ -75,7 +75,7 @@ async def test_admin_load_adds_a_version_and_a_failing_one_leaves_the_old(
     add_model(tmp_path, "affine", {})
     made: list[FakeRuntime] = []
     engine = engine_for(tmp_path)
-    engine.loader._runtime_loader = fake_loader(made=made)
+    engine.loader._versions._runtime_loader = fake_loader(made=made)
     await engine.load_all()
     (tmp_path / "affine" / "2").mkdir()
     (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder")
@@ -86,7 +86,7 @@ async def test_admin_load_adds_a_version_and_a_failing_one_leaves_the_old(
 
     (tmp_path / "affine" / "3").mkdir()
     (tmp_path / "affine" / "3" / "model.onnx").write_bytes(b"placeholder")
-    engine.loader._runtime_loader = fake_loader(broken=["affine/3"])
+    engine.loader._versions._runtime_loader = fake_loader(broken=["affine/3"])
     with pytest.raises(UnavailableError, match=r"did not load .*still serving: \[2\]"):
         await engine.loader.load_model("affine")
     assert engine.registry.resolve("affine").version == 2
@@ -118,7 +118,7 @@ async def test_two_defaults_for_one_task_cannot_be_loaded(tmp_path: Path) -> Non
             },
             tokenizer=True,
         )
-    engine.loader._runtime_loader = fake_loader(aliases={"first": "sentiment"})
+    engine.loader._versions._runtime_loader = fake_loader(aliases={"first": "sentiment"})
     await engine.loader.load_model("first")
     version, _ = await engine.classify(None, ["good"])  # the default now
     assert version.model == "first"
@@ -162,7 +162,7 @@ async def test_concurrent_loads_of_one_model_take_turns_and_leak_nothing(tmp_pat
     add_model(tmp_path, "affine", {"instance_count": 2})
     made: list[FakeRuntime] = []
     engine = engine_for(tmp_path)
-    engine.loader._runtime_loader = fake_loader(made=made)
+    engine.loader._versions._runtime_loader = fake_loader(made=made)
     await engine.load_all()
     (tmp_path / "affine" / "2").mkdir()
     (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder")
@@ -186,7 +186,7 @@ async def test_what_is_loaded_is_frozen_out_of_collections_and_an_unloaded_model
     add_model(tmp_path, "affine", {})
     made: list[FakeRuntime] = []
     engine = engine_for(tmp_path)
-    engine.loader._runtime_loader = fake_loader(made=made)
+    engine.loader._versions._runtime_loader = fake_loader(made=made)
     try:
         await engine.load_all()
         assert gc.get_freeze_count() > 0

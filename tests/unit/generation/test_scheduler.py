@@ -23,9 +23,10 @@ from inferd.engine.loading import load_instances
 from inferd.errors import InputTooLongError, QueueFullError
 from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
-from inferd.generation.scheduler import RunNow, RunStep, Scheduler
+from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
+from inferd.generation.step_runner import RunNow, RunStep
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_model
 from inferd.runtime.memory import HostMemory

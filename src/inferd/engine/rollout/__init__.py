@@ -7,7 +7,9 @@ last step passes, rolled back when one fails.
 - `router`: the hot path (routing, windows, shadow traffic);
 - `judge` and `statistics`: pure functions from two samples to pass, fail or hold;
 - `watcher`: new version folders that start a rollout by themselves;
-- `controller`: the admin's actions and the judging loop.
+- `controller`: the admin's actions and the judging loop;
+- `decisions`: each decision, recorded, logged and counted;
+- `view`: what the status page and the admin are shown of a rollout.
 """
 
 from inferd.engine.rollout.controller import Rollouts

@@ -15,8 +15,10 @@ runs on, with more requests, and is judged again one window later; too few reque
 as soon as both versions have enough). Failures and shadowed disagreement clear before the
 window ends roll back at once.
 
-Every decision is a log line, a metric and an entry in the rollout's record, which the
-serving policy keeps (inferd.engine.rollout.policy, on disk in `.inferd/rollouts/`).
+Every decision is a log line, a metric and an entry in the rollout's record
+(inferd.engine.rollout.decisions), which the serving policy keeps
+(inferd.engine.rollout.policy, on disk in `.inferd/rollouts/`); what is shown of a rollout is
+inferd.engine.rollout.view's.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from typing import Any, TypeVar
 from inferd.config.model import RolloutConfig
 from inferd.engine.loader import Loader
 from inferd.engine.registry import Registry
+from inferd.engine.rollout.decisions import Decisions
 from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router, Window
-from inferd.engine.rollout.store import DECISIONS_KEPT, Decision, RolloutRecord, Status
+from inferd.engine.rollout.store import RolloutRecord, Status
+from inferd.engine.rollout.view import RolloutView
 from inferd.engine.rollout.watcher import RepositoryWatcher
 from inferd.engine.version import Version
 from inferd.errors import InferdError, InvalidInputError, NotFoundError
@@ -42,9 +46,6 @@ from inferd.observability.observer import Observer, notify
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-NO_ROLLOUT = "none"
-"""The status shown for a served model that has had no rollout (never stored)."""
 
 
 def share(record: RolloutRecord, config: RolloutConfig) -> float:
@@ -64,6 +65,8 @@ class Rollouts:
         self.policy = policy
         self.router = Router(registry, policy, observer)
         self.watcher = RepositoryWatcher(registry, policy, self.start)
+        self.view = RolloutView(registry, policy, self.router)
+        self._decisions = Decisions(self.router, policy, observer)
         self._next_look: dict[str, float] = {}
         """Per model: when a held window is judged again (wall-clock seconds)."""
         self._changes = asyncio.Lock()
@@ -98,88 +101,15 @@ class Rollouts:
     # -- what is shown -------------------------------------------------------------------------
 
     def split(self, model: str) -> dict[str, Any] | None:
-        """What the status page shows of a model's rollout (None when it never had one): a
-        running one's versions, the candidate's share, its step, its last decision with the
-        reason and the versions withdrawn (rolled back or aborted, out of traffic); an ended
-        one's status, last decision and withdrawn versions (no share); a failed one's reason."""
-        unreadable = self.policy.unreadable(model)
-        if unreadable is not None:
-            return {"status": Status.FAILED.value, "reason": self._failure(model)}
-        record = self.policy.record(model)
-        if record is None:
-            return None
-        last = record.decisions[-1] if record.decisions else None
-        shown: dict[str, Any] = {
-            "stable": record.stable,
-            "candidate": record.candidate,
-            "status": record.status.value,
-            "step": record.step + 1,
-            "steps": list(record.steps),
-            "decision": (
-                {"decision": last.decision, "reason": last.reason, "at": last.at}
-                if last is not None
-                else None
-            ),
-            "withdrawn": list(record.withdrawn),
-        }
-        if record.active:
-            shown["weight"] = record.weight
-            shown["baseline_weight"] = self.router.baseline_share(model, record.weight)
-        return shown
+        """What the status page shows of a model's rollout (None when it never had one)."""
+        return self.view.split(model)
 
     def failures(self) -> dict[str, str]:
         """Model -> why its rollout failed (its state file could not be taken up)."""
-        return {m: self._failure(m) for m in self.policy.unreadable_all()}
-
-    def _failure(self, model: str) -> str:
-        unreadable = self.policy.unreadable(model)
-        if unreadable is None:
-            return ""
-        return f"rollout state {unreadable.path} unreadable: {unreadable.reason}"
+        return self.view.failures()
 
     def status(self, model: str) -> dict[str, Any]:
-        if self.policy.unreadable(model) is not None:
-            return {
-                "model": model,
-                "status": Status.FAILED.value,
-                "reason": self._failure(model),
-                "stable": None,
-                "candidate": None,
-                "steps": [],
-                "step": 0,
-                "weight": 0.0,
-                "decisions": [],
-                "withdrawn": [],
-            }
-        record = self.policy.record(model)
-        if record is None:
-            if model not in self._registry.models():
-                raise NotFoundError(f"unknown model '{model}'")
-            return {
-                "model": model,
-                "status": NO_ROLLOUT,
-                "reason": f"model '{model}' has had no rollout",
-                "stable": None,
-                "candidate": None,
-                "steps": [],
-                "step": 0,
-                "weight": 0.0,
-                "decisions": [],
-                "withdrawn": [],
-            }
-        state = record.model_dump(mode="json")
-        state["baseline_weight"] = (
-            self.router.baseline_share(model, record.weight) if record.active else 0.0
-        )
-        state["window"] = {
-            "stable": self.router.window(model, record.stable).facts(),
-            "candidate": self.router.window(model, record.candidate).facts(),
-            "baseline": self.router.window(model, BASELINE).facts(),
-            "judged_against": "baseline" if self._baselined(record) else "stable",
-            "elapsed_s": round(time.time() - record.window_started, 1),
-            "agreement": self.router.agreement(model).facts(),
-        }
-        return state
+        return self.view.status(model)
 
     # -- the admin's actions ---------------------------------------------------------------------
 
@@ -211,7 +141,9 @@ class Rollouts:
             record = self.policy.begin(model, stable.version, to, config.steps, time.time())
             record.weight = share(record, config)
             self._new_window(record)
-            self._decide(record, "start", f"version {to} loaded, given the first step's share")
+            self._decisions.decide(
+                record, "start", f"version {to} loaded, given the first step's share"
+            )
         return self.status(model)
 
     async def promote(self, model: str) -> dict[str, Any]:
@@ -283,14 +215,16 @@ class Rollouts:
             shadowed,
             stable_share=1 - record.weight - self.router.baseline_share(model, record.weight),
             queue_judged=record.weight <= self._reference_share(record),
-            reference="baseline" if self._baselined(record) else "stable",
+            reference="baseline"
+            if self.router.baselined(record.model, record.weight)
+            else "stable",
         )
         if verdict.outcome is Outcome.FAIL:
             await self._end(record, Status.ROLLED_BACK, "rollback", verdict.reason)
         elif verdict.outcome is Outcome.HOLD:
             if enough:  # evidence too thin: more requests, then one more look
                 self._next_look[model] = now + config.analysis_window_s
-            self._hold(record, verdict.reason)
+            self._decisions.hold(record, verdict.reason)
         elif record.step + 1 >= len(record.steps):
             await self._promote(record, f"every step passed ({verdict.reason})")
         else:
@@ -298,25 +232,22 @@ class Rollouts:
             record.status = Status.RUNNING
             record.weight = share(record, config)
             # recorded with the evidence the step passed on, then the next step starts afresh
-            self._decide(
+            self._decisions.decide(
                 record,
                 "advance",
                 f"step passed ({verdict.reason}); candidate at {record.weight:.0%}",
             )
             self._new_window(record)
 
-    def _baselined(self, record: RolloutRecord) -> bool:
-        return self.router.baseline_share(record.model, record.weight) > 0
-
     def _reference(self, record: RolloutRecord) -> Window:
         """The window the candidate's is judged against: the baseline's when it takes the
         candidate's share, else the stable version's."""
-        key = BASELINE if self._baselined(record) else record.stable
+        key = BASELINE if self.router.baselined(record.model, record.weight) else record.stable
         return self.router.window(record.model, key)
 
     def _reference_share(self, record: RolloutRecord) -> float:
         """The share of traffic of the arm the candidate is judged against."""
-        if self._baselined(record):
+        if self.router.baselined(record.model, record.weight):
             return record.weight
         return 1 - record.weight
 
@@ -338,26 +269,16 @@ class Rollouts:
         if baseline is not None:
             await self._loader.close_baseline(baseline)
 
-    def _hold(self, record: RolloutRecord, reason: str) -> None:
-        """The step waits for evidence; a decision is recorded when the hold starts, or its
-        reason changes kind."""
-        kind = reason.split(":")[0]
-        if record.status is not Status.HOLDING or kind != record.reason.split(":")[0]:
-            record.status = Status.HOLDING
-            self._decide(record, "hold", reason)
-        else:
-            record.reason = reason
-
     async def _promote(self, record: RolloutRecord, reason: str) -> None:
         record.status = Status.PROMOTED
         record.weight = 0.0
-        self._decide(record, "promote", reason)
+        self._decisions.decide(record, "promote", reason)
         await self._drop_baseline(record.model)
         await self._loader.retire_version(record.model, record.stable)
 
     async def _end(self, record: RolloutRecord, status: Status, decision: str, reason: str) -> None:
         self.policy.end(record, status)
-        self._decide(record, decision, reason)
+        self._decisions.decide(record, decision, reason)
         await self._drop_baseline(record.model)
         await self._loader.retire_version(record.model, record.candidate)
 
@@ -369,39 +290,6 @@ class Rollouts:
         record.window_started = time.time()
         self._next_look.pop(record.model, None)
         self.router.reset(record.model, (record.stable, record.candidate))
-
-    def _decide(self, record: RolloutRecord, decision: str, reason: str) -> None:
-        record.reason = reason[:4096]
-        model = record.model
-        entry = Decision(
-            at=round(time.time(), 3),
-            decision=decision,
-            weight=record.weight,
-            reason=record.reason,
-            candidate=self.router.window(model, record.candidate).facts(),
-            stable=self.router.window(model, record.stable).facts(),
-            baseline=(
-                self.router.window(model, BASELINE).facts()
-                if model in self.router.baselines
-                else {}
-            ),
-            agreement=self.router.agreement(model).facts(),
-        )
-        record.decisions = [*record.decisions, entry][-DECISIONS_KEPT:]
-        level = logging.WARNING if decision in ("rollback", "hold") else logging.INFO
-        log.log(
-            level,
-            f"rollout {decision}",
-            extra={
-                "model": model,
-                "stable": record.stable,
-                "candidate": record.candidate,
-                "weight": record.weight,
-                "reason": reason,
-            },
-        )
-        notify(self._observer.on_rollout, model, decision, record.weight)
-        self.policy.save(record)
 
     # -- life --------------------------------------------------------------------------------------
 

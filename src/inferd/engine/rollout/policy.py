@@ -83,6 +83,11 @@ class ServingPolicy:
     def record(self, model: str) -> RolloutRecord | None:
         return self._records.get(model)
 
+    def in_rollout(self, model: str) -> bool:
+        """Whether `model` has a rollout under way."""
+        record = self._records.get(model)
+        return record is not None and record.active
+
     def records(self) -> list[RolloutRecord]:
         return list(self._records.values())
 

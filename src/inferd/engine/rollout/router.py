@@ -129,6 +129,11 @@ class Router:
         baseline = self.baselines.get(model)
         return weight if weight < 0.5 and baseline is not None and baseline.ready else 0.0
 
+    def baselined(self, model: str, weight: float) -> bool:
+        """Whether the candidate (at `weight`) is judged against the baseline, which then
+        takes as much of the traffic, not against the stable version."""
+        return self.baseline_share(model, weight) > 0
+
     def baseline(self, model: str) -> Version | None:
         return self.baselines.get(model)
 

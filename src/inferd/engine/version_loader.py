@@ -1,0 +1,154 @@
+"""Loading one version: its runtime instances, warmed up off the event loop
+(inferd.engine.loading), then the servable its kind names (inferd.config.kinds: `servable`),
+built over them; a kind built over a base (zero-shot) is built over its base model's servable.
+Loading never raises: a failure is recorded on the version (its state and reason) and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inferd.config.kinds import Kind
+from inferd.config.model import RuntimeOptions
+from inferd.config.server import ServerSettings
+from inferd.engine.build import BuildContext
+from inferd.engine.loading import LoadedModel, load_instances
+from inferd.engine.memory import resident_bytes
+from inferd.engine.registry import Registry
+from inferd.engine.servable import Servable
+from inferd.engine.version import Version
+from inferd.errors import InferdError
+from inferd.observability.observer import Observer
+from inferd.repository.scan import ModelEntry
+from inferd.runtime.protocol import Runtime
+
+log = logging.getLogger(__name__)
+
+RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
+"""Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""
+
+
+@functools.cache
+def servable_class(kind: Kind) -> Any:
+    """The servable class its kind names (`module:Class`), imported once."""
+    module, _, name = kind.servable.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    if not (isinstance(found, type) and issubclass(found, Servable)):
+        raise TypeError(f"{kind.servable} is not a servable")
+    return found
+
+
+class VersionLoader:
+    def __init__(
+        self,
+        registry: Registry,
+        settings: ServerSettings,
+        runtime_loader: RuntimeLoader,
+        observer: Observer,
+        draining: Callable[[], bool],
+        in_flight: Callable[[], int],
+    ) -> None:
+        """`draining`: whether the server drains (a version loaded then is closed);
+        `in_flight`: the requests it holds (a lone one may run on the loop's thread)."""
+        self._registry = registry
+        self._settings = settings
+        self._runtime_loader = runtime_loader
+        self._observer = observer
+        self._draining = draining
+        self._in_flight = in_flight
+
+    async def load(self, entry: ModelEntry, version: Version) -> None:
+        """Loads `version` of `entry` and serves it; a failure is the version's."""
+        config = version.config
+        path = next(v.path for v in entry.available if v.version == version.version)
+        loop = asyncio.get_running_loop()
+        before = resident_bytes()
+        try:
+            loaded: LoadedModel = await loop.run_in_executor(
+                None,
+                load_instances,
+                config,
+                lambda options: self._runtime_loader(path, options),
+                path.parent,
+            )
+        except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
+            _failed(version, exc, "model version failed to load")
+            return
+        if self._draining():
+            await loop.run_in_executor(None, loaded.pool.close)
+            version.fail("the server began draining while this version loaded")
+            return
+        # a lone request's batch on the loop's own thread (inferd.runtime.pool)
+        loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, lambda: self._in_flight() <= 1)
+        context = BuildContext(
+            version.model,
+            version.version,
+            config,
+            loaded,
+            self._observer,
+            version.watch(self._observer),
+        )
+        try:
+            servable = servable_class(config.kind).build(context)
+        except Exception as exc:  # the parts do not fit the task (caught before any request)
+            await loop.run_in_executor(None, loaded.pool.close)
+            _failed(version, exc, "model version failed to load")
+            return
+        version.serve(servable, loaded.load_s, self._settings.response_cache)
+        # (loads at once share the difference: exact with load_concurrency 1, and on demand)
+        version.footprint_bytes = max(resident_bytes() - before, 0)
+        self._registry.mark_loaded(version.model, int(time.time()))
+        log.info(
+            "model version ready",
+            extra={
+                "model": version.model,
+                "version": version.version,
+                "load_ms": round(loaded.load_s * 1000, 1),
+                "providers": list(servable.providers),
+                "footprint_mb": round(version.footprint_bytes / 2**20, 1),
+                "instances": [load.name for load in servable.instances],
+            },
+        )
+
+    async def load_zero_shot(self, version: Version) -> None:
+        """Builds a zero-shot version over its base model's servable (which must be up)."""
+        zero_shot = version.config.zero_shot
+        if zero_shot is None:
+            return
+        try:
+            base = self._registry.resolve(zero_shot.base_model).servable
+            servable = await servable_class(version.config.kind).build(
+                version.model, version.config, base, self._observer
+            )
+        except Exception as exc:  # the base is missing, failed, or cannot embed the labels
+            _failed(version, exc, "zero-shot model failed to load")
+            return
+        version.serve(servable, cache_allowed=self._settings.response_cache)
+        self._registry.mark_loaded(version.model, int(time.time()))
+        log.info(
+            "zero-shot model ready",
+            extra={
+                "model": version.model,
+                "base": zero_shot.base_model,
+                "labels": len(zero_shot.labels),
+            },
+        )
+
+
+def _failed(version: Version, exc: BaseException, message: str) -> None:
+    reason = _reason(exc)
+    version.fail(reason)
+    log.error(message, extra={"model": version.model, "version": version.version, "reason": reason})
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, InferdError):
+        return exc.message
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

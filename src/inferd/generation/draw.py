@@ -1,0 +1,99 @@
+"""How a step's next tokens are drawn, on one of three paths: from the whole vocabulary's
+logits, in Python (any sampling parameters); from the graph's ranked candidates, in Python (a
+decoder exported by inferd, when every row's parameters fit its candidates:
+inferd.prep.ranked_logits); or in the graph itself (inferd.prep.graph_draw), which takes one
+uniform number a row and gives back the tokens, so that several decode steps can run back to
+back, each step's tokens fed straight to the next (a block)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from inferd.config.model import GenerationConfig
+from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
+from inferd.generation.params import SamplingParams
+from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
+from inferd.generation.sequence import Sequence as Seq
+from inferd.runtime.protocol import Array
+
+GREEDY = SamplingParams(1, temperature=0.0)
+"""What a row that draws nothing (finished, cancelled) is given for the graph's draw."""
+
+
+class Draw:
+    """Which path draws a step's tokens, and the drawing itself (`sample`, `sample_ranked`,
+    or the graph's inputs: `feed`)."""
+
+    def __init__(self, shape: DecoderShape, config: GenerationConfig) -> None:
+        self._shape = shape
+        self.in_graph = config.block_steps > 0 and shape.draws
+        """Whether ranked draws are the graph's (inferd.prep.graph_draw), not Python's."""
+        self._graph_names = (NEXT_IDS, *shape.present_names)
+        self._ranked_names = tuple(shape.ranked_names)
+        self._output_names = tuple(shape.output_names)
+
+    def ranked(self, seqs: list[Seq]) -> bool:
+        """Whether the next tokens of `seqs` can all be drawn from the graph's ranked
+        candidates (a decoder exported by inferd), not the whole vocabulary's logits."""
+        width = self._shape.top_width
+        return width > 0 and all(fits_ranked(s.params, width) for s in seqs)
+
+    def blocks(self, rows: list[Seq], live: list[int], advances: bool) -> bool:
+        """Whether the next steps draw in the graph, each step's tokens fed straight to the
+        next (a block): a drawing in-place decoder (its KV store `advances`), every row live
+        and drawing within the graph's candidates."""
+        return self.in_graph and advances and len(live) == len(rows) and self.ranked(rows)
+
+    def names(self, ranked: bool, in_graph: bool = False) -> Sequence[str]:
+        """The outputs a step asks for: the drawn tokens (and the cache), the ranked
+        candidates, or the logits."""
+        if in_graph:
+            return self._graph_names
+        return self._ranked_names if ranked else self._output_names
+
+    def decoded(
+        self, out: dict[str, Array], live: list[int], seqs: list[Seq], ranked: bool, in_graph: bool
+    ) -> list[int]:
+        """The next tokens of the `live` rows (`seqs`) after a decode step, by its path."""
+        if in_graph:
+            chosen: list[int] = out[NEXT_IDS][live, 0].tolist()
+            return chosen
+        if ranked:
+            return self.sample_ranked(out, live, seqs)
+        return self.sample(out[LOGITS][live, -1, :], seqs)
+
+    def feed(self, feeds: dict[str, Array], rows: list[Seq], live: set[int], steps: int) -> Array:
+        """Puts the graph's draw inputs for `rows` in `feeds` (rows not `live`: greedy, drawing
+        nothing); returns the uniform numbers of `steps` steps [steps, rows], the first step's
+        fed: one a step from each live drawing row's own generator, as Python's draw takes."""
+        uniforms = np.zeros((steps, len(rows)))
+        params = []
+        for r, seq in enumerate(rows):
+            if r in live and not seq.params.greedy:
+                uniforms[:, r] = seq.rng.random(steps)
+            params.append(seq.params if r in live else GREEDY)
+        # in place: every store's decode step holds the draw inputs (greedy), and the in-place
+        # store's are its own buffers, which a kept binding reads
+        for name, values in draw_inputs(params, uniforms[0], self._shape.top_width).items():
+            feeds[name][...] = values
+        return uniforms
+
+    def sample_ranked(
+        self, out: dict[str, Array], rows: list[int] | slice, seqs: list[Seq]
+    ) -> list[int]:
+        return sample_ranked(
+            out[TOP_LOGITS][rows],
+            out[TOP_IDS][rows],
+            [s.params for s in seqs],
+            [s.rng for s in seqs],
+        )
+
+    def sample(self, logits: Array, seqs: list[Seq]) -> list[int]:
+        return sample_batch(
+            logits,
+            [s.params for s in seqs],
+            [s.rng for s in seqs],
+            [s.seen for s in seqs],
+        )
