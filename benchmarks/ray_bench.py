@@ -12,6 +12,7 @@ each round measuring inferd alone right before; medians are reported.
 
     python benchmarks/ray_bench.py            # writes the "ray" section of RESULTS.md
     python benchmarks/ray_bench.py --quick
+    python benchmarks/ray_bench.py residency  # 100 models on 2 replicas, routed by model or not
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from common import Server, machine_description, publish
+from common import Server, machine_description, parts_help, publish, run_entry
 from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, build_workload
 from inferd.tools.demo import build_demo
 
 MODEL = "minilm"
+PARTS = {
+    "residency": (
+        "ray_residency_bench",
+        "100 on-demand models on 2 replicas: cold loads routed by model (Serve's multiplexing) "
+        "or not",
+    ),
+}
 
 
 def measure(url: str, settings: SweepSettings, console: Console) -> tuple[float, float]:
@@ -55,7 +63,11 @@ def measure(url: str, settings: SweepSettings, console: Console) -> tuple[float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=parts_help(PARTS),
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -136,15 +148,13 @@ def main() -> None:
     text = "\n".join(
         [
             "## Ray Serve: one replica against inferd alone, on the same cores",
-            "",
-            f"Machine: {machine_description()}.",
+            f"Machine: {machine_description()}. "
             f"Demo model (all-MiniLM-L6-v2), /embed, one text of 8-100 words a request; closed "
             f"loop of {args.concurrency} by inferd bench's client on the same cores; "
             f"{rounds} rounds of {seconds:.0f} s on each way of ingress, `inferd serve` alone "
             "measured right before each round while the cluster idles (medians; the share is "
             f"the median of the rounds' ratios). Ray: a local one-node cluster with {cores} "
-            "CPUs, one replica with all of them.",
-            "",
+            "CPUs, one replica with all of them. "
             "Command: `python benchmarks/ray_bench.py" + (" --quick" if args.quick else "") + "`",
             "",
             "| served by | req/s | p99 ms | inferd alone, same rounds, req/s | share of alone |",
@@ -157,4 +167,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_entry(main, PARTS)

@@ -2,8 +2,10 @@
 Serve's direct ingress and HAProxy (inferd ray serve's default): `inferd ray serve` deploys two
 replicas that both answer and drain on SIGTERM; a replica killed under load loses no request
 that HAProxy could send elsewhere, the rest get a clear error and none hangs; the replicas
-scale up when inferd's queues grow. `inferd ray serve` on a cluster of its own keeps to
-loopback, has token authentication without writing a token home, and stops in seconds.
+scale up when inferd's queues grow; with `--multiplex`, through Serve's proxy, a request
+naming its model goes to the replica that holds it. `inferd ray serve` on a cluster of its own
+keeps to loopback, has token authentication without writing a token home, and stops in
+seconds.
 
 The clusters have an environment of their own (a home folder, the authentication mode), so
 that what the user's home holds (a `~/.ray/auth_token`) does not change them; a cluster
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import csv
 import ipaddress
+import json
 import logging
 import os
 import shutil
@@ -25,6 +28,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -433,3 +437,119 @@ def test_inferd_ray_serve_on_its_own_cluster_keeps_to_loopback_and_its_token_and
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
         shutil.rmtree(haproxy, ignore_errors=True)
+
+
+VIEWS = """
+import json, logging, sys
+import ray
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)
+controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+replicas = ray.get(controller._all_running_replicas.remote())
+print(json.dumps({
+    info.replica_id.unique_id: sorted(info.multiplexed_model_ids)
+    for deployment, infos in replicas.items() if deployment.name == sys.argv[2]
+    for info in infos
+}))
+"""
+
+
+def serve_model_views(cluster: LocalRay) -> dict[str, list[str]]:
+    """Each replica's multiplexed model ids as Serve's controller holds them (what its routers
+    route by), read by a driver of its own (this process may be another cluster's driver)."""
+    done = subprocess.run(
+        [sys.executable, "-c", VIEWS, cluster.address, APP_NAME],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    views: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return views
+
+
+def test_requests_naming_their_model_go_to_the_replica_that_holds_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`inferd ray serve --multiplex`, 2 replicas each holding at most 2 of 5 on-demand models
+    (`--max-loaded-versions 2`), on a cluster with Serve's proxy (HAProxy does not route by
+    model). Requests that name their model in `serve_multiplexed_model_id` go to the replica
+    that holds it: once the four first models are placed, none waits for a load; Serve's view
+    of each replica is what its inferd holds, and follows inferd's evictions. The same requests
+    without the header wait for loads."""
+    root = Path(tempfile.mkdtemp(prefix="lrm", dir="/tmp"))  # (socket paths: 107 bytes)
+    repo = tmp_path_factory.mktemp("ray-many")
+    models = [f"m{i}" for i in range(5)]
+    for name in models:
+        affine_model(repo / name / "1" / "model.onnx")
+        write_config(repo / name, {"max_batch_size": 8, "residency": "on_demand"})
+    cluster = LocalRay(root, direct_ingress=False)
+    url = f"http://127.0.0.1:{cluster.http_port}"
+    log = root / "cli.log"
+    with log.open("wb") as out:
+        cli = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "inferd", "ray", "serve", "--multiplex"),
+                *("--address", cluster.address, "--repo", str(repo), "--replicas", "2"),
+                *("--num-cpus", "1", "--max-loaded-versions", "2", "--no-response-cache"),
+                *("--host", "127.0.0.1", "--port", str(cluster.http_port)),
+                *("--log-level", "warning"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+        )
+
+    def ask(client: httpx.Client, model: str, named: bool) -> bool:
+        """Whether the answer waited for its model's load."""
+        headers = {"serve_multiplexed_model_id": model} if named else {}
+        answer = client.post(f"/v2/models/{model}/infer", json=AFFINE, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [3.0, 5.0, 7.0, 9.0]
+        return "load;dur" in answer.headers.get("server-timing", "")
+
+    def traffic(named: bool) -> int:
+        """40 requests, 4 clients, the first four models in turn: how many waited for a load."""
+
+        def client(offset: int) -> int:
+            with httpx.Client(base_url=url, timeout=60) as http:
+                return sum(ask(http, models[(offset + i) % 4], named) for i in range(10))
+
+        with ThreadPoolExecutor(4) as pool:
+            return sum(pool.map(client, range(4)))
+
+    try:
+        wait_for(lambda: "inferd on Ray Serve: http" in log.read_text(), 240, log.read_text())
+        assert "routed by model" in log.read_text()
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for model in models[:4]:  # each to the replica holding the fewest, once it knows
+                assert ask(http, model, named=True)
+                time.sleep(1.5)
+        views = serve_model_views(cluster)
+        assert len(views) == 2 and all(len(held) == 2 for held in views.values()), views
+        assert sorted(m for held in views.values() for m in held) == models[:4], views
+
+        assert traffic(named=True) == 0  # each to the replica that holds its model
+
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert ask(http, models[4], named=True)  # its replica's inferd evicts one of its two
+        time.sleep(1.5)
+        after = serve_model_views(cluster)
+        assert after.keys() == views.keys()
+        # Serve's view dropped the model inferd evicted: still two on each replica
+        assert all(len(held) == 2 for held in after.values()), (views, after)
+        (grew,) = [r for r, held in after.items() if models[4] in held]
+        assert len(set(after[grew]) & set(views[grew])) == 1, (views, after)
+        assert all(after[r] == views[r] for r in after if r != grew), (views, after)
+
+        unnamed = traffic(named=False)  # Serve routes on queue lengths alone: half miss
+        assert unnamed > 0
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=90) == 0, log.read_text()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -5,7 +5,9 @@ takes HTTP requests.
 On a cluster started with Serve's direct ingress and HAProxy (DIRECT_INGRESS_ENV; a local
 cluster started by this command has them), requests go from HAProxy straight to each
 replica's own HTTP server; otherwise through Serve's Python proxy, which costs a third of a
-replica's throughput on a small model (benchmarks/RESULTS.md, "Ray Serve").
+replica's throughput on a small model (benchmarks/RESULTS.md, "Ray Serve"). With
+`--multiplex` requests that name their model go to a replica that holds it, which takes Serve's
+proxy: HAProxy does not route by model (a local cluster of its own then has no HAProxy).
 
 Without `--address` it starts a local cluster of its own (`local_cluster_env`): on loopback
 (its HTTP port aside),
@@ -46,8 +48,11 @@ that routes outside, even when given `--node-ip-address 127.0.0.1`). Read when `
 imported; a node with it cannot join another's cluster (`ray start --address`)."""
 
 
-def local_cluster_env(environ: Mapping[str, str]) -> dict[str, str]:
+def local_cluster_env(environ: Mapping[str, str], multiplex: bool = False) -> dict[str, str]:
     """What the environment of a local cluster's processes gets (`environ`: the current one).
+
+    Ingress: Serve's direct ingress and HAProxy, but with `multiplex` (routing by model), which
+    needs Serve's proxy: HAProxy does not read the model's header (docs/ray.md).
 
     Authentication: Ray 2.60 turns on token authentication for a new local cluster and writes
     its token to `~/.ray/auth_token`, where every later `ray start` of the user finds it and
@@ -55,7 +60,8 @@ def local_cluster_env(environ: Mapping[str, str]) -> dict[str, str]:
     token authentication too, with a token of its own in its processes' environment
     (`RAY_AUTH_TOKEN`), written nowhere, ending with it; a choice made in the environment
     (`RAY_AUTH_MODE`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`) is kept as it is."""
-    env = {**DIRECT_INGRESS_ENV, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    ingress = {} if multiplex else DIRECT_INGRESS_ENV
+    env = {**ingress, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
     env[DRAINING_PERIOD_ENV] = str(LOCAL_DRAINING_PERIOD_S)
     env = {name: environ.get(name, value) for name, value in env.items()}
     if not any(name in environ for name in AUTH_ENV):
@@ -89,6 +95,12 @@ def add_ray_command(commands: Any, add_settings_flags: Callable[[Any], None]) ->
         "--max-ongoing", type=int, default=64, help="requests a replica takes at once"
     )
     serve.add_argument(
+        "--multiplex",
+        action="store_true",
+        help="route each request that names its model (header serve_multiplexed_model_id) to "
+        "a replica that holds it (Ray Serve's model multiplexing; through Serve's proxy)",
+    )
+    serve.add_argument(
         "--address",
         default=None,
         help="the Ray cluster (host:port of its head); default: start a local one",
@@ -111,7 +123,8 @@ def run_ray_command(args: Any) -> int:
             print("inferd ray serve: --autoscale takes MIN,MAX (e.g. 1,4)", file=sys.stderr)
             return 2
     if args.address is None:  # (before ray is imported: it reads some of them then)
-        os.environ.update(local_cluster_env(os.environ))  # the local cluster inherits them
+        # the local cluster inherits them
+        os.environ.update(local_cluster_env(os.environ, args.multiplex))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
@@ -130,6 +143,7 @@ def run_ray_command(args: Any) -> int:
         num_cpus=args.num_cpus,
         num_gpus=args.num_gpus,
         max_ongoing_requests=args.max_ongoing,
+        multiplex=args.multiplex,
     )
     try:
         deployment.options()
@@ -143,7 +157,8 @@ def run_ray_command(args: Any) -> int:
         deploy(deployment)
         print(
             f"inferd on Ray Serve: http://{settings.host}:{settings.port} "
-            f"({'autoscaling ' + args.autoscale if autoscale else f'{args.replicas} replicas'})",
+            f"({'autoscaling ' + args.autoscale if autoscale else f'{args.replicas} replicas'}"
+            f"{', routed by model' if args.multiplex else ''})",
             flush=True,
         )
 

@@ -7,8 +7,8 @@
     deploy(RayDeployment(ServerSettings(repository=Path("models")), autoscale=(1, 4)))
 
 Ray places the replicas (each an inferd engine, inferd.rayserve.replica) on the cluster's
-nodes, routes requests to them through Serve's proxy, restarts the ones that fail its health
-checks (inferd's readiness), and scales them on inferd's queue depth.
+nodes, routes requests to them (by the model each holds, with `multiplex`), restarts the ones
+that fail its health checks (inferd's readiness), and scales them on inferd's queue depth.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ class RayDeployment:
     """Requests Serve sends a replica at once (inferd batches them); more wait at the proxy."""
     upscale_delay_s: float = 5.0
     downscale_delay_s: float = 120.0
+    multiplex: bool = False
+    """Serve routes a request naming its model (the `serve_multiplexed_model_id` header) to a
+    replica that holds it (inferd.rayserve.multiplex): through Serve's proxy, not HAProxy."""
 
     def options(self) -> dict[str, Any]:
         """The Serve deployment options."""
@@ -88,7 +91,7 @@ def application(deployment: RayDeployment) -> Any:
 
     make: Any = serve.deployment  # (typed for its use as a decorator)
     served = make(InferdReplica).options(**deployment.options())
-    return served.bind(deployment.replica_settings())
+    return served.bind(deployment.replica_settings(), deployment.multiplex)
 
 
 def deploy(deployment: RayDeployment, route_prefix: str = "/") -> DeploymentHandle[Any]:

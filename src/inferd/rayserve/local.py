@@ -62,7 +62,13 @@ class LocalRay:
         home.mkdir(parents=True, exist_ok=True)
         self.http_port = free_port()
         self.env = {
-            **{name: value for name, value in os.environ.items() if name not in AUTH_ENV},
+            # (the ingress chosen here, not the one a cluster of this process's set, e.g. a
+            # test's driver connected to another cluster)
+            **{
+                name: value
+                for name, value in os.environ.items()
+                if name not in AUTH_ENV and name not in DIRECT_INGRESS_ENV
+            },
             **(DIRECT_INGRESS_ENV if direct_ingress else {}),
             MARK: self.mark,
             "HOME": str(home),

@@ -26,3 +26,12 @@ def test_a_choice_made_in_the_environment_is_kept() -> None:
         env = local_cluster_env(chosen)
         assert not {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} & set(env), (chosen, env)
     assert local_cluster_env({DRAINING_PERIOD_ENV: "30"})[DRAINING_PERIOD_ENV] == "30"
+
+
+def test_a_local_cluster_routed_by_model_has_serves_proxy_not_haproxy() -> None:
+    """HAProxy (direct ingress) does not read `serve_multiplexed_model_id`; Serve's proxy does."""
+    env = local_cluster_env({}, multiplex=True)
+    assert "RAY_SERVE_ENABLE_DIRECT_INGRESS" not in env
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
+    assert env["RAY_AUTH_MODE"] == "token"  # the rest as without it
+    assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
