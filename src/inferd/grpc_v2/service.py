@@ -36,12 +36,16 @@ from inferd.errors import (
     DeadlineExceededError,
     DeadlineUnmetError,
     EmptyInputError,
-    ErrorCode,
     InferdError,
     InternalError,
     InvalidInputError,
     TooManyItemsError,
 )
+from inferd.front import v2_views as views
+from inferd.front.jsonbody import validate_fields
+from inferd.front.recording import ROUTE_KEY_MAX, RequestRecorder
+from inferd.front.route_key import take_route_key
+from inferd.front.statuses import http_status, retry_after_s
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
@@ -52,11 +56,6 @@ from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.status import GRPC_STATUS
 from inferd.grpc_v2.wire import InferAnswer, InferCall
 from inferd.observability.trace import RequestTrace, current_trace, tracing
-from inferd.server import v2_views as views
-from inferd.server.errors import HTTP_STATUS
-from inferd.server.jsonbody import validate_fields
-from inferd.server.observe import ROUTE_KEY_MAX, RequestRecorder
-from inferd.server.route_key import take_route_key
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class GenerationParameters(BaseModel):
 
 
 def _message(body: dict[str, Any], message: M) -> M:
-    """A V2 view (inferd.server.v2_views) as a message; fields the message lacks are left out."""
+    """A V2 view (inferd.front.v2_views) as a message; fields the message lacks are left out."""
     json_format.ParseDict(body, message, ignore_unknown_fields=True)
     return message
 
@@ -177,7 +176,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     @staticmethod
     def _mark(trace: RequestTrace, exc: InferdError) -> int:
         trace.error_code = int(exc.code)
-        return int(getattr(exc, "http_status", None) or HTTP_STATUS[exc.code])
+        return http_status(exc)
 
     @staticmethod
     async def _abort(
@@ -186,9 +185,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         exc: InferdError,
     ) -> None:
         trailing = [("x-request-id", trace.request_id), ("inferd-code", str(int(exc.code)))]
-        retry = exc.retry_after_s
-        if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
-            retry = 1.0
+        retry = retry_after_s(exc)
         if retry is not None:
             trailing.append(("retry-after", str(max(1, round(retry)))))
         await context.abort(

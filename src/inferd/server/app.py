@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,11 +16,12 @@ from starlette.routing import Route
 from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
-from inferd.grpc_v2.server import start_grpc, stop_grpc
+from inferd.front.keys import read_keys
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.observer import Observer
-from inferd.server.auth import AuthMiddleware, read_keys
+from inferd.server.auth import AuthMiddleware
+from inferd.server.companion import Companion
 from inferd.server.dataplane import DataPlane, data_route
 from inferd.server.errors import (
     ERROR_RESPONSES,
@@ -79,15 +80,20 @@ def create_app(
     engine: Engine,
     metrics: Metrics | None = None,
     load: bool = True,
+    live: LiveWindow | None = None,
+    companions: Sequence[Companion] = (),
 ) -> FastAPI:
     """An app that serves `engine`'s models. Models load in the background once it starts
     (`load=False`: the caller loaded them before, e.g. a Ray Serve replica, which takes
-    traffic only once loaded)."""
+    traffic only once loaded). `live`: the window of recent requests (a new one when not
+    given; the caller's, when its companions record into it too). `companions`: services run
+    beside the app (gRPC), started first and stopped after the drain and the jobs, before the
+    engine closes."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        grpc_server = await start_grpc(settings, engine, metrics, live)
-        app.state.grpc_target = grpc_server.target if grpc_server is not None else None
+        for companion in companions:
+            await companion.start()
         await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
@@ -101,7 +107,8 @@ def create_app(
             if engine.accepting:  # not drained by a signal (e.g. an embedding app)
                 await engine.drain(settings.drain_timeout_s)
             await jobs.stop()
-            await stop_grpc(grpc_server)
+            for companion in reversed(companions):
+                await companion.stop()
             await engine.close()
             log.info("models closed")
 
@@ -114,8 +121,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.metrics = metrics
-    app.state.grpc_target = None  # host:port of the gRPC service once it listens
-    live = LiveWindow()
+    live = live if live is not None else LiveWindow()
     app.state.live = live
     if metrics is not None:
         metrics.attach(engine)

@@ -24,7 +24,7 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response

@@ -19,12 +19,13 @@ from starlette.responses import Response
 
 from inferd.engine import Generation
 from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
+from inferd.front.statuses import http_status
 from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.errors import HTTP_STATUS, error_body, request_id_of
-from inferd.server.jsonbody import openapi_body
+from inferd.server.errors import error_body, request_id_of
+from inferd.server.openapi import openapi_body
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -76,8 +77,9 @@ def usage(done: Finished) -> dict[str, int]:
 def error_event(exc: BaseException, request_id: str, path: str = "") -> dict[str, object]:
     """An error after a stream has begun, as its data (in the route's error shape)."""
     error = exc if isinstance(exc, InferdError) else InternalError("generation failed")
-    status = getattr(error, "http_status", None) or HTTP_STATUS[error.code]
-    return error_body(status, int(error.code), error.message, request_id, path, error.param)
+    return error_body(
+        http_status(error), int(error.code), error.message, request_id, path, error.param
+    )
 
 
 @router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.errors import NotFoundError
-from inferd.server.auth import bearer
+from inferd.front.keys import bearer
 from inferd.server.body import read_json
 from inferd.server.job_service import Jobs
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

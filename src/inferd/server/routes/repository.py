@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.server.body import read_json
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
 from inferd.server.state import engine_of
 
 router = APIRouter(prefix="/v2/repository", tags=["repository"])

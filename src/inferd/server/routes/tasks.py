@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
 from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["tasks"])

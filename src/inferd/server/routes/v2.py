@@ -10,21 +10,21 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from inferd.errors import InvalidInputError
-from inferd.observability.trace import current_trace
-from inferd.server import v2_views as views
-from inferd.server.body import read_body
-from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body
-from inferd.server.route_key import take_route_key
-from inferd.server.state import engine_of, header_timeout_s
-from inferd.server.v2_binary import HEADER_LENGTH, split_body
-from inferd.server.v2_codec import (
+from inferd.front import v2_views as views
+from inferd.front.route_key import take_route_key
+from inferd.front.v2_binary import HEADER_LENGTH, split_body
+from inferd.front.v2_codec import (
     InferRequest,
     binary_outputs,
     decode_inputs,
     encode_response,
     parse_infer_request,
 )
+from inferd.observability.trace import current_trace
+from inferd.server.body import read_body
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.openapi import openapi_body
+from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["v2"])
 
