@@ -172,10 +172,11 @@ def run_server(
     """Serves until drained; on `sock` when given (already bound), else on host:port, with
     `companions` beside the app (inferd.server.app's `create_app`). True when the drain ran
     its course, False when a second signal forced the exit."""
-    from inferd.server.app import create_app, data_routes
+    from inferd.server.app import create_app
+    from inferd.server.data_routes import DATA_ROUTES
 
     app = create_app(settings, engine, metrics, live=live, companions=companions)
-    early = EarlyRefusal(engine, data_routes(), metrics)
+    early = EarlyRefusal(engine, DATA_ROUTES, metrics)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
@@ -24,13 +24,10 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
-from inferd.server.openapi import openapi_body
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
-
-router = APIRouter(prefix="/v1", tags=["openai"])
 
 MAX_MESSAGES = 256
 
@@ -91,11 +88,6 @@ def _messages(body: ChatRequest) -> list[dict[str, str]]:
     return messages
 
 
-@router.post(
-    "/chat/completions",
-    summary="Chat completions (OpenAI)",
-    openapi_extra=openapi_body(ChatRequest),
-)
 async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
     _refuse_unsupported(body)

@@ -13,8 +13,8 @@ import time
 from collections.abc import AsyncIterator
 
 import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
@@ -25,11 +25,8 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import error_body, request_id_of
-from inferd.server.openapi import openapi_body
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
-
-router = APIRouter(tags=["generation"])
 
 
 class GenerateRequest(BaseModel):
@@ -82,7 +79,6 @@ def error_event(exc: BaseException, request_id: str, path: str = "") -> dict[str
     )
 
 
-@router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
 async def generate(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, GenerateRequest, "generate")

@@ -17,7 +17,6 @@ from starlette.responses import Response
 from inferd.errors import InvalidInputError
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.openapi import openapi_body
 from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -45,9 +44,6 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     )
 
 
-@router.post(
-    "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
-)
 async def embeddings(request: Request) -> Response:
     body = await read_json(request, EmbeddingsRequest, "embed")
     texts = _texts(body.input)

@@ -7,16 +7,13 @@ import time
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.openapi import openapi_body
 from inferd.server.state import engine_of, header_timeout_s
-
-router = APIRouter(tags=["tasks"])
 
 
 class PredictRequest(BaseModel):
@@ -57,7 +54,6 @@ def _json(body: object) -> Response:
     )
 
 
-@router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, PredictRequest, "predict")
@@ -80,7 +76,6 @@ async def predict(request: Request) -> Response:
     )
 
 
-@router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, EmbedRequest, "embed")
@@ -136,9 +131,6 @@ class RerankRequest(BaseModel):
         return self
 
 
-@router.post(
-    "/rerank", summary="Rank texts against a query", openapi_extra=openapi_body(RerankRequest)
-)
 async def rerank(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, RerankRequest, "rerank")

@@ -23,7 +23,6 @@ from inferd.front.v2_codec import (
 from inferd.observability.trace import current_trace
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.openapi import openapi_body
 from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["v2"])
@@ -113,9 +112,6 @@ def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
     return param / 1_000_000.0
 
 
-INFER_BODY = openapi_body(InferRequest)
-
-
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     body = await read_body(request)
     trace = current_trace()
@@ -147,15 +143,9 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     )
 
 
-@router.post("/v2/models/{model}/infer", summary="Inference", openapi_extra=INFER_BODY)
 async def infer(request: Request, model: str) -> Response:
     return await _infer(request, model, None)
 
 
-@router.post(
-    "/v2/models/{model}/versions/{version}/infer",
-    summary="Inference on a version",
-    openapi_extra=INFER_BODY,
-)
 async def version_infer(request: Request, model: str, version: str) -> Response:
     return await _infer(request, model, version)
