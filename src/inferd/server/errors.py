@@ -14,7 +14,6 @@ import logging
 import math
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
@@ -26,6 +25,7 @@ from inferd.errors import ErrorCode, InferdError, InvalidInputError
 from inferd.front.statuses import http_status, retry_after_s
 from inferd.observability.trace import current_trace
 from inferd.server.disconnect import ClientDisconnected
+from inferd.server.responses import json_response
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def error_response(
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+    return json_response(body, status, headers)
 
 
 def response_for(

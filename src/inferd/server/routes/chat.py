@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +23,7 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
+from inferd.server.responses import json_response
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
@@ -122,7 +122,7 @@ async def chat_completions(request: Request) -> Response:
         ],
         "usage": usage(done),
     }
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return json_response(payload)
 
 
 def _chunk(head: dict[str, object], delta: dict[str, str], reason: str | None) -> bytes:

@@ -12,7 +12,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +22,7 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
+from inferd.server.responses import json_response
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
@@ -147,7 +147,7 @@ async def completions(request: Request) -> Response:
         "choices": choices,
         "usage": _total_usage(results),
     }
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return json_response(payload)
 
 
 def finish_reason(done: Finished) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +24,7 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import error_body, request_id_of
+from inferd.server.responses import json_response
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -94,7 +94,7 @@ async def generate(request: Request) -> Response:
             done = await generation.result()
     finally:
         generation.close()
-    return Response(orjson.dumps(_final(generation, done, started)), media_type="application/json")
+    return json_response(_final(generation, done, started))
 
 
 def _final(generation: Generation, done: Finished, started: float) -> dict[str, object]:

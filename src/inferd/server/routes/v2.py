@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -23,22 +21,19 @@ from inferd.front.v2_codec import (
 from inferd.observability.trace import current_trace
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["v2"])
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status, media_type="application/json")
-
-
 @router.get("/v2", summary="Server metadata")
 async def server_metadata(request: Request) -> Response:
-    return _json(views.server_metadata(engine_of(request)))
+    return json_response(views.server_metadata(engine_of(request)))
 
 
 def _stats(request: Request, model: str | None, version: str | None) -> Response:
-    return _json(views.statistics(engine_of(request), model, version))
+    return json_response(views.statistics(engine_of(request), model, version))
 
 
 @router.get("/v2/models/stats", summary="Statistics of every model (Triton extension)")
@@ -57,7 +52,7 @@ async def version_stats(request: Request, model: str, version: str) -> Response:
 
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
-    return _json(await views.model_metadata(engine_of(request), model, version))
+    return json_response(await views.model_metadata(engine_of(request), model, version))
 
 
 @router.get("/v2/models/{model}", summary="Model metadata")
@@ -76,7 +71,7 @@ def _model_ready(request: Request, model: str, version: str | None) -> Response:
     body = {"name": model, "version": str(served.version), "ready": ready}
     if served.reason:
         body["reason"] = served.reason
-    return _json(body, 200 if ready else 503)
+    return json_response(body, 200 if ready else 503)
 
 
 @router.get("/v2/models/{model}/ready", summary="Model readiness (200 or 503)")
@@ -91,12 +86,16 @@ async def version_ready(request: Request, model: str, version: str) -> Response:
 
 @router.get("/v2/models/{model}/config", summary="Model configuration (Triton extension)")
 async def model_config(request: Request, model: str) -> Response:
-    return _json(views.config_of(await views.ready_version(engine_of(request), model, None)))
+    return json_response(
+        views.config_of(await views.ready_version(engine_of(request), model, None))
+    )
 
 
 @router.get("/v2/models/{model}/versions/{version}/config", summary="Model version configuration")
 async def version_config(request: Request, model: str, version: str) -> Response:
-    return _json(views.config_of(await views.ready_version(engine_of(request), model, version)))
+    return json_response(
+        views.config_of(await views.ready_version(engine_of(request), model, version))
+    )
 
 
 def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
@@ -135,7 +134,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     )
     trace.postprocess_s += time.perf_counter() - started
     if header_length is None:
-        return Response(content, media_type="application/json")
+        return json_response(content)
     return Response(
         content,
         media_type="application/octet-stream",
