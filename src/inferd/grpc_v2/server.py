@@ -129,7 +129,7 @@ def add_inference_service(
         collected.handlers,
         gate,
         reader,
-        service.refuse,
+        service.calls.refuse,
         {"ModelInfer": serialize_infer_response},
     )
     server.add_generic_rpc_handlers(

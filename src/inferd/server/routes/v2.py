@@ -7,7 +7,6 @@ import time
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from inferd.errors import InvalidInputError
 from inferd.front import v2_views as views
 from inferd.front.route_key import take_route_key
 from inferd.front.v2_binary import HEADER_LENGTH, split_body
@@ -18,6 +17,7 @@ from inferd.front.v2_codec import (
     encode_response,
     parse_infer_request,
 )
+from inferd.front.v2_parameters import timeout_parameter_s
 from inferd.observability.trace import current_trace
 from inferd.server.body import read_body
 from inferd.server.disconnect import cancel_on_disconnect
@@ -103,12 +103,7 @@ def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
     header = header_timeout_s(request)
     if header is not None:
         return header
-    param = (parsed.parameters or {}).get("timeout")
-    if param is None:
-        return None
-    if isinstance(param, bool) or not isinstance(param, int) or param <= 0:
-        raise InvalidInputError("parameter 'timeout' must be a positive integer of microseconds")
-    return param / 1_000_000.0
+    return timeout_parameter_s(parsed.parameters or {})
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
