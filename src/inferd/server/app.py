@@ -1,4 +1,4 @@
-"""The FastAPI app factory and its lifespan (background loading, drain, close)."""
+"""The FastAPI app factory and its lifespan (companions, background loading, drain, close)."""
 
 from __future__ import annotations
 
