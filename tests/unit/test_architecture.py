@@ -53,8 +53,25 @@ FORBIDDEN = {
         "uvicorn",
     ],
     "engine": ["inferd.server", "inferd.cli", "fastapi", "starlette", "uvicorn"],
-    "server": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli"],
-    "grpc_v2": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli", "fastapi", "uvicorn"],
+    "front": [
+        "inferd.server",
+        "inferd.grpc_v2",
+        "inferd.cli",
+        "onnxruntime",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "grpc",
+    ],
+    "server": ["onnxruntime", "inferd.runtime.onnx_session", "inferd.cli", "inferd.grpc_v2"],
+    "grpc_v2": [
+        "onnxruntime",
+        "inferd.runtime.onnx_session",
+        "inferd.cli",
+        "inferd.server",
+        "fastapi",
+        "uvicorn",
+    ],
     "observability": [
         "inferd.engine",
         "inferd.server",
@@ -175,9 +192,23 @@ def test_the_server_reaches_the_engine_through_its_package_only() -> None:
             i for i in imports_of(p) if i.startswith("inferd.engine.")
         )
         for p in MODULES
-        if part_of(p) in ("server", "grpc_v2")
+        if part_of(p) in ("front", "server", "grpc_v2")
     }
     assert not {k: v for k, v in bad.items() if v}
+
+
+def test_the_two_front_ends_never_import_each_other() -> None:
+    """HTTP (`server`) and gRPC (`grpc_v2`) share what they share through `front`; the
+    composition root (`cli`) runs them side by side. Imports inside functions count too."""
+    crossing = {
+        str(p.relative_to(PACKAGE)): sorted(
+            i for i in imports_of(p) if i.startswith(f"inferd.{other}")
+        )
+        for p in MODULES
+        for part, other in (("server", "grpc_v2"), ("grpc_v2", "server"))
+        if part_of(p) == part
+    }
+    assert not {k: v for k, v in crossing.items() if v}
 
 
 def module_name(path: Path) -> str:

@@ -1,4 +1,5 @@
-"""`inferd serve`: settings in, a running server out."""
+"""`inferd serve`: settings in, a running server out. The composition root of a server: the
+engine with ONNX Runtime as its runtime, the HTTP app, and gRPC beside it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import ConfigError
+from inferd.grpc_v2.server import GrpcServer
+from inferd.observability.live import LiveWindow
 from inferd.observability.logs import configure_logging
 from inferd.observability.metrics import Metrics
 from inferd.repository.scan import scan_repository
@@ -59,7 +62,9 @@ def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
     configure_logging(settings.log_level, settings.log_format)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
     engine, metrics = build_engine(settings)
-    drained = run_server(settings, engine, metrics, sock)
+    live = LiveWindow()  # HTTP's requests and gRPC's calls, in one window
+    grpc = GrpcServer(settings, engine, metrics, live)  # off when grpc_port is 0
+    drained = run_server(settings, engine, metrics, sock, live, (grpc,))
     return 0 if drained else 1  # 1: a second signal forced the exit
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidInputError
+from inferd.front.v2_binary import decode_binary, encode_binary
+from inferd.front.v2_codec import check_shape
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2.wire import InferAnswer
 from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
 from inferd.runtime.protocol import Array
-from inferd.server.v2_binary import decode_binary, encode_binary
-from inferd.server.v2_codec import check_shape
 
 CONTENTS_FIELD: dict[str, str] = {
     "BOOL": "bool_contents",

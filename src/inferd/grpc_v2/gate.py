@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 
 from inferd.errors import InferdError, InvalidInputError, QueueFullError
+from inferd.front.keys import Keys, bearer
 from inferd.grpc_v2.reader import Reader
 from inferd.observability.metrics import Metrics
-from inferd.server.auth import Keys, bearer
 
 PROBES = frozenset({"ServerLive", "ServerReady"})
 """Open without a key (as HTTP's `/v2/health/...`)."""

@@ -1,12 +1,12 @@
 """The gRPC server: `inference.GRPCInferenceService` and `grpc.health.v1.Health` served by
 `grpc.aio` on the HTTP server's event loop (so both protocols share the engine, its batchers
-and its admission), on `grpc_port`. Started and stopped by the app's lifespan: after a drain
-(SIGTERM), calls still running get `DRAIN_MARGIN_S` to finish, as HTTP's do."""
+and its admission), on `grpc_port`. The composition root (inferd.cli.serve) hands it to the
+app as a companion: the app's lifespan starts it and stops it after a drain (SIGTERM), when
+calls still running get `STOP_GRACE_S` to finish."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -14,6 +14,8 @@ from grpc_health.v1 import health_pb2_grpc
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
+from inferd.front.keys import Keys, read_keys
+from inferd.front.recording import RequestRecorder
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.gate import Gate, gated_handlers
 from inferd.grpc_v2.health import Health
@@ -22,8 +24,6 @@ from inferd.grpc_v2.service import InferenceService
 from inferd.grpc_v2.wire import serialize_infer_response
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
-from inferd.server.auth import Keys, read_keys
-from inferd.server.observe import RequestRecorder
 
 log = logging.getLogger(__name__)
 
@@ -35,57 +35,84 @@ def grpc_address(settings: ServerSettings) -> str:
     return f"{host}:{settings.grpc_port}"
 
 
-async def start_grpc(
-    settings: ServerSettings,
-    engine: Engine,
-    metrics: Metrics | None,
-    live: LiveWindow | None = None,
-) -> GrpcServer | None:
-    """The started server; None when `grpc_port` is 0. Raises OSError when the port cannot
-    be bound (another server holds it: gRPC's port reuse is off, so that is an error)."""
-    if settings.grpc_port == 0:
-        return None
-    limit = settings.max_body_bytes
-    pending = settings.grpc_max_pending_calls
-    server = grpc.aio.server(
-        options=[
-            ("grpc.so_reuseport", 0),
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            # calls gRPC's core holds until the server takes them: past its own soft bound
-            # (1,000) it refuses a growing share of new calls without a word; the server takes
-            # calls as fast as they come and answers those over grpc_max_calls itself
-            ("grpc.server.max_pending_requests", pending),
-            ("grpc.server.max_pending_requests_hard_limit", pending),
-        ]
-    )
-    keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
-    recorder = RequestRecorder(
-        metrics, settings.log_sample_rate, metrics is not None and metrics.gpu_present, live
-    )
-    reader = Reader(settings.grpc_max_message_fields)
-    service = InferenceService(
-        engine, recorder, settings.strict_readiness, reader, settings.grpc_stream_window
-    )
-    add_inference_service(service, Gate(keys, settings.grpc_max_calls, metrics), reader, server)
-    health_pb2_grpc.add_HealthServicer_to_server(Health(engine, settings.strict_readiness), server)
-    address = grpc_address(settings)
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        reader.close()
-        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
-    await server.start()
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    return GrpcServer(server, reader, f"{host}:{port}")
-
-
-@dataclass(slots=True)
 class GrpcServer:
-    server: grpc.aio.Server
-    reader: Reader
-    target: str
-    """host:port where it listens (the port it bound), what a gRPC client is given."""
+    """The gRPC server as a companion of the HTTP app (inferd.server.companion): it listens
+    once the app starts and stops after the drain; off when `grpc_port` is 0."""
+
+    name = "gRPC"
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        engine: Engine,
+        metrics: Metrics | None,
+        live: LiveWindow | None = None,
+    ) -> None:
+        """`live`: the app's window of recent requests, which gRPC's calls join."""
+        self._settings = settings
+        self._engine = engine
+        self._metrics = metrics
+        self._live = live
+        self._running: tuple[grpc.aio.Server, Reader] | None = None
+        self._target: str | None = None
+        """host:port where it listens (the port it bound), what a gRPC client is given."""
+
+    @property
+    def url(self) -> str | None:
+        return f"grpc://{self._target}" if self._target is not None else None
+
+    async def start(self) -> None:
+        """Raises OSError when the port cannot be bound (another server holds it: gRPC's port
+        reuse is off, so that is an error)."""
+        settings, metrics = self._settings, self._metrics
+        if settings.grpc_port == 0:
+            return
+        limit = settings.max_body_bytes
+        pending = settings.grpc_max_pending_calls
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                # calls gRPC's core holds until the server takes them: past its own soft bound
+                # (1,000) it refuses a growing share of new calls without a word; the server
+                # takes calls as fast as they come and answers those over grpc_max_calls itself
+                ("grpc.server.max_pending_requests", pending),
+                ("grpc.server.max_pending_requests_hard_limit", pending),
+            ]
+        )
+        keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
+        recorder = RequestRecorder(
+            metrics,
+            settings.log_sample_rate,
+            metrics is not None and metrics.gpu_present,
+            self._live,
+        )
+        reader = Reader(settings.grpc_max_message_fields)
+        service = InferenceService(
+            self._engine, recorder, settings.strict_readiness, reader, settings.grpc_stream_window
+        )
+        gate = Gate(keys, settings.grpc_max_calls, metrics)
+        add_inference_service(service, gate, reader, server)
+        health = Health(self._engine, settings.strict_readiness)
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        address = grpc_address(settings)
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            reader.close()
+            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
+        await server.start()
+        self._running = server, reader
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        self._target = f"{host}:{port}"
+
+    async def stop(self) -> None:
+        if self._running is not None:
+            server, reader = self._running
+            self._running = None
+            await server.stop(STOP_GRACE_S)
+            reader.close()
 
 
 def add_inference_service(
@@ -102,7 +129,7 @@ def add_inference_service(
         collected.handlers,
         gate,
         reader,
-        service.refuse,
+        service.calls.refuse,
         {"ModelInfer": serialize_infer_response},
     )
     server.add_generic_rpc_handlers(
@@ -126,9 +153,3 @@ class _Handlers:
     ) -> None:
         self.service = service
         self.handlers = handlers
-
-
-async def stop_grpc(running: GrpcServer | None) -> None:
-    if running is not None:
-        await running.server.stop(STOP_GRACE_S)
-        running.reader.close()

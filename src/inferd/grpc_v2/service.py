@@ -1,10 +1,8 @@
 """`inference.GRPCInferenceService` on inferd's engine: the same models, batchers, limits,
 deadlines, keys, metrics and log lines as HTTP.
 
-Each call runs in its own request trace (inferd.observability.trace) and ends in the shared
-`RequestRecorder`, counted under its full method name (`/inference.GRPCInferenceService/
-ModelInfer`) with the HTTP status its code maps to. Metadata plays the part of headers:
-`authorization: Bearer <key>` (an admin key for the repository RPCs), `x-request-id`,
+Each call is observed as an HTTP request is (inferd.grpc_v2.calls). Metadata plays the part of
+headers: `authorization: Bearer <key>` (an admin key for the repository RPCs), `x-request-id`,
 `x-inferd-route-key`. The call's deadline is the request's deadline (the V2 `timeout`
 parameter, in microseconds, may shorten it); a call its client cancels stops its work (queued
 batches are dropped, a generation ends at its next step).
@@ -19,74 +17,38 @@ settings (`max_tokens`, `temperature`, `top_k`, `top_p`, `repetition_penalty`, `
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-import grpc
 import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from pydantic import BaseModel, ConfigDict, Field
 
-from inferd.engine import FINAL, TEXT_INPUT, TEXT_OUTPUT, Engine, Generation
-from inferd.errors import (
-    DeadlineExceededError,
-    DeadlineUnmetError,
-    EmptyInputError,
-    ErrorCode,
-    InferdError,
-    InternalError,
-    InvalidInputError,
-    TooManyItemsError,
-)
-from inferd.generation.params import SamplingRequest
+from inferd.engine import FINAL, TEXT_OUTPUT, Engine, Generation
+from inferd.errors import DeadlineExceededError, InferdError, TooManyItemsError
+from inferd.front import v2_views as views
+from inferd.front.recording import RequestRecorder
+from inferd.front.route_key import take_route_key
+from inferd.front.v2_parameters import prompt_of, sampling_of, timeout_parameter_s
 from inferd.generation.sequence import Finished
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
+from inferd.grpc_v2.calls import Calls
 from inferd.grpc_v2.codec import decode_inputs, encode_outputs, parameter_values
-from inferd.grpc_v2.gate import PROBES
 from inferd.grpc_v2.reader import Reader
-from inferd.grpc_v2.status import GRPC_STATUS
+from inferd.grpc_v2.stream import Put, stream_error, windowed
 from inferd.grpc_v2.wire import InferAnswer, InferCall
-from inferd.observability.trace import RequestTrace, current_trace, tracing
-from inferd.server import v2_views as views
-from inferd.server.errors import HTTP_STATUS
-from inferd.server.jsonbody import validate_fields
-from inferd.server.observe import ROUTE_KEY_MAX, RequestRecorder
-from inferd.server.route_key import take_route_key
+from inferd.observability.trace import current_trace
 
-log = logging.getLogger(__name__)
-
-SERVICE = "inference.GRPCInferenceService"
-CLIENT_CLOSED = 499
 MAX_PARAMETERS = 1024
 """Parameters of one request that are read (more: refused)."""
 
-R = TypeVar("R")
 M = TypeVar("M", bound=Message)
 
 
-class GenerationParameters(BaseModel):
-    """A generation's settings, from the request's parameters (others are ignored: clients
-    send their own, such as `binary_data_output`)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    ignore_eos: bool = False
-
-
 def _message(body: dict[str, Any], message: M) -> M:
-    """A V2 view (inferd.server.v2_views) as a message; fields the message lacks are left out."""
+    """A V2 view (inferd.front.v2_views) as a message; fields the message lacks are left out."""
     json_format.ParseDict(body, message, ignore_unknown_fields=True)
     return message
 
@@ -101,106 +63,17 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         stream_window: int,
     ) -> None:
         self._engine = engine
-        self._recorder = recorder
+        self.calls = Calls(recorder)
         self._strict = strict_readiness
         self._reader = reader
         self._window = stream_window
-
-    # -- every call ------------------------------------------------------------------------
-
-    async def _call(
-        self,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-        method: str,
-        model: str | None,
-        run: Callable[[], Awaitable[R]],
-        quiet: bool = False,
-    ) -> R:
-        """Runs a call that the gate (inferd.grpc_v2.gate) let in; `quiet`: counted, not
-        logged (probes, and refused messages, which the reader logs once a second)."""
-        metadata = _metadata(context)
-        trace = RequestTrace(
-            request_id=metadata.get("x-request-id") or uuid.uuid4().hex,
-            started=time.perf_counter(),
-        )
-        key = metadata.get("x-inferd-route-key")
-        if key:
-            trace.route_key = key[:ROUTE_KEY_MAX]
-        status = 500
-        try:
-            with tracing(trace):
-                answer = await run()
-            status = 200
-            return answer
-        except InferdError as raised:
-            exc = _for_grpc(raised)
-            status = self._mark(trace, exc)
-            await self._abort(context, trace, exc)
-            raise  # (abort raised already)
-        except asyncio.CancelledError:
-            status = CLIENT_CLOSED
-            raise
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            log.exception("internal error", extra={"request_id": trace.request_id})
-            error = InternalError("the request failed inside the server")
-            status = self._mark(trace, error)
-            await self._abort(context, trace, error)
-            raise
-        finally:
-            context.set_trailing_metadata((("x-request-id", trace.request_id),))
-            self._recorder.finish(
-                trace,
-                "gRPC",
-                f"/{SERVICE}/{method}",
-                model,
-                status,
-                time.perf_counter() - trace.started,
-                quiet=quiet or method in PROBES,
-            )
-
-    async def refuse(
-        self,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-        method: str,
-        error: InferdError,
-        quiet: bool,
-    ) -> None:
-        """Answers a call the gate or the reader refused with `error`, recorded as any."""
-
-        async def refused() -> None:
-            raise error
-
-        await self._call(context, method, None, refused, quiet)
-
-    @staticmethod
-    def _mark(trace: RequestTrace, exc: InferdError) -> int:
-        trace.error_code = int(exc.code)
-        return int(getattr(exc, "http_status", None) or HTTP_STATUS[exc.code])
-
-    @staticmethod
-    async def _abort(
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-        trace: RequestTrace,
-        exc: InferdError,
-    ) -> None:
-        trailing = [("x-request-id", trace.request_id), ("inferd-code", str(int(exc.code)))]
-        retry = exc.retry_after_s
-        if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
-            retry = 1.0
-        if retry is not None:
-            trailing.append(("retry-after", str(max(1, round(retry)))))
-        await context.abort(
-            GRPC_STATUS[exc.code], f"[{int(exc.code)}] {exc.message}", tuple(trailing)
-        )
 
     # -- health and metadata ---------------------------------------------------------------
 
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Any
     ) -> pb.ServerLiveResponse:
-        return await self._call(context, "ServerLive", None, self._live)
+        return await self.calls.run(context, "ServerLive", None, self._live)
 
     async def _live(self) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -211,7 +84,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         async def ready() -> pb.ServerReadyResponse:
             return pb.ServerReadyResponse(ready=self._engine.readiness(self._strict).ready)
 
-        return await self._call(context, "ServerReady", None, ready)
+        return await self.calls.run(context, "ServerReady", None, ready)
 
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Any
@@ -220,7 +93,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             served = self._engine.registry.resolve(request.name, request.version or None)
             return pb.ModelReadyResponse(ready=served.ready or served.standby)
 
-        return await self._call(context, "ModelReady", request.name, ready)
+        return await self.calls.run(context, "ModelReady", request.name, ready)
 
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Any
@@ -229,7 +102,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             body = views.server_metadata(self._engine)
             return _message(body, pb.ServerMetadataResponse())
 
-        return await self._call(context, "ServerMetadata", None, metadata)
+        return await self.calls.run(context, "ServerMetadata", None, metadata)
 
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Any
@@ -238,7 +111,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             body = await views.model_metadata(self._engine, request.name, request.version or None)
             return _message(body, pb.ModelMetadataResponse())
 
-        return await self._call(context, "ModelMetadata", request.name, metadata)
+        return await self.calls.run(context, "ModelMetadata", request.name, metadata)
 
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: Any
@@ -248,7 +121,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             body = {"config": views.config_of(served)}
             return _message(body, pb.ModelConfigResponse())
 
-        return await self._call(context, "ModelConfig", request.name, config)
+        return await self.calls.run(context, "ModelConfig", request.name, config)
 
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
@@ -257,7 +130,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             body = views.statistics(self._engine, request.name or None, request.version or None)
             return _message(body, pb.ModelStatisticsResponse())
 
-        return await self._call(context, "ModelStatistics", request.name or None, statistics)
+        return await self.calls.run(context, "ModelStatistics", request.name or None, statistics)
 
     # -- the repository ----------------------------------------------------------------------
 
@@ -270,7 +143,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 rows = [row for row in rows if row.get("state") == "READY"]
             return _message({"models": rows}, pb.RepositoryIndexResponse())
 
-        return await self._call(context, "RepositoryIndex", None, index)
+        return await self.calls.run(context, "RepositoryIndex", None, index)
 
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Any
@@ -279,7 +152,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             await self._engine.loader.load_model(request.model_name)
             return pb.RepositoryModelLoadResponse()
 
-        return await self._call(context, "RepositoryModelLoad", request.model_name, load)
+        return await self.calls.run(context, "RepositoryModelLoad", request.model_name, load)
 
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Any
@@ -288,7 +161,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             await self._engine.loader.unload_model(request.model_name)
             return pb.RepositoryModelUnloadResponse()
 
-        return await self._call(context, "RepositoryModelUnload", request.model_name, unload)
+        return await self.calls.run(context, "RepositoryModelUnload", request.model_name, unload)
 
     # -- inference ---------------------------------------------------------------------------
 
@@ -305,7 +178,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 return responses[-1]
             return await self._infer(call, context)
 
-        return await self._call(context, "ModelInfer", request.model_name, infer)
+        return await self.calls.run(context, "ModelInfer", request.model_name, infer)
 
     async def _infer(self, call: InferCall, context: Any) -> InferAnswer:
         request = call.message
@@ -357,13 +230,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         feeds = await self._reader.off_loop(
             call.size, lambda: decode_inputs(request, call.raw, call.packed)
         )
-        prompt = _prompt(feeds)
-        settings = validate_fields(GenerationParameters, parameters)
+        prompt = prompt_of(feeds)
         generation = await self._engine.start_generation(
-            request.model_name,
-            prompt,
-            SamplingRequest.of(settings, settings.max_tokens),
-            request.model_version or None,
+            request.model_name, prompt, sampling_of(parameters), request.model_version or None
         )
         timeout_s = _timeout_s(context, parameters)
         expired = False
@@ -412,120 +281,31 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, requests: AsyncIterator[InferCall | InferdError], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """The stream's requests run as they arrive, at most `stream_window` at a time;
-        responses go out as they are ready (a generation's in order), each with its request's
-        `id`. A request that fails gets `error_message` (and the stream goes on).
+        """The stream's requests run as they arrive, at most `stream_window` at a time
+        (inferd.grpc_v2.stream); each response carries its request's `id`. A request that
+        fails gets `error_message` (and the stream goes on)."""
 
-        Bounded, so that a client that writes and does not read is held back by HTTP/2's flow
-        control rather than by the server's memory: with `stream_window` requests running the
-        next one is not read, and at most `stream_window` responses wait to be sent (a request
-        whose response finds them full waits, holding its place in the window)."""
-        window = asyncio.Semaphore(self._window)
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(self._window)
-        running: set[asyncio.Task[None]] = set()
+        async def answer(item: InferCall | InferdError, put: Put) -> None:
+            if isinstance(item, InferdError):
+                await put(stream_error(item, None))
+                return
+            request = item.message
 
-        async def answer(item: InferCall | InferdError) -> None:
+            async def responses() -> None:
+                if self._generates(request.model_name):
+                    async for response in self._generate(item, context, streamed=True):
+                        await put(pb.ModelStreamInferResponse(infer_response=response))
+                else:
+                    answered = await self._infer(item, context)
+                    await put(pb.ModelStreamInferResponse(infer_response=answered.complete()))
+
             try:
-                if isinstance(item, InferdError):
-                    await out.put(_stream_error(item, None))
-                    return
-                request = item.message
+                await self.calls.stream_request(context, request.id, request.model_name, responses)
+            except InferdError as exc:
+                await put(stream_error(exc, request))
 
-                async def responses() -> None:
-                    if self._generates(request.model_name):
-                        async for response in self._generate(item, context, streamed=True):
-                            await out.put(pb.ModelStreamInferResponse(infer_response=response))
-                    else:
-                        answered = await self._infer(item, context)
-                        await out.put(
-                            pb.ModelStreamInferResponse(infer_response=answered.complete())
-                        )
-
-                try:
-                    await self._stream_call(context, request, responses)
-                except InferdError as exc:
-                    await out.put(_stream_error(exc, request))
-            finally:
-                window.release()
-
-        async def read() -> None:
-            incoming = aiter(requests)
-            while True:
-                await window.acquire()
-                try:
-                    item = await anext(incoming)
-                except StopAsyncIteration:
-                    window.release()
-                    break
-                task = asyncio.get_running_loop().create_task(answer(item))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            while running:
-                await asyncio.gather(*list(running), return_exceptions=True)
-            await out.put(None)
-
-        reader = asyncio.get_running_loop().create_task(read())
-        try:
-            while (response := await out.get()) is not None:
-                yield response
-        finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
-            await asyncio.gather(reader, *running, return_exceptions=True)
-
-    async def _stream_call(
-        self, context: Any, request: pb.ModelInferRequest, run: Callable[[], Awaitable[None]]
-    ) -> None:
-        """One request of a stream, observed as a call of its own; its error is raised to
-        the stream (as an InferdError), not ending the stream."""
-        trace = RequestTrace(request_id=request.id or uuid.uuid4().hex, started=time.perf_counter())
-        metadata = _metadata(context)
-        key = metadata.get("x-inferd-route-key")
-        if key:
-            trace.route_key = key[:ROUTE_KEY_MAX]
-        status = 500
-        try:
-            with tracing(trace):
-                await run()
-            status = 200
-        except InferdError as raised:
-            exc = _for_grpc(raised)
-            status = self._mark(trace, exc)
-            raise exc from None
-        except asyncio.CancelledError:
-            status = CLIENT_CLOSED
-            raise
-        except Exception as exc:
-            log.exception("internal error", extra={"request_id": trace.request_id})
-            error = InternalError("the request failed inside the server")
-            status = self._mark(trace, error)
-            raise error from exc
-        finally:
-            self._recorder.finish(
-                trace,
-                "gRPC",
-                f"/{SERVICE}/ModelStreamInfer",
-                request.model_name,
-                status,
-                time.perf_counter() - trace.started,
-            )
-
-
-def _metadata(context: Any) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for key, value in context.invocation_metadata() or ():
-        if isinstance(value, str):
-            found.setdefault(key.lower(), value)
-    return found
-
-
-def _for_grpc(exc: InferdError) -> InferdError:
-    """A refusal for a deadline the queue's expected wait exceeds is, for a gRPC call whose
-    deadline is its client's, DEADLINE_EXCEEDED (over HTTP it stays 429 with Retry-After)."""
-    if isinstance(exc, DeadlineUnmetError):
-        return DeadlineExceededError(exc.message)
-    return exc
+        async for response in windowed(requests, self._window, answer):
+            yield response
 
 
 def _read_tensors(
@@ -537,41 +317,13 @@ def _read_tensors(
     return decode_inputs(request, raw, packed), [o.name for o in request.outputs] or None
 
 
-def _stream_error(
-    exc: InferdError, request: pb.ModelInferRequest | None
-) -> pb.ModelStreamInferResponse:
-    response = pb.ModelInferResponse()
-    if request is not None:
-        response.model_name, response.id = request.model_name, request.id
-    return pb.ModelStreamInferResponse(
-        error_message=f"[{int(exc.code)}] {exc.message}", infer_response=response
-    )
-
-
 def _timeout_s(context: Any, parameters: dict[str, Any]) -> float | None:
     """The call's deadline, shortened by the V2 `timeout` parameter (microseconds)."""
     remaining = context.time_remaining()
-    param = parameters.get("timeout")
-    if param is None:
+    seconds = timeout_parameter_s(parameters)
+    if seconds is None:
         return remaining if remaining is not None else None
-    if isinstance(param, bool) or not isinstance(param, int) or param <= 0:
-        raise InvalidInputError("parameter 'timeout' must be a positive integer of microseconds")
-    seconds = param / 1_000_000.0
     return seconds if remaining is None else min(seconds, remaining)
-
-
-def _prompt(feeds: dict[str, np.ndarray]) -> str:
-    if TEXT_INPUT not in feeds:
-        raise InvalidInputError(f"a text generator takes a BYTES input '{TEXT_INPUT}'")
-    values = feeds[TEXT_INPUT].reshape(-1)
-    if values.size != 1:
-        raise InvalidInputError(
-            f"input '{TEXT_INPUT}' must hold one prompt; it holds {values.size}"
-        )
-    prompt = str(values[0])
-    if not prompt:
-        raise EmptyInputError(f"input '{TEXT_INPUT}' is empty")
-    return prompt
 
 
 def _text_response(

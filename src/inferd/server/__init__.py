@@ -1,8 +1,7 @@
-"""The HTTP layer: app factory (inferd.server.app), routes, middleware, lifespan, error
-mapping, the uvicorn runner; and what HTTP and gRPC share (keys, request recording, the V2
-views).
+"""The HTTP front end: app factory (inferd.server.app), the data plane and its route table,
+routes, middleware, lifespan, error mapping, the uvicorn runner. What it shares with gRPC
+(keys, request recording, the V2 views and codecs) lives in inferd.front.
 
-Thin: a route parses, calls the engine, returns. Never imports onnxruntime. The package
-imports none of its modules itself, so the gRPC service can use the shared ones without
-loading the app.
+Thin: a route parses, calls the engine, returns. Never imports onnxruntime, nor inferd.grpc_v2:
+the composition root (inferd.cli.serve) runs gRPC beside the app.
 """

@@ -1,32 +1,27 @@
-"""The FastAPI app factory and its lifespan (background loading, drain, close)."""
+"""The FastAPI app factory and its lifespan (companions, background loading, drain, close)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Route
 
 from inferd import __version__
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
-from inferd.grpc_v2.server import start_grpc, stop_grpc
+from inferd.front.keys import read_keys
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.observer import Observer
-from inferd.server.auth import AuthMiddleware, read_keys
-from inferd.server.dataplane import DataPlane, data_route
-from inferd.server.errors import (
-    ERROR_RESPONSES,
-    OPENAI_ERROR_RESPONSES,
-    install_error_handlers,
-)
+from inferd.server.auth import AuthMiddleware
+from inferd.server.companion import Companion
+from inferd.server.data_routes import DATA_ROUTES, TEXT_PATHS
+from inferd.server.dataplane import DataPlane
+from inferd.server.errors import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES, install_error_handlers
 from inferd.server.job_service import Jobs
 from inferd.server.middleware import (
     BodyLimitMiddleware,
@@ -34,44 +29,16 @@ from inferd.server.middleware import (
     RequestIdMiddleware,
 )
 from inferd.server.observe import ObserveMiddleware
-from inferd.server.routes import (
-    chat,
-    completions,
-    generate,
-    health,
-    openai,
-    repository,
-    status,
-    tasks,
-    v2,
-)
+from inferd.server.openapi import install_openapi
+from inferd.server.routes import health, openai, repository, status, v2
 from inferd.server.routes import jobs as jobs_route
 from inferd.server.routes import metrics as metrics_route
 
 log = logging.getLogger(__name__)
 
-DATA_ROUTES = (
-    ("/predict", tasks.predict, "predict"),
-    ("/embed", tasks.embed, "embed"),
-    ("/rerank", tasks.rerank, "rerank"),
-    ("/v1/embeddings", openai.embeddings, "embed"),
-    ("/v2/models/{model}/infer", v2.infer, None),
-    ("/v2/models/{model}/versions/{version}/infer", v2.version_infer, None),
-    ("/generate", generate.generate, "generate"),
-    ("/v1/completions", completions.completions, "generate"),
-    ("/v1/chat/completions", chat.chat_completions, "generate"),
-)
-"""Served by `DataPlane`'s Starlette router, past FastAPI's per-request layers
-(inferd.server.dataplane); FastAPI registers them too, at the same paths, for the schema.
-Each with the purpose of a request naming no model (None: the path names it)."""
-
 
 async def _nothing() -> None:
     return None
-
-
-def data_routes() -> list[tuple[Route, str | None]]:
-    return [(data_route(path, endpoint), purpose) for path, endpoint, purpose in DATA_ROUTES]
 
 
 def create_app(
@@ -79,15 +46,20 @@ def create_app(
     engine: Engine,
     metrics: Metrics | None = None,
     load: bool = True,
+    live: LiveWindow | None = None,
+    companions: Sequence[Companion] = (),
 ) -> FastAPI:
     """An app that serves `engine`'s models. Models load in the background once it starts
     (`load=False`: the caller loaded them before, e.g. a Ray Serve replica, which takes
-    traffic only once loaded)."""
+    traffic only once loaded). `live`: the window of recent requests (a new one when not
+    given; the caller's, when its companions record into it too). `companions`: services run
+    beside the app (gRPC), started first and stopped after the drain and the jobs, before the
+    engine closes."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        grpc_server = await start_grpc(settings, engine, metrics, live)
-        app.state.grpc_target = grpc_server.target if grpc_server is not None else None
+        for companion in companions:
+            await companion.start()
         await jobs.start()
         loop = asyncio.get_running_loop()
         loading = loop.create_task(engine.load_all() if load else _nothing(), name="inferd-load")
@@ -101,7 +73,8 @@ def create_app(
             if engine.accepting:  # not drained by a signal (e.g. an embedding app)
                 await engine.drain(settings.drain_timeout_s)
             await jobs.stop()
-            await stop_grpc(grpc_server)
+            for companion in reversed(companions):
+                await companion.stop()
             await engine.close()
             log.info("models closed")
 
@@ -114,33 +87,23 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.metrics = metrics
-    app.state.grpc_target = None  # host:port of the gRPC service once it listens
-    live = LiveWindow()
+    live = live if live is not None else LiveWindow()
     app.state.live = live
     if metrics is not None:
         metrics.attach(engine)
     install_error_handlers(app)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    routers = (
-        health,
-        v2,
-        tasks,
-        generate,
-        openai,
-        completions,
-        chat,
-        jobs_route,
-        status,
-        metrics_route,
-        repository,
-    )
-    for module in routers:
-        shaped = module in (openai, completions, chat)  # OpenAI's error shape (under /v1)
+    install_openapi(app, DATA_ROUTES)
+    for module in (health, v2, openai, jobs_route, status, metrics_route, repository):
+        shaped = module is openai  # OpenAI's error shape (under /v1)
         app.include_router(
             module.router, responses=OPENAI_ERROR_RESPONSES if shaped else ERROR_RESPONSES
         )
+    routes = [row.route for row in DATA_ROUTES]
+    # the same routes, last in the app's router, are never reached for a request they serve
+    # (the data plane took it): there they give another method its 405 and a path with a
+    # trailing slash its redirect, as Starlette's router does for every route
+    app.router.routes.extend(routes)
     # added first, so innermost: every middleware below still applies to the data plane
-    routes = [route for route, _ in data_routes()]
     app.add_middleware(DataPlane, routes=routes, handlers=app.exception_handlers)
     api_keys = read_keys(settings.api_keys_file)
     jobs = Jobs(
@@ -158,7 +121,7 @@ def create_app(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         text_max_bytes=settings.max_text_body_bytes,
-        text_paths=frozenset(path for path, _, purpose in DATA_ROUTES if purpose is not None),
+        text_paths=TEXT_PATHS,
     )
     app.add_middleware(
         AuthMiddleware,
@@ -184,18 +147,3 @@ def create_app(
         )
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries the id
     return app
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema without its 422 answers: inferd answers bad input with 400 and a code."""
-    if app.openapi_schema is None:
-        schema = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
-        )
-        for path in schema.get("paths", {}).values():
-            for operation in path.values():
-                operation.get("responses", {}).pop("422", None)
-        for name in ("HTTPValidationError", "ValidationError"):
-            schema.get("components", {}).get("schemas", {}).pop(name, None)
-        app.openapi_schema = schema
-    return app.openapi_schema

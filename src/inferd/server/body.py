@@ -11,11 +11,11 @@ from pydantic import BaseModel
 from starlette.requests import Request
 
 from inferd.errors import EncodingError, InvalidInputError
+from inferd.front.jsonbody import validate_body
+from inferd.front.route_key import take_route_key
 from inferd.observability.trace import current_trace
 from inferd.server.errors import PayloadTooLargeError
-from inferd.server.jsonbody import validate_body
 from inferd.server.observe import note_payload
-from inferd.server.route_key import take_route_key
 from inferd.server.state import engine_of, settings_of
 
 M = TypeVar("M", bound=BaseModel)

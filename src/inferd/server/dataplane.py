@@ -6,7 +6,8 @@ as much event-loop time as inferd's own handling does (py-spy on `/embed` under 
 thread that also feeds the runtime. `DataPlane` sits innermost among inferd's middlewares, so
 request ids, observation, auth and the body limit apply exactly as to every other route; a
 request it has no route for (path and method) goes on to FastAPI, which serves the
-control plane and the docs and keeps the OpenAPI schema of every route, these included.
+control plane and the docs. The routes come from one table (inferd.server.data_routes), which
+also makes their entries in the OpenAPI schema.
 
 A request is matched once against these routes (what Starlette's `Router` does for a full
 match: the route's parameters and the route itself in the scope), then handled by the route.

@@ -1,4 +1,5 @@
-"""The one place where inferd's error codes become HTTP statuses and bodies.
+"""The one place where inferd's errors become HTTP answers (the status of each code:
+inferd.front.statuses).
 
 Two shapes: inferd's own `{"error": "<message>", "code": 4004, "request_id": "..."}` (the
 KServe V2 shape with the code beside it), and on the OpenAI-compatible routes (`/v1/...`, but
@@ -13,7 +14,6 @@ import logging
 import math
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
@@ -22,28 +22,14 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from inferd.errors import ErrorCode, InferdError, InvalidInputError
+from inferd.front.statuses import http_status, retry_after_s
 from inferd.observability.trace import current_trace
 from inferd.server.disconnect import ClientDisconnected
+from inferd.server.responses import json_response
 
 log = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499
-
-HTTP_STATUS: dict[ErrorCode, int] = {
-    ErrorCode.EMPTY_INPUT: 400,
-    ErrorCode.INPUT_TOO_LONG: 400,
-    ErrorCode.ENCODING: 400,
-    ErrorCode.INVALID_INPUT: 400,
-    ErrorCode.TOO_MANY_ITEMS: 400,
-    ErrorCode.UNAUTHORIZED: 401,
-    ErrorCode.FORBIDDEN: 403,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.QUEUE_FULL: 429,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-    ErrorCode.OUT_OF_MEMORY: 507,
-    ErrorCode.INTERNAL: 500,
-}
 
 
 class PayloadTooLargeError(InferdError):
@@ -162,18 +148,16 @@ def error_response(
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+    return json_response(body, status, headers)
 
 
 def response_for(
     exc: InferdError, request_id: str, path: str = "", param: str | None = None
 ) -> Response:
-    status = getattr(exc, "http_status", None) or HTTP_STATUS[exc.code]
-    retry = exc.retry_after_s
-    if retry is None and exc.code in (ErrorCode.QUEUE_FULL, ErrorCode.UNAVAILABLE):
-        retry = 1.0
     param = param if param is not None else getattr(exc, "param", None)
-    return error_response(status, int(exc.code), exc.message, request_id, retry, path, param)
+    return error_response(
+        http_status(exc), int(exc.code), exc.message, request_id, retry_after_s(exc), path, param
+    )
 
 
 async def _inferd_error(request: Request, exc: Exception) -> Response:

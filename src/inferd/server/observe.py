@@ -4,28 +4,24 @@ Every answer carries `Server-Timing: total;dur=<ms>`: the time from the server p
 request's first byte to the start of its answer (event-loop waits included), the figure the
 latency metrics record.
 
-Log lines: one JSON object per request, with the request id, model, version, HTTP status, error
-code and per-stage timings; errors always, successes sampled at `log_sample_rate`. No payload is
-logged unless `log_payloads` is set (then truncated and marked). Probe and /metrics requests are
-counted but not logged.
+Log lines (written by inferd.front.recording): one JSON object per request, with the request
+id, model, version, HTTP status, error code and per-stage timings; errors always, successes
+sampled at `log_sample_rate`. No payload is logged unless `log_payloads` is set (then truncated
+and marked). Probe and /metrics requests are counted but not logged.
 """
 
 from __future__ import annotations
 
-import logging
-import random
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.observability.gpu import gpu_memory_mb
+from inferd.front.recording import ROUTE_KEY_MAX, RequestRecorder
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.auth import OPEN_PATHS
 from inferd.server.http_limits import received_at
-
-log = logging.getLogger("inferd.request")
 
 QUIET_PATHS = OPEN_PATHS
 """Probes, metrics and the status page: polled all day, not logged per request (the paths that
@@ -36,8 +32,6 @@ PAYLOAD_LIMIT = 256
 ROUTE_KEY_HEADER = b"x-inferd-route-key"
 CACHE_HEADER = b"x-inferd-cache"
 """How the response cache answered (hit, miss, coalesced), on responses of models with one."""
-ROUTE_KEY_MAX = 256
-"""Characters of a route key that count (a longer one is cut, not refused)."""
 
 
 def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
@@ -58,95 +52,6 @@ def server_timing(started: float, load_s: float = 0.0) -> tuple[bytes, bytes]:
     return b"server-timing", value
 
 
-class RequestRecorder:
-    """What every request leaves behind, whatever its protocol (HTTP here, gRPC in
-    inferd.grpc_v2): its count and latency in the metrics, its stages for a model's request,
-    and its log line (errors always, successes sampled at `sample_rate`)."""
-
-    def __init__(
-        self,
-        metrics: Metrics | None,
-        sample_rate: float,
-        gpu_memory: bool,
-        live: LiveWindow | None = None,
-    ) -> None:
-        self.metrics = metrics
-        self.live = live
-        self.sample_rate = sample_rate
-        self.gpu_memory = gpu_memory
-        self._random = random.Random()
-
-    def finish(
-        self,
-        trace: RequestTrace,
-        method: str,
-        endpoint: str,
-        path_model: str | None,
-        status: int,
-        total_s: float,
-        quiet: bool = False,
-    ) -> None:
-        """`path_model`: the model the request's path names (requests that run no inference
-        name it only there); `status`: the HTTP status (gRPC: the one its code maps to);
-        `quiet`: a probe, counted and not logged."""
-        try:
-            if self.live is not None and trace.model is not None:
-                self.live.record(trace.model, total_s, status >= 500)
-            if self.metrics is not None:
-                # the metrics bound the model label to the repository's models
-                model = trace.model or path_model
-                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
-                if trace.model is not None and trace.version is not None and status < 400:
-                    self.metrics.on_stages(trace.model, trace.version, trace.stages())
-            if quiet or endpoint in QUIET_PATHS:
-                return
-            failed = status >= 400 or trace.error_code is not None
-            if not failed and self._random.random() >= self.sample_rate:
-                return
-            self._log_line(trace, method, status, endpoint, total_s, failed)
-        except Exception:
-            log.exception("request observation failed; the response was unaffected")
-
-    def _log_line(
-        self,
-        trace: RequestTrace,
-        method: str,
-        status: int,
-        endpoint: str,
-        total_s: float,
-        failed: bool,
-    ) -> None:
-        fields: dict[str, object] = {
-            "request_id": trace.request_id,
-            "method": method,
-            "endpoint": endpoint,
-            "model": trace.model,
-            "version": trace.version,
-            "status": status,
-            "code": trace.error_code,
-            "route": trace.route,
-            "cache": trace.cache,
-            "queue_ms": round(trace.queue_s * 1000, 3),
-            "preprocess_ms": round(trace.preprocess_s * 1000, 3),
-            "inference_ms": round(trace.inference_s * 1000, 3),
-            "postprocess_ms": round(trace.postprocess_s * 1000, 3),
-            "total_ms": round(total_s * 1000, 3),
-            "load_ms": round(trace.load_s * 1000, 3),
-            "batch_size": trace.batch_size,
-            "items": trace.items,
-            "input_length": trace.input_length,
-            "output_length": trace.output_length,
-        }
-        if self.gpu_memory:
-            memory = gpu_memory_mb()
-            if memory is not None:
-                fields["gpu_memory_mb"] = round(memory, 1)
-        if trace.payload is not None:
-            fields["payload"] = trace.payload
-        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
-        log.log(level, "request", extra=fields)
-
-
 class ObserveMiddleware:
     def __init__(
         self,
@@ -157,7 +62,7 @@ class ObserveMiddleware:
         live: LiveWindow | None = None,
     ) -> None:
         self.app = app
-        self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory, live)
+        self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory, live, QUIET_PATHS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -21,14 +21,16 @@ import asyncio
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Sequence
 from types import FrameType
 
 import uvicorn
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
+from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
+from inferd.server.companion import Companion
 from inferd.server.http_limits import bounded_protocol
 from inferd.server.shed import EarlyRefusal
 
@@ -47,11 +49,11 @@ class DrainingServer(uvicorn.Server):
         config: uvicorn.Config,
         engine: Engine,
         settings: ServerSettings,
-        grpc_target: Callable[[], str | None] = lambda: None,
+        companions: Sequence[Companion] = (),
     ):
         super().__init__(config)
-        self._grpc_target = grpc_target
-        """host:port of the gRPC service once the app started (None: none)."""
+        self._companions = companions
+        """The services the app runs beside HTTP (their addresses are known once it started)."""
         self._engine = engine
         self._settings = settings
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -73,21 +75,21 @@ class DrainingServer(uvicorn.Server):
             self._log_listening()
 
     def _log_listening(self) -> None:
-        """One line with where both protocols listen, their real ports (`--port 0` picks
-        one): the HTTP URL and the gRPC host:port."""
+        """One line with where every protocol listens, its real port (`--port 0` picks one):
+        the HTTP URL and each companion's (gRPC's), or that it is off."""
         bound = self.servers[0].sockets[0].getsockname() if self.servers else None
         if bound is None:
             return
         host = self._settings.host
         shown = f"[{host}]" if ":" in host else host
         http_url = f"http://{shown}:{bound[1]}"
-        grpc_target = self._grpc_target()
-        grpc_url = f"grpc://{grpc_target}" if grpc_target else None
-        log.info(
-            f"listening on {http_url} (HTTP)"
-            + (f" and {grpc_url} (gRPC)" if grpc_url else "; gRPC off"),
-            extra={"http_url": http_url, "grpc_url": grpc_url},
-        )
+        line = f"listening on {http_url} (HTTP)"
+        urls: dict[str, str | None] = {"http_url": http_url}
+        for companion in self._companions:
+            url = companion.url
+            line += f" and {url} ({companion.name})" if url else f"; {companion.name} off"
+            urls[f"{companion.name.lower()}_url"] = url
+        log.info(line, extra=urls)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two steps of the loop; never re-raised at exit, so a
@@ -164,13 +166,17 @@ def run_server(
     engine: Engine,
     metrics: Metrics | None = None,
     sock: socket.socket | None = None,
+    live: LiveWindow | None = None,
+    companions: Sequence[Companion] = (),
 ) -> bool:
-    """Serves until drained; on `sock` when given (already bound), else on host:port. True
-    when the drain ran its course, False when a second signal forced the exit."""
-    from inferd.server.app import create_app, data_routes
+    """Serves until drained; on `sock` when given (already bound), else on host:port, with
+    `companions` beside the app (inferd.server.app's `create_app`). True when the drain ran
+    its course, False when a second signal forced the exit."""
+    from inferd.server.app import create_app
+    from inferd.server.data_routes import DATA_ROUTES
 
-    app = create_app(settings, engine, metrics)
-    early = EarlyRefusal(engine, data_routes(), metrics)
+    app = create_app(settings, engine, metrics, live=live, companions=companions)
+    early = EarlyRefusal(engine, DATA_ROUTES, metrics)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -187,6 +193,6 @@ def run_server(
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",
     )
-    server = DrainingServer(config, engine, settings, lambda: app.state.grpc_target)
+    server = DrainingServer(config, engine, settings, companions)
     server.run(sockets=None if sock is None else [sock])
     return not server.forced

@@ -32,6 +32,7 @@ from starlette.routing import Match, Route
 
 from inferd.engine import Engine
 from inferd.observability.metrics import Metrics
+from inferd.server.data_routes import DataRoute
 from inferd.server.errors import response_for
 from inferd.server.middleware import request_id_from
 from inferd.server.observe import server_timing
@@ -64,15 +65,16 @@ class EarlyRefusal:
     def __init__(
         self,
         engine: Engine,
-        routes: Sequence[tuple[Route, str | None]],
+        routes: Sequence[DataRoute],
         metrics: Metrics | None,
     ) -> None:
-        """`routes`: the inference routes, each with the purpose its requests serve when
-        they name no model ("predict", "embed", "generate"); a route whose path names the
-        model (`{model}`) has None."""
+        """`routes`: the inference routes (inferd.server.data_routes), each with the purpose
+        its requests serve when they name no model; a route whose path names the model
+        (`{model}`) has None."""
         self._engine = engine
-        self._exact = {r.path: (r, p) for r, p in routes if not r.param_convertors}
-        self._patterned = [(r, p) for r, p in routes if r.param_convertors]
+        pairs = [(row.route, row.purpose) for row in routes]
+        self._exact = {r.path: (r, p) for r, p in pairs if not r.param_convertors}
+        self._patterned = [(r, p) for r, p in pairs if r.param_convertors]
         self._metrics = metrics
         self._arriving: Counter[str] = Counter()
         self._refused: Counter[int] = Counter()

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from inferd.errors import InvalidInputError
+from inferd.front.v2_binary import encode_binary
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2.codec import decode_inputs
 from inferd.grpc_v2.scan import Malformed
 from inferd.grpc_v2.wire import InferAnswer, parse_infer_request, serialize_infer_response
-from inferd.server.v2_binary import encode_binary
 
 BUDGET = 1000
 

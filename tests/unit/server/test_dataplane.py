@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from inferd.server.app import DATA_ROUTES
+from inferd.server.data_routes import DATA_ROUTES
 from inferd.server.dataplane import DataPlane, data_route
 
 
@@ -55,8 +55,8 @@ def make_app() -> FastAPI:
 def test_only_endpoints_fastapi_need_not_resolve_are_taken() -> None:
     with pytest.raises(ValueError, match="typed at /typed"):
         data_route("/typed", typed)  # a body model: FastAPI must parse and validate it
-    for path, endpoint, _ in DATA_ROUTES:  # inferd's own: each takes the request and path params
-        assert data_route(path, endpoint).path == path
+    for row in DATA_ROUTES:  # inferd's own: each takes the request and path params
+        assert data_route(row.path, row.endpoint).path == row.path == row.route.path
 
 
 async def test_data_plane_answers_as_fastapi_would_and_the_rest_pass_on() -> None:

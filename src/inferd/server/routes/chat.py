@@ -13,9 +13,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
@@ -24,13 +23,11 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
-from inferd.server.jsonbody import openapi_body
+from inferd.server.responses import json_response
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
-
-router = APIRouter(prefix="/v1", tags=["openai"])
 
 MAX_MESSAGES = 256
 
@@ -91,11 +88,6 @@ def _messages(body: ChatRequest) -> list[dict[str, str]]:
     return messages
 
 
-@router.post(
-    "/chat/completions",
-    summary="Chat completions (OpenAI)",
-    openapi_extra=openapi_body(ChatRequest),
-)
 async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
     _refuse_unsupported(body)
@@ -130,7 +122,7 @@ async def chat_completions(request: Request) -> Response:
         ],
         "usage": usage(done),
     }
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return json_response(payload)
 
 
 def _chunk(head: dict[str, object], delta: dict[str, str], reason: str | None) -> bytes:

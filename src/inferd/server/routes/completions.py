@@ -12,9 +12,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
@@ -23,12 +22,10 @@ from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
-from inferd.server.jsonbody import openapi_body
+from inferd.server.responses import json_response
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
-
-router = APIRouter(prefix="/v1", tags=["openai"])
 
 MAX_PROMPTS = 16
 
@@ -112,9 +109,6 @@ def _prompts(value: str | list[str]) -> list[str]:
     return prompts
 
 
-@router.post(
-    "/completions", summary="Completions (OpenAI)", openapi_extra=openapi_body(CompletionRequest)
-)
 async def completions(request: Request) -> Response:
     body = await read_json(request, CompletionRequest, "generate")
     _refuse_unsupported(body)
@@ -153,7 +147,7 @@ async def completions(request: Request) -> Response:
         "choices": choices,
         "usage": _total_usage(results),
     }
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return json_response(payload)
 
 
 def finish_reason(done: Finished) -> str:

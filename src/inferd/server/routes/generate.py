@@ -12,23 +12,21 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
 from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
+from inferd.front.statuses import http_status
 from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.errors import HTTP_STATUS, error_body, request_id_of
-from inferd.server.jsonbody import openapi_body
+from inferd.server.errors import error_body, request_id_of
+from inferd.server.responses import json_response
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
-
-router = APIRouter(tags=["generation"])
 
 
 class GenerateRequest(BaseModel):
@@ -76,11 +74,11 @@ def usage(done: Finished) -> dict[str, int]:
 def error_event(exc: BaseException, request_id: str, path: str = "") -> dict[str, object]:
     """An error after a stream has begun, as its data (in the route's error shape)."""
     error = exc if isinstance(exc, InferdError) else InternalError("generation failed")
-    status = getattr(error, "http_status", None) or HTTP_STATUS[error.code]
-    return error_body(status, int(error.code), error.message, request_id, path, error.param)
+    return error_body(
+        http_status(error), int(error.code), error.message, request_id, path, error.param
+    )
 
 
-@router.post("/generate", summary="Generate text", openapi_extra=openapi_body(GenerateRequest))
 async def generate(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, GenerateRequest, "generate")
@@ -96,7 +94,7 @@ async def generate(request: Request) -> Response:
             done = await generation.result()
     finally:
         generation.close()
-    return Response(orjson.dumps(_final(generation, done, started)), media_type="application/json")
+    return json_response(_final(generation, done, started))
 
 
 def _final(generation: Generation, done: Finished, started: float) -> dict[str, object]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of, settings_of
 
 router = APIRouter(tags=["health"])
@@ -31,7 +31,7 @@ READY_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def _live() -> Response:
-    return Response(b'{"live":true}', 200, media_type="application/json")
+    return json_response(b'{"live":true}')
 
 
 def _ready(request: Request) -> Response:
@@ -46,9 +46,7 @@ def _ready(request: Request) -> Response:
     jobs = getattr(request.app.state, "jobs", None)
     if jobs is not None:
         body["jobs"] = jobs.detail()
-    return Response(
-        orjson.dumps(body), 200 if readiness.ready else 503, media_type="application/json"
-    )
+    return json_response(body, 200 if readiness.ready else 503)
 
 
 @router.get("/health", summary="Liveness: 200 while the process serves HTTP")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.errors import NotFoundError
-from inferd.server.auth import bearer
+from inferd.front.keys import bearer
 from inferd.server.body import read_json
 from inferd.server.job_service import Jobs
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
+from inferd.server.responses import json_response
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -44,10 +44,6 @@ def api_key(request: Request) -> bytes | None:
     return bearer(authorization.encode("latin-1")) if authorization is not None else None
 
 
-def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
-
-
 @router.post(
     "", status_code=202, summary="Queue an inference job", openapi_extra=openapi_body(JobRequest)
 )
@@ -57,7 +53,9 @@ async def submit(request: Request) -> Response:
         asked.route, asked.body, asked.callback_url, api_key(request)
     )
     where = f"/v1/jobs/{job.id}"
-    return _json({**job.view(), "status_url": where}, status=202, headers={"Location": where})
+    return json_response(
+        {**job.view(), "status_url": where}, status=202, headers={"Location": where}
+    )
 
 
 @router.get("/{job_id}", summary="A job: its state and, once done, its answer")
@@ -65,4 +63,4 @@ async def status(request: Request, job_id: str) -> Response:
     job = await jobs_of(request).get(job_id, api_key(request))
     if job is None:
         raise NotFoundError(f"no job '{job_id}' (unknown, or its answer expired)")
-    return _json(job.view())
+    return json_response(job.view())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 from typing import Literal
 
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -17,7 +16,7 @@ from starlette.responses import Response
 from inferd.errors import InvalidInputError
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -45,9 +44,6 @@ def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
     )
 
 
-@router.post(
-    "/embeddings", summary="Embeddings (OpenAI)", openapi_extra=openapi_body(EmbeddingsRequest)
-)
 async def embeddings(request: Request) -> Response:
     body = await read_json(request, EmbeddingsRequest, "embed")
     texts = _texts(body.input)
@@ -70,9 +66,7 @@ async def embeddings(request: Request) -> Response:
         "model": served.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-    return Response(
-        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
-    )
+    return json_response(payload)
 
 
 @router.get("/models", summary="Models (OpenAI)")
@@ -90,4 +84,4 @@ async def models(request: Request) -> Response:
         }
         for m in engine_of(request).registry.served_models()
     ]
-    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+    return json_response({"object": "list", "data": data})

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from inferd.server.body import read_json
-from inferd.server.jsonbody import openapi_body
+from inferd.server.openapi import openapi_body
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of
 
 router = APIRouter(prefix="/v2/repository", tags=["repository"])
@@ -19,24 +19,20 @@ router = APIRouter(prefix="/v2/repository", tags=["repository"])
 
 @router.post("/index", summary="Every model and version with its state")
 async def index(request: Request) -> Response:
-    return Response(
-        orjson.dumps(engine_of(request).registry.index()), media_type="application/json"
-    )
+    return json_response(engine_of(request).registry.index())
 
 
 @router.post("/models/{model}/load", summary="Load or reload a model (admin key)")
 async def load(request: Request, model: str) -> Response:
     served = await engine_of(request).loader.load_model(model)
     body = {"name": model, "version": str(served.version), "state": served.state.value}
-    return Response(orjson.dumps(body), media_type="application/json")
+    return json_response(body)
 
 
 @router.post("/models/{model}/unload", summary="Drain and unload a model (admin key)")
 async def unload(request: Request, model: str) -> Response:
     await engine_of(request).loader.unload_model(model)
-    return Response(
-        orjson.dumps({"name": model, "state": "UNAVAILABLE"}), media_type="application/json"
-    )
+    return json_response({"name": model, "state": "UNAVAILABLE"})
 
 
 class RolloutAction(BaseModel):
@@ -53,7 +49,7 @@ class RolloutAction(BaseModel):
 
 @router.get("/models/{model}/rollout", summary="A model's rollout: step, share, decisions")
 async def rollout_status(request: Request, model: str) -> Response:
-    return _json(engine_of(request).rollouts.status(model))
+    return json_response(engine_of(request).rollouts.status(model))
 
 
 @router.post(
@@ -70,8 +66,4 @@ async def rollout(request: Request, model: str) -> Response:
         state = await rollouts.promote(model)
     else:
         state = await rollouts.rollback(model, abort=body.action == "abort")
-    return _json(state)
-
-
-def _json(body: object) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
+    return json_response(state)

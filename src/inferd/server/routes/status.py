@@ -12,12 +12,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from inferd.observability.live import LiveWindow
 from inferd.server.job_service import Jobs
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of
 from inferd.server.status_page import render
 from inferd.server.status_view import snapshot
@@ -63,4 +63,4 @@ async def script() -> Response:
 
 @router.get("/v1/status", summary="Models, versions, rollouts and the last seconds of traffic")
 async def status(request: Request) -> Response:
-    return Response(orjson.dumps(_snapshot(request)), media_type="application/json")
+    return json_response(_snapshot(request))

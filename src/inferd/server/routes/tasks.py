@@ -6,17 +6,14 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import orjson
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body
+from inferd.server.responses import json_response
 from inferd.server.state import engine_of, header_timeout_s
-
-router = APIRouter(tags=["tasks"])
 
 
 class PredictRequest(BaseModel):
@@ -51,13 +48,6 @@ class EmbedRequest(BaseModel):
     )
 
 
-def _json(body: object) -> Response:
-    return Response(
-        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
-    )
-
-
-@router.post("/predict", summary="Classify texts", openapi_extra=openapi_body(PredictRequest))
 async def predict(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, PredictRequest, "predict")
@@ -68,7 +58,7 @@ async def predict(request: Request) -> Response:
             body.model, body.texts, k, timeout_s, body.version
         )
     nested = body.top_k is not None and body.top_k > 1
-    return _json(
+    return json_response(
         {
             "labels": [p.labels if nested else p.labels[0] for p in result.predictions],
             "scores": [p.scores if nested else p.scores[0] for p in result.predictions],
@@ -80,7 +70,6 @@ async def predict(request: Request) -> Response:
     )
 
 
-@router.post("/embed", summary="Embed texts", openapi_extra=openapi_body(EmbedRequest))
 async def embed(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, EmbedRequest, "embed")
@@ -89,7 +78,7 @@ async def embed(request: Request) -> Response:
         served, result = await engine_of(request).embed(
             body.model, body.texts, body.dimensions, timeout_s, body.version
         )
-    return _json(
+    return json_response(
         {
             "embeddings": result.vectors,
             "dimensions": int(result.vectors.shape[1]),
@@ -136,9 +125,6 @@ class RerankRequest(BaseModel):
         return self
 
 
-@router.post(
-    "/rerank", summary="Rank texts against a query", openapi_extra=openapi_body(RerankRequest)
-)
 async def rerank(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, RerankRequest, "rerank")
@@ -151,7 +137,7 @@ async def rerank(request: Request) -> Response:
     order = np.argsort(-np.asarray(result.scores, np.float64), kind="stable")[: body.top_n]
     with_text = body.return_text or body.return_documents
     if body.texts is not None:  # text-embeddings-inference: a list, best first
-        return _json(
+        return json_response(
             [
                 {"index": int(i), "score": float(result.scores[i])}
                 | ({"text": texts[i]} if with_text else {})
@@ -159,7 +145,7 @@ async def rerank(request: Request) -> Response:
             ]
         )
     tokens = sum(result.token_counts)
-    return _json(
+    return json_response(
         {
             "object": "rerank",
             "results": [

@@ -3,43 +3,37 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from inferd.errors import InvalidInputError
-from inferd.observability.trace import current_trace
-from inferd.server import v2_views as views
-from inferd.server.body import read_body
-from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.jsonbody import openapi_body
-from inferd.server.route_key import take_route_key
-from inferd.server.state import engine_of, header_timeout_s
-from inferd.server.v2_binary import HEADER_LENGTH, split_body
-from inferd.server.v2_codec import (
+from inferd.front import v2_views as views
+from inferd.front.route_key import take_route_key
+from inferd.front.v2_binary import HEADER_LENGTH, split_body
+from inferd.front.v2_codec import (
     InferRequest,
     binary_outputs,
     decode_inputs,
     encode_response,
     parse_infer_request,
 )
+from inferd.front.v2_parameters import timeout_parameter_s
+from inferd.observability.trace import current_trace
+from inferd.server.body import read_body
+from inferd.server.disconnect import cancel_on_disconnect
+from inferd.server.responses import json_response
+from inferd.server.state import engine_of, header_timeout_s
 
 router = APIRouter(tags=["v2"])
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status, media_type="application/json")
-
-
 @router.get("/v2", summary="Server metadata")
 async def server_metadata(request: Request) -> Response:
-    return _json(views.server_metadata(engine_of(request)))
+    return json_response(views.server_metadata(engine_of(request)))
 
 
 def _stats(request: Request, model: str | None, version: str | None) -> Response:
-    return _json(views.statistics(engine_of(request), model, version))
+    return json_response(views.statistics(engine_of(request), model, version))
 
 
 @router.get("/v2/models/stats", summary="Statistics of every model (Triton extension)")
@@ -58,7 +52,7 @@ async def version_stats(request: Request, model: str, version: str) -> Response:
 
 
 async def _model_metadata(request: Request, model: str, version: str | None) -> Response:
-    return _json(await views.model_metadata(engine_of(request), model, version))
+    return json_response(await views.model_metadata(engine_of(request), model, version))
 
 
 @router.get("/v2/models/{model}", summary="Model metadata")
@@ -77,7 +71,7 @@ def _model_ready(request: Request, model: str, version: str | None) -> Response:
     body = {"name": model, "version": str(served.version), "ready": ready}
     if served.reason:
         body["reason"] = served.reason
-    return _json(body, 200 if ready else 503)
+    return json_response(body, 200 if ready else 503)
 
 
 @router.get("/v2/models/{model}/ready", summary="Model readiness (200 or 503)")
@@ -92,12 +86,16 @@ async def version_ready(request: Request, model: str, version: str) -> Response:
 
 @router.get("/v2/models/{model}/config", summary="Model configuration (Triton extension)")
 async def model_config(request: Request, model: str) -> Response:
-    return _json(views.config_of(await views.ready_version(engine_of(request), model, None)))
+    return json_response(
+        views.config_of(await views.ready_version(engine_of(request), model, None))
+    )
 
 
 @router.get("/v2/models/{model}/versions/{version}/config", summary="Model version configuration")
 async def version_config(request: Request, model: str, version: str) -> Response:
-    return _json(views.config_of(await views.ready_version(engine_of(request), model, version)))
+    return json_response(
+        views.config_of(await views.ready_version(engine_of(request), model, version))
+    )
 
 
 def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
@@ -105,15 +103,7 @@ def _timeout_s(request: Request, parsed: InferRequest) -> float | None:
     header = header_timeout_s(request)
     if header is not None:
         return header
-    param = (parsed.parameters or {}).get("timeout")
-    if param is None:
-        return None
-    if isinstance(param, bool) or not isinstance(param, int) or param <= 0:
-        raise InvalidInputError("parameter 'timeout' must be a positive integer of microseconds")
-    return param / 1_000_000.0
-
-
-INFER_BODY = openapi_body(InferRequest)
+    return timeout_parameter_s(parsed.parameters or {})
 
 
 async def _infer(request: Request, model: str, version: str | None) -> Response:
@@ -139,7 +129,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     )
     trace.postprocess_s += time.perf_counter() - started
     if header_length is None:
-        return Response(content, media_type="application/json")
+        return json_response(content)
     return Response(
         content,
         media_type="application/octet-stream",
@@ -147,15 +137,9 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     )
 
 
-@router.post("/v2/models/{model}/infer", summary="Inference", openapi_extra=INFER_BODY)
 async def infer(request: Request, model: str) -> Response:
     return await _infer(request, model, None)
 
 
-@router.post(
-    "/v2/models/{model}/versions/{version}/infer",
-    summary="Inference on a version",
-    openapi_extra=INFER_BODY,
-)
 async def version_infer(request: Request, model: str, version: str) -> Response:
     return await _infer(request, model, version)

@@ -9,8 +9,8 @@ from typing import Any
 
 from inferd.engine import Engine
 from inferd.errors import InvalidInputError
+from inferd.front.recording import ROUTE_KEY_MAX
 from inferd.observability.trace import current_trace
-from inferd.server.observe import ROUTE_KEY_MAX
 
 
 def take_route_key(

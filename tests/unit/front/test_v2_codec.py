@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from inferd.errors import EncodingError, InvalidInputError
-from inferd.server.v2_codec import (
+from inferd.front.v2_codec import (
     RequestInput,
     decode_tensor,
     encode_response,

@@ -16,10 +16,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferd.errors import InvalidInputError
+from inferd.front.jsonbody import validate_body
+from inferd.front.v2_binary import decode_binary, encode_binary
 from inferd.runtime.datatypes import numpy_dtype, v2_from_numpy
 from inferd.runtime.protocol import Array
-from inferd.server.jsonbody import validate_body
-from inferd.server.v2_binary import decode_binary, encode_binary
 
 
 class RequestInput(BaseModel):

@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from inferd.errors import EncodingError, InvalidInputError
-from inferd.server.v2_binary import decode_binary, encode_binary, split_body
-from inferd.server.v2_codec import (
+from inferd.front.v2_binary import decode_binary, encode_binary, split_body
+from inferd.front.v2_codec import (
     binary_outputs,
     decode_inputs,
     encode_response,

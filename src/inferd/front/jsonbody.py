@@ -1,5 +1,6 @@
-"""Request bodies: JSON parsed with orjson (strict UTF-8, no lone surrogates) and validated
-against a pydantic schema, with errors that name the offending field or index."""
+"""Request fields: a JSON body parsed with orjson (strict UTF-8, no lone surrogates), and fields
+(a body's, or a gRPC request's parameters) validated against a pydantic schema, with errors
+that name the offending field or index."""
 
 from __future__ import annotations
 
@@ -50,13 +51,3 @@ def validate_fields(schema: type[M], raw: dict[str, Any]) -> M:
         raise InvalidInputError(
             f"invalid request at '{where}': {first['msg']}{more}", param=field
         ) from None
-
-
-def openapi_body(schema: type[BaseModel]) -> dict[str, Any]:
-    """`openapi_extra` for a route that reads its body itself."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": schema.model_json_schema()}},
-        }
-    }

@@ -1,0 +1,111 @@
+"""What every request leaves behind, whatever its protocol: its count and latency in the
+metrics, its stages, the live window's view of its model, and its one JSON log line (logger
+`inferd.request`) with the request id, model, version, status, error code and per-stage
+timings."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from inferd.observability.gpu import gpu_memory_mb
+from inferd.observability.live import LiveWindow
+from inferd.observability.metrics import Metrics
+from inferd.observability.trace import RequestTrace
+
+log = logging.getLogger("inferd.request")
+
+ROUTE_KEY_MAX = 256
+"""Characters of a route key that count (a longer one is cut, not refused)."""
+
+
+class RequestRecorder:
+    """What every request leaves behind, whatever its protocol (HTTP here, gRPC in
+    inferd.grpc_v2): its count and latency in the metrics, its stages for a model's request,
+    and its log line (errors always, successes sampled at `sample_rate`; none for the
+    endpoints in `quiet`, polled all day)."""
+
+    def __init__(
+        self,
+        metrics: Metrics | None,
+        sample_rate: float,
+        gpu_memory: bool,
+        live: LiveWindow | None = None,
+        quiet: frozenset[str] = frozenset(),
+    ) -> None:
+        self.metrics = metrics
+        self.quiet = quiet
+        self.live = live
+        self.sample_rate = sample_rate
+        self.gpu_memory = gpu_memory
+        self._random = random.Random()
+
+    def finish(
+        self,
+        trace: RequestTrace,
+        method: str,
+        endpoint: str,
+        path_model: str | None,
+        status: int,
+        total_s: float,
+        quiet: bool = False,
+    ) -> None:
+        """`path_model`: the model the request's path names (requests that run no inference
+        name it only there); `status`: the HTTP status (gRPC: the one its code maps to);
+        `quiet`: a probe, counted and not logged."""
+        try:
+            if self.live is not None and trace.model is not None:
+                self.live.record(trace.model, total_s, status >= 500)
+            if self.metrics is not None:
+                # the metrics bound the model label to the repository's models
+                model = trace.model or path_model
+                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
+                if trace.model is not None and trace.version is not None and status < 400:
+                    self.metrics.on_stages(trace.model, trace.version, trace.stages())
+            if quiet or endpoint in self.quiet:
+                return
+            failed = status >= 400 or trace.error_code is not None
+            if not failed and self._random.random() >= self.sample_rate:
+                return
+            self._log_line(trace, method, status, endpoint, total_s, failed)
+        except Exception:
+            log.exception("request observation failed; the response was unaffected")
+
+    def _log_line(
+        self,
+        trace: RequestTrace,
+        method: str,
+        status: int,
+        endpoint: str,
+        total_s: float,
+        failed: bool,
+    ) -> None:
+        fields: dict[str, object] = {
+            "request_id": trace.request_id,
+            "method": method,
+            "endpoint": endpoint,
+            "model": trace.model,
+            "version": trace.version,
+            "status": status,
+            "code": trace.error_code,
+            "route": trace.route,
+            "cache": trace.cache,
+            "queue_ms": round(trace.queue_s * 1000, 3),
+            "preprocess_ms": round(trace.preprocess_s * 1000, 3),
+            "inference_ms": round(trace.inference_s * 1000, 3),
+            "postprocess_ms": round(trace.postprocess_s * 1000, 3),
+            "total_ms": round(total_s * 1000, 3),
+            "load_ms": round(trace.load_s * 1000, 3),
+            "batch_size": trace.batch_size,
+            "items": trace.items,
+            "input_length": trace.input_length,
+            "output_length": trace.output_length,
+        }
+        if self.gpu_memory:
+            memory = gpu_memory_mb()
+            if memory is not None:
+                fields["gpu_memory_mb"] = round(memory, 1)
+        if trace.payload is not None:
+            fields["payload"] = trace.payload
+        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
+        log.log(level, "request", extra=fields)
