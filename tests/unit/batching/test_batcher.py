@@ -368,7 +368,7 @@ def test_run_and_queue_times_are_measured_finer_than_the_loops_clock() -> None:
 
     import uvloop
 
-    from inferd.batching.batcher import Timing
+    from inferd.batching import Timing
 
     def compute(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         end = time.perf_counter() + 0.0025

@@ -8,8 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from inferd.batching import DynamicBatcher, build_layout
-from inferd.batching.batcher import CLOCK, BatchRecord
+from inferd.batching import BatchRecord, DynamicBatcher, build_layout
+from inferd.batching.measures import CLOCK
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError, UnavailableError
 from inferd.observability.observer import Observer
 from inferd.observability.stats import BatchFacts

@@ -4,14 +4,15 @@ on a batcher whose runner costs more per row in big batches."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
+import inferd.batching
 from inferd.batching import DynamicBatcher, build_layout
-from inferd.batching import batcher as batcher_module
 from inferd.batching.sizing import PROBE_EVERY, BatchSizer, bucket_of
 from inferd.runtime.protocol import TensorSpec
 from tests.fakes import batcher_settings
@@ -99,7 +100,9 @@ def test_a_batcher_under_pressure_learns_to_form_smaller_batches(
     # batches must shrink to 2 rows (the rule is learned only from run times), unless the
     # model's config turns the learning off
     clock = SimulatedClock()
-    monkeypatch.setattr(batcher_module, "CLOCK", clock)
+    for module in vars(inferd.batching).values():  # every module that reads the clock
+        if inspect.ismodule(module) and hasattr(module, "CLOCK"):
+            monkeypatch.setattr(module, "CLOCK", clock)
     rows_seen: list[int] = []
 
     async def runner(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,0 +1,107 @@
+"""What a batcher holds: its queued items in arrival order, with their rows and requests
+counted, and the batches running with their rows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from inferd.batching.formation import Signature
+from inferd.errors import InferdError
+from inferd.runtime.protocol import Array, Feeds
+
+
+@dataclass
+class Timing:
+    """Filled in by the batcher for one request: the longest wait of its items in the queue,
+    the longest run of the batches that carried them, and the largest of those batches."""
+
+    queue_s: float = 0.0
+    run_s: float = 0.0
+    batch_rows: int = 0
+
+    def record(self, queue_s: float, run_s: float, batch_rows: int) -> None:
+        self.queue_s = max(self.queue_s, queue_s)
+        self.run_s = max(self.run_s, run_s)
+        self.batch_rows = max(self.batch_rows, batch_rows)
+
+
+@dataclass(eq=False)
+class Entry:
+    """One queued item: a request, or one part of a request over the batch size."""
+
+    feeds: Feeds
+    rows: int
+    sig: Signature
+    enqueued_at: float
+    future: asyncio.Future[dict[str, Array]]
+    timer: asyncio.TimerHandle | None = field(default=None)
+    timing: Timing | None = field(default=None)
+    background: bool = False
+    """Queued by background work (inferd.runtime.priority): shadow traffic."""
+    head: bool = True
+    """The first part of its request (a request over the batch size comes in parts)."""
+
+    def fail(self, error: InferdError) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class Backlog:
+    """The queue and the running batches of one batcher, with the counts its dispatch and
+    admission read. Items whose futures are done (expired, cancelled, shed) stay counted until
+    they are purged."""
+
+    def __init__(self) -> None:
+        self.queue: deque[Entry] = deque()
+        self.queued_rows = 0
+        self.queued_requests = 0
+        """Requests with their first part queued (what admission's minimum counts)."""
+        self.running = 0
+        self.running_rows = 0
+        self.background_running = 0
+        """Running batches made only of background items (they may not take every runtime)."""
+
+    def add(self, entries: Sequence[Entry]) -> None:
+        """Queues the parts of one request, in order."""
+        queue = self.queue
+        for entry in entries:
+            queue.append(entry)
+            self.queued_rows += entry.rows
+            self.queued_requests += entry.head
+
+    def pop_left(self) -> Entry:
+        entry = self.queue.popleft()
+        self.queued_rows -= entry.rows
+        self.queued_requests -= entry.head
+        return entry
+
+    def purge_head(self) -> None:
+        """Drops the done items at the head of the queue."""
+        while self.queue and self.queue[0].future.done():
+            self.pop_left()
+
+    def purge_done(self) -> None:
+        """Drops every done item."""
+        self.take(())
+
+    def take(self, batch: Sequence[Entry]) -> None:
+        """Removes the items of `batch` from the queue, and every done item with them."""
+        taken = set(map(id, batch))
+        self.queue = deque(e for e in self.queue if id(e) not in taken and not e.future.done())
+        self.queued_rows = sum(e.rows for e in self.queue)
+        self.queued_requests = sum(e.head for e in self.queue)
+
+    def started(self, rows: int, background: bool) -> None:
+        self.running += 1
+        self.running_rows += rows
+        self.background_running += background
+
+    def finished(self, rows: int, background: bool) -> None:
+        self.running -= 1
+        self.running_rows -= rows
+        self.background_running -= background

@@ -1,0 +1,109 @@
+"""When a batcher's next batch forms, and which queued items it takes.
+
+When, re-evaluated whenever a request arrives or a batch finishes:
+- nothing runs and a slot is free: dispatch at once (a lone request never waits);
+- the queued rows reach max_batch_size or a preferred size: dispatch at once;
+- a batch is running and another slot is free: wait for more requests only while the measured
+  arrival rate says the batch would fill within the oldest request's remaining
+  `max_queue_delay`; otherwise dispatch now, as waiting would add latency and no rows;
+- every slot is busy: requests accumulate, and the next batch forms when a slot frees.
+
+Which: the oldest live item and those that may share its batch (inferd.batching.formation),
+under the batch size limit (inferd.batching.health) and the learned token cap
+(inferd.batching.sizing); background items never share a batch with clients' items.
+"""
+
+from __future__ import annotations
+
+from inferd.batching.backlog import Backlog, Entry
+from inferd.batching.formation import select_batch
+from inferd.batching.health import RuntimeHealth
+from inferd.batching.layout import BatchLayout
+from inferd.batching.measures import CLOCK, ArrivalRate
+from inferd.batching.settings import BatcherSettings
+from inferd.batching.sizing import BatchSizer
+
+
+class DispatchPolicy:
+    """One batcher's dispatch decisions, over its backlog (see the module's docstring)."""
+
+    def __init__(
+        self,
+        layout: BatchLayout,
+        settings: BatcherSettings,
+        backlog: Backlog,
+        arrivals: ArrivalRate,
+        health: RuntimeHealth,
+        sizer: BatchSizer,
+    ) -> None:
+        self._layout = layout
+        self._settings = settings
+        self._backlog = backlog
+        self._arrivals = arrivals
+        self._health = health
+        self._sizer = sizer
+
+    def wait_s(self, now: float) -> float:
+        """Seconds to wait before dispatching the queued items; 0 to dispatch now."""
+        settings = self._settings
+        backlog = self._backlog
+        if backlog.running == 0 or not self._layout.batched or settings.max_batch_size <= 0:
+            return 0.0
+        queued = backlog.queued_rows
+        if queued >= self._health.limit or queued in settings.preferred_batch_sizes:
+            return 0.0
+        remaining = settings.max_queue_delay_s - (now - backlog.queue[0].enqueued_at)
+        if remaining <= 0:
+            return 0.0
+        rate = self._arrivals.rows_per_s()
+        if rate <= 0:
+            return 0.0
+        fill_s = (settings.max_batch_size - queued) / rate
+        return fill_s if fill_s <= remaining else 0.0
+
+    def next_batch(self) -> tuple[list[Entry], bool]:
+        """The next batch, taken off the queue (none when only background items wait and no
+        runtime is theirs to take), and whether its run time teaches the sizer: a client batch
+        formed while every other runtime is busy and more items wait."""
+        settings = self._settings
+        backlog = self._backlog
+        window = max(settings.max_batch_size, 1) * settings.scan_window
+        candidates: list[Entry] = []
+        for entry in backlog.queue:
+            if len(candidates) >= window:
+                break
+            if not entry.future.done():
+                candidates.append(entry)
+        if not candidates:
+            backlog.purge_done()
+            return [], False
+        # background items (shadow traffic, jobs) never share a batch with, nor go before,
+        # the clients waiting: they run alone, when no client's item waits
+        foreground = [e for e in candidates if not e.background]
+        if foreground:
+            candidates = foreground
+        elif backlog.running > backlog.background_running:
+            return [], False  # a client's batch runs: background work waits for idle runtimes
+        elif backlog.background_running >= max(1, settings.concurrency - 1):
+            return [], False  # one runtime stays free for the next client's batch
+        else:
+            # one item at a time: a client arriving meanwhile shares the cores with little
+            candidates = candidates[:1]
+        max_rows = self._health.current_limit(CLOCK()) if self._layout.batched else 0
+        measured = (
+            settings.learn_batch_tokens
+            and max_rows > 0
+            and bool(foreground)
+            and len(candidates) > 1
+            and backlog.running >= settings.concurrency - 1
+        )
+        chosen = select_batch(
+            candidates,
+            max_rows,
+            settings.max_padding_waste,
+            self._sizer.next_cap() if measured else self._sizer.cap_tokens,
+            settings.length_grouping,
+        )
+        batch = [candidates[i] for i in chosen]
+        backlog.take(batch)
+        return batch, measured
