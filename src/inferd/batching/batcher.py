@@ -27,7 +27,7 @@ from inferd.batching.padding import concat_chunks
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.errors import DeadlineExceededError, QueueFullError, UnavailableError
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import Observer, Unhealthy, notify
 from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
 
@@ -106,7 +106,7 @@ class DynamicBatcher:
         """Refuses new requests and answers the queued ones 5030; the observer is told."""
         self._accepting = False
         self._fail_queued(f"the model is unhealthy: {reason}")
-        notify(self._observer.on_unhealthy, self._settings.model, self._settings.version, reason)
+        notify(self._observer, Unhealthy(self._settings.model, self._settings.version, reason))
 
     def _fail_queued(self, message: str) -> None:
         backlog = self._backlog

@@ -22,7 +22,7 @@ from inferd.batching.padding import merge_feeds, split_outputs
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.errors import InferdError, InternalError, OutOfMemoryError
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import BatchRan, Observer, notify
 from inferd.runtime.protocol import Array
 
 log = logging.getLogger(__name__)
@@ -155,4 +155,4 @@ class BatchExecution:
         except Exception:  # a bug in counting must not fail the batch's requests
             log.exception("batch record failed; the batch itself is unaffected")
             return
-        notify(self._observer.on_batch, self._settings.model, self._settings.version, record)
+        notify(self._observer, BatchRan(self._settings.model, self._settings.version, record))

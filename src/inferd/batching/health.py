@@ -8,7 +8,7 @@ import logging
 
 from inferd.batching.settings import BatcherSettings
 from inferd.errors import ErrorCode, InferdError
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import MemoryPressure, Observer, notify
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ class RuntimeHealth:
                 "cooldown_s": self._settings.oom_cooldown_s,
             },
         )
-        identity = (self._settings.model, self._settings.version)
-        notify(self._observer.on_memory_pressure, *identity, rows, limit)
+        event = MemoryPressure(self._settings.model, self._settings.version, rows, limit)
+        notify(self._observer, event)
 
     def succeeded(self) -> None:
         """A batch ran: the failures in a row end."""

@@ -19,7 +19,7 @@ from inferd.errors import InferdError, InvalidInputError
 from inferd.generation.chat import Messages
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import Observer, TextsServed, notify
 from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
@@ -189,4 +189,4 @@ class Servable:
         top_scores: Sequence[float] | None = None,
     ) -> None:
         """Tells the observer of a request's texts (lengths; top label and score each)."""
-        notify(self._observer.on_texts, self.model, token_counts, top_labels, top_scores)
+        notify(self._observer, TextsServed(self.model, token_counts, top_labels, top_scores))

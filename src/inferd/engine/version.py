@@ -17,8 +17,15 @@ from inferd.engine.cached import Answer
 from inferd.engine.response_cache import MISS, ResponseCache
 from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import UnavailableError
-from inferd.observability.observer import Observer, notify
-from inferd.observability.stats import BatchFacts, VersionStats
+from inferd.observability.observer import (
+    BatchRan,
+    Event,
+    MemoryPressure,
+    Observer,
+    Unhealthy,
+    notify,
+)
+from inferd.observability.stats import VersionStats
 from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.protocol import TensorSpec
 
@@ -164,15 +171,12 @@ class _VersionWatch(Observer):
         self._version = version
         self._outer = outer
 
-    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-        self._version.stats.on_batch(record)
-        notify(self._outer.on_batch, model, version, record)
-
-    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
-        self._version.stats.memory_pressure_events += 1
-        notify(self._outer.on_memory_pressure, model, version, rows, limit)
-
-    def on_unhealthy(self, model: str, version: str, reason: str) -> None:
-        log.error("version unhealthy", extra={"model": model, "version": version})
-        self._version.fail(reason)
-        notify(self._outer.on_unhealthy, model, version, reason)
+    def observe(self, event: Event) -> None:
+        if isinstance(event, BatchRan):
+            self._version.stats.on_batch(event.record)
+        elif isinstance(event, MemoryPressure):
+            self._version.stats.memory_pressure_events += 1
+        elif isinstance(event, Unhealthy):
+            log.error("version unhealthy", extra={"model": event.model, "version": event.version})
+            self._version.fail(event.reason)
+        notify(self._outer, event)

@@ -9,7 +9,7 @@ import time
 from inferd.config.model import GenerationConfig
 from inferd.generation.kvstore import KVStore
 from inferd.generation.sequence import Sequence as Seq
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import GenerationFinished, Observer, notify
 
 
 class RunningBatch:
@@ -60,11 +60,13 @@ class RunningBatch:
                 finished = seq.finished
                 if finished is not None:
                     notify(
-                        self._observer.on_generation_finished,
-                        self._model,
-                        finished.reason,
-                        finished.prompt_tokens,
-                        finished.completion_tokens,
+                        self._observer,
+                        GenerationFinished(
+                            self._model,
+                            finished.reason,
+                            finished.prompt_tokens,
+                            finished.completion_tokens,
+                        ),
                     )
             else:
                 still.append(seq)

@@ -38,7 +38,7 @@ from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import RunNow, RunStep, StepRunner
 from inferd.generation.waiting import WaitingLine
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import GenerationStep, GenerationTokens, Observer, notify
 from inferd.runtime.protocol import DeviceMemory, Repeat
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class Scheduler:
             seq.cached = len(seq.prompt_ids)
             seq.accept(token, now)
             firsts.append(now - seq.created)
-        notify(self._observer.on_generation_tokens, self._model, firsts, ())
+        notify(self._observer, GenerationTokens(self._model, firsts, ()))
         self._report("prefill", len(seqs), (now - started,))
 
     async def _decode(self, rows: list[Seq]) -> None:
@@ -268,7 +268,7 @@ class Scheduler:
                 since = seq.accept(token, now)
                 if since is not None:
                     gaps.append(since)
-        notify(self._observer.on_generation_tokens, self._model, (), gaps)
+        notify(self._observer, GenerationTokens(self._model, (), gaps))
         self._report("decode", len(rows), (now - started,))
 
     async def _decode_block(self, rows: list[Seq]) -> None:
@@ -319,18 +319,20 @@ class Scheduler:
             seq.cached += done
             if not seq.cancelled:  # (one that ends within the block takes its tokens up to it)
                 gaps += seq.accept_many(tokens, ended)
-        notify(self._observer.on_generation_tokens, self._model, (), gaps)
+        notify(self._observer, GenerationTokens(self._model, (), gaps))
 
     def _report(self, kind: str, rows: int, seconds: Sequence[float]) -> None:
         notify(
-            self._observer.on_generation_step,
-            self._model,
-            self._version,
-            kind,
-            rows,
-            seconds,
-            len(self._batch.running),
-            len(self._waiting),
-            self._kv.held_tokens,
-            self._config.max_kv_tokens,
+            self._observer,
+            GenerationStep(
+                self._model,
+                self._version,
+                kind,
+                rows,
+                seconds,
+                len(self._batch.running),
+                len(self._waiting),
+                self._kv.held_tokens,
+                self._config.max_kv_tokens,
+            ),
         )

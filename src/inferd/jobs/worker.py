@@ -33,7 +33,7 @@ from inferd.errors import ErrorCode, UnavailableError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.store import Delivery, JobStore, finished
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import JobEnded, JobsWaiting, Observer, notify
 from inferd.runtime import priority
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class JobWorker:
         shared store also checks then that it still holds its data)."""
         while not self._stopping:
             try:
-                notify(self._observer.on_jobs_waiting, await self._store.depth())
+                notify(self._observer, JobsWaiting(await self._store.depth()))
             except UnavailableError:
                 pass  # the store logged it, once
             except Exception:
@@ -162,7 +162,7 @@ class JobWorker:
                 status, answer = await self._answer(job)
             if status in RETRY_STATUSES and not self._stopping:
                 await self._until_stored(self._store.requeue, delivery)
-                notify(self._observer.on_job, "requeued", time.perf_counter() - started)
+                notify(self._observer, JobEnded("requeued", time.perf_counter() - started))
                 await asyncio.sleep(REQUEUE_PAUSE_S)
                 return
             state = JobState.SUCCEEDED if status < 400 else JobState.FAILED
@@ -178,7 +178,7 @@ class JobWorker:
         finally:
             keeper.cancel()
         seconds = time.perf_counter() - started
-        notify(self._observer.on_job, state.value, seconds)
+        notify(self._observer, JobEnded(state.value, seconds))
         log.info(
             "job finished",
             extra={

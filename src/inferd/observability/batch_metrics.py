@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferd.observability.metric_bounds import SIZE_BUCKETS
-from inferd.observability.stats import BatchFacts
+from inferd.observability.observer import BatchRan, MemoryPressure
 
 
 class BatchMetrics:
@@ -50,15 +50,15 @@ class BatchMetrics:
             registry=registry,
         )
 
-    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-        label = self._model_label(model)
+    def on_batch(self, event: BatchRan) -> None:
+        label, version, record = self._model_label(event.model), event.version, event.record
         self.batch_rows.labels(label, version).observe(record.rows)
         self.batch_items.labels(label, version).observe(record.items)
         if record.padded_elements:
             self.tokens.labels(label, version, "real").inc(record.real_elements)
             self.tokens.labels(label, version, "padded").inc(record.padded_elements)
 
-    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
-        label = self._model_label(model)
-        self.oom_events.labels(label, version).inc()
-        self.batch_limit.labels(label, version).set(limit)
+    def on_memory_pressure(self, event: MemoryPressure) -> None:
+        label = self._model_label(event.model)
+        self.oom_events.labels(label, event.version).inc()
+        self.batch_limit.labels(label, event.version).set(event.limit)

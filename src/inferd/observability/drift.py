@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferd.observability.observer import Observer
+from inferd.observability.observer import Event, Observer, TextsServed
 
 log = logging.getLogger(__name__)
 
@@ -140,15 +140,11 @@ class DriftObserver(Observer):
         self._monitors = dict(monitors)
         self._report = report
 
-    def on_texts(
-        self,
-        model: str,
-        token_counts: Sequence[int],
-        top_labels: Sequence[str] | None = None,
-        top_scores: Sequence[float] | None = None,
-    ) -> None:
-        monitor = self._monitors.get(model)
+    def observe(self, event: Event) -> None:
+        if not isinstance(event, TextsServed):
+            return
+        monitor = self._monitors.get(event.model)
         if monitor is None:
             return
-        for feature, psi in monitor.observe(token_counts, top_scores).items():
-            self._report(model, feature, psi)
+        for feature, psi in monitor.observe(event.token_counts, event.top_scores).items():
+            self._report(event.model, feature, psi)

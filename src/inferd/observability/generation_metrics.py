@@ -4,11 +4,12 @@ its KV cache."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferd.observability.metric_bounds import SECONDS_BUCKETS, SIZE_BUCKETS
+from inferd.observability.observer import GenerationFinished, GenerationStep, GenerationTokens
 
 
 class GenerationMetrics:
@@ -76,47 +77,32 @@ class GenerationMetrics:
             registry=registry,
         )
 
-    def on_generation_step(
-        self,
-        model: str,
-        version: str,
-        kind: str,
-        rows: int,
-        seconds: Sequence[float],
-        running: int,
-        waiting: int,
-        kv_tokens: int,
-        kv_limit: int,
-    ) -> None:
-        label = self._model_label(model)
-        if seconds:
-            step = self.step.labels(label, kind)
-            in_step = self.rows.labels(label, kind)
-            for each in seconds:
+    def on_generation_step(self, event: GenerationStep) -> None:
+        label, version = self._model_label(event.model), event.version
+        if event.seconds:
+            step = self.step.labels(label, event.kind)
+            in_step = self.rows.labels(label, event.kind)
+            for each in event.seconds:
                 step.observe(each)
-                in_step.observe(rows)
-        self.sequences.labels(label, version, "running").set(running)
-        self.sequences.labels(label, version, "waiting").set(waiting)
-        self.kv_tokens.labels(label, version).set(kv_tokens)
-        self.kv_limit.labels(label, version).set(kv_limit)
+                in_step.observe(event.rows)
+        self.sequences.labels(label, version, "running").set(event.running)
+        self.sequences.labels(label, version, "waiting").set(event.waiting)
+        self.kv_tokens.labels(label, version).set(event.kv_tokens)
+        self.kv_limit.labels(label, version).set(event.kv_limit)
 
-    def on_generation_tokens(
-        self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
-    ) -> None:
-        label = self._model_label(model)
-        if first_token_s:
+    def on_generation_tokens(self, event: GenerationTokens) -> None:
+        label = self._model_label(event.model)
+        if event.first_token_s:
             first = self.first_token.labels(label)
-            for seconds in first_token_s:
+            for seconds in event.first_token_s:
                 first.observe(seconds)
-        if inter_token_s:
+        if event.inter_token_s:
             gap = self.inter_token.labels(label)
-            for seconds in inter_token_s:
+            for seconds in event.inter_token_s:
                 gap.observe(seconds)
 
-    def on_generation_finished(
-        self, model: str, reason: str, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        label = self._model_label(model)
-        self.finished.labels(label, reason).inc()
-        self.generated.labels(label, "prompt").inc(prompt_tokens)
-        self.generated.labels(label, "completion").inc(completion_tokens)
+    def on_generation_finished(self, event: GenerationFinished) -> None:
+        label = self._model_label(event.model)
+        self.finished.labels(label, event.reason).inc()
+        self.generated.labels(label, "prompt").inc(event.prompt_tokens)
+        self.generated.labels(label, "completion").inc(event.completion_tokens)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferd.observability.metric_bounds import SECONDS_BUCKETS
+from inferd.observability.observer import JobEnded, JobsLost, JobsWaiting
 
 
 class JobMetrics:
@@ -35,13 +36,13 @@ class JobMetrics:
             registry=registry,
         )
 
-    def on_job(self, outcome: str, seconds: float) -> None:
-        self.runs.labels(outcome).inc()
-        if outcome != "requeued":
-            self.duration.observe(seconds)
+    def on_job(self, event: JobEnded) -> None:
+        self.runs.labels(event.outcome).inc()
+        if event.outcome != "requeued":
+            self.duration.observe(event.seconds)
 
-    def on_jobs_waiting(self, depth: int) -> None:
-        self.waiting.set(depth)
+    def on_jobs_waiting(self, event: JobsWaiting) -> None:
+        self.waiting.set(event.depth)
 
-    def on_jobs_lost(self, count: int) -> None:
-        self.lost.inc(count)
+    def on_jobs_lost(self, event: JobsLost) -> None:
+        self.lost.inc(event.count)

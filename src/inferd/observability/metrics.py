@@ -15,7 +15,8 @@ model's configured labels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
@@ -26,10 +27,24 @@ from inferd.observability.gpu import GpuCollector
 from inferd.observability.job_metrics import JobMetrics
 from inferd.observability.memory_limit import MemoryLimitCollector
 from inferd.observability.metric_bounds import NO_MODEL, UNKNOWN
-from inferd.observability.observer import Observer
+from inferd.observability.observer import (
+    BatchRan,
+    Event,
+    GenerationFinished,
+    GenerationStep,
+    GenerationTokens,
+    JobEnded,
+    JobsLost,
+    JobsWaiting,
+    MemoryPressure,
+    Observer,
+    RolloutDecided,
+    Routed,
+    ShadowOutcome,
+    TextsServed,
+)
 from inferd.observability.request_metrics import RequestMetrics
 from inferd.observability.rollout_metrics import RolloutMetrics
-from inferd.observability.stats import BatchFacts
 from inferd.observability.text_metrics import TextMetrics
 
 
@@ -54,6 +69,21 @@ class Metrics(Observer):
         self._generation = GenerationMetrics(r, self.model_label)
         self._rollouts = RolloutMetrics(r, self.model_label)
         self._jobs = JobMetrics(r)
+        self._handlers: dict[type[Event], Callable[[Any], None]] = {
+            BatchRan: self._batches.on_batch,
+            MemoryPressure: self._batches.on_memory_pressure,
+            TextsServed: self._texts.on_texts,
+            GenerationStep: self._generation.on_generation_step,
+            GenerationTokens: self._generation.on_generation_tokens,
+            GenerationFinished: self._generation.on_generation_finished,
+            RolloutDecided: self._rollouts.on_rollout,
+            ShadowOutcome: self._rollouts.on_shadow,
+            Routed: self._rollouts.on_routed,
+            JobEnded: self._jobs.on_job,
+            JobsWaiting: self._jobs.on_jobs_waiting,
+            JobsLost: self._jobs.on_jobs_lost,
+        }
+        """The part that records each kind of event the data path reports."""
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(MemoryLimitCollector())
         r.register(EngineCollector(lambda: self._view))
@@ -89,66 +119,12 @@ class Metrics(Observer):
     def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
         self._requests.on_stages(model, version, stages)
 
-    # -- from the engine -----------------------------------------------------------------
+    # -- from the data path ----------------------------------------------------------------
 
-    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-        self._batches.on_batch(model, version, record)
-
-    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
-        self._batches.on_memory_pressure(model, version, rows, limit)
-
-    def on_generation_step(
-        self,
-        model: str,
-        version: str,
-        kind: str,
-        rows: int,
-        seconds: Sequence[float],
-        running: int,
-        waiting: int,
-        kv_tokens: int,
-        kv_limit: int,
-    ) -> None:
-        self._generation.on_generation_step(
-            model, version, kind, rows, seconds, running, waiting, kv_tokens, kv_limit
-        )
-
-    def on_generation_tokens(
-        self, model: str, first_token_s: Sequence[float], inter_token_s: Sequence[float]
-    ) -> None:
-        self._generation.on_generation_tokens(model, first_token_s, inter_token_s)
-
-    def on_generation_finished(
-        self, model: str, reason: str, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        self._generation.on_generation_finished(model, reason, prompt_tokens, completion_tokens)
-
-    def on_rollout(self, model: str, decision: str, weight: float) -> None:
-        self._rollouts.on_rollout(model, decision, weight)
-
-    def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
-        self._rollouts.on_shadow(model, outcome, agreement)
-
-    def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
-        self._rollouts.on_routed(model, version, route, failed)
-
-    def on_texts(
-        self,
-        model: str,
-        token_counts: Sequence[int],
-        top_labels: Sequence[str] | None = None,
-        top_scores: Sequence[float] | None = None,
-    ) -> None:
-        self._texts.on_texts(model, token_counts, top_labels, top_scores)
+    def observe(self, event: Event) -> None:
+        handle = self._handlers.get(type(event))
+        if handle is not None:
+            handle(event)
 
     def on_drift(self, model: str, feature: str, psi: float) -> None:
         self._texts.on_drift(model, feature, psi)
-
-    def on_job(self, outcome: str, seconds: float) -> None:
-        self._jobs.on_job(outcome, seconds)
-
-    def on_jobs_waiting(self, depth: int) -> None:
-        self._jobs.on_jobs_waiting(depth)
-
-    def on_jobs_lost(self, count: int) -> None:
-        self._jobs.on_jobs_lost(count)

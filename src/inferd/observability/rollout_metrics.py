@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from inferd.observability.observer import RolloutDecided, Routed, ShadowOutcome
+
 
 class RolloutMetrics:
     def __init__(
@@ -45,17 +47,18 @@ class RolloutMetrics:
             registry=registry,
         )
 
-    def on_rollout(self, model: str, decision: str, weight: float) -> None:
-        label = self._model_label(model)
-        self.weight.labels(label).set(weight)
-        self.decisions.labels(label, decision).inc()
+    def on_rollout(self, event: RolloutDecided) -> None:
+        label = self._model_label(event.model)
+        self.weight.labels(label).set(event.weight)
+        self.decisions.labels(label, event.decision).inc()
 
-    def on_shadow(self, model: str, outcome: str, agreement: float | None) -> None:
-        label = self._model_label(model)
-        self.shadowed.labels(label, outcome).inc()
-        if agreement is not None:
-            self.agreement.labels(label).set(agreement)
+    def on_shadow(self, event: ShadowOutcome) -> None:
+        label = self._model_label(event.model)
+        self.shadowed.labels(label, event.outcome).inc()
+        if event.agreement is not None:
+            self.agreement.labels(label).set(event.agreement)
 
-    def on_routed(self, model: str, version: str, route: str, failed: bool) -> None:
-        outcome = "error" if failed else "ok"
-        self.routed.labels(self._model_label(model), version, route, outcome).inc()
+    def on_routed(self, event: Routed) -> None:
+        outcome = "error" if event.failed else "ok"
+        label = self._model_label(event.model)
+        self.routed.labels(label, event.version, event.route, outcome).inc()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferd.observability.metric_bounds import CONFIDENCE_BUCKETS, LENGTH_BUCKETS, UNKNOWN
+from inferd.observability.observer import TextsServed
 
 
 class TextMetrics:
@@ -45,24 +46,18 @@ class TextMetrics:
             registry=registry,
         )
 
-    def on_texts(
-        self,
-        model: str,
-        token_counts: Sequence[int],
-        top_labels: Sequence[str] | None = None,
-        top_scores: Sequence[float] | None = None,
-    ) -> None:
-        label = self._model_label(model)
+    def on_texts(self, event: TextsServed) -> None:
+        label = self._model_label(event.model)
         lengths = self.input_length.labels(label)
-        for n in token_counts:
+        for n in event.token_counts:
             lengths.observe(n)
-        if top_scores is not None:
+        if event.top_scores is not None:
             confidence = self.confidence.labels(label)
-            for score in top_scores:
+            for score in event.top_scores:
                 confidence.observe(score)
-        if top_labels is not None:
-            allowed = self._labels.get(model)
-            for name in top_labels:
+        if event.top_labels is not None:
+            allowed = self._labels.get(event.model)
+            for name in event.top_labels:
                 known = allowed is None or name in allowed
                 self.predicted.labels(label, name if known else UNKNOWN).inc()
 

@@ -30,7 +30,7 @@ from inferd.jobs.share import JobShare
 from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound, ResultBound
 from inferd.jobs.worker import JobWorker
 from inferd.observability.live import LiveWindow
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import JobsLost, Observer, notify
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.dataplane import DataPlane
 from inferd.server.errors import error_response
@@ -64,7 +64,7 @@ def open_store(settings: ServerSettings, observer: Observer) -> JobStore:
         settings.jobs_result_ttl_s,
         settings.jobs_claim_after_s,
         results,
-        lambda count: notify(observer.on_jobs_lost, count),
+        lambda count: notify(observer, JobsLost(count)),
     )
 
 

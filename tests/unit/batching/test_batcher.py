@@ -16,7 +16,7 @@ from inferd.errors import (
     QueueFullError,
     UnavailableError,
 )
-from inferd.observability.observer import Observer
+from inferd.observability.observer import BatchRan, Event, Observer
 from inferd.observability.stats import BatchFacts
 from inferd.runtime.protocol import TensorSpec
 from tests.fakes import FakeRunner, batcher_settings
@@ -297,8 +297,9 @@ async def test_observer_sees_each_batch_and_a_failing_observer_breaks_nothing() 
     records: list[BatchFacts] = []
 
     class Failing(Observer):
-        def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-            records.append(record)
+        def observe(self, event: Event) -> None:
+            assert isinstance(event, BatchRan)
+            records.append(event.record)
             raise RuntimeError("observer bug")
 
     layout = build_layout([X], [Y], {}, batched=True)

@@ -11,8 +11,7 @@ import pytest
 from inferd.batching import BatchRecord, DynamicBatcher, build_layout
 from inferd.batching.measures import CLOCK
 from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError, UnavailableError
-from inferd.observability.observer import Observer
-from inferd.observability.stats import BatchFacts
+from inferd.observability.observer import BatchRan, Event, MemoryPressure, Observer, Unhealthy
 from inferd.runtime.protocol import Array, TensorSpec
 from tests.fakes import batcher_settings
 
@@ -61,15 +60,14 @@ class Recorder(Observer):
         self.pressure: list[tuple[int, int]] = []
         self.unhealthy: list[str] = []
 
-    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-        assert isinstance(record, BatchRecord)
-        self.records.append(record)
-
-    def on_memory_pressure(self, model: str, version: str, rows: int, limit: int) -> None:
-        self.pressure.append((rows, limit))
-
-    def on_unhealthy(self, model: str, version: str, reason: str) -> None:
-        self.unhealthy.append(reason)
+    def observe(self, event: Event) -> None:
+        if isinstance(event, BatchRan):
+            assert isinstance(event.record, BatchRecord)
+            self.records.append(event.record)
+        elif isinstance(event, MemoryPressure):
+            self.pressure.append((event.rows, event.limit))
+        elif isinstance(event, Unhealthy):
+            self.unhealthy.append(event.reason)
 
 
 def batcher(runner: object, observer: Recorder | None = None, **settings: object) -> DynamicBatcher:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +12,7 @@ import pytest
 from inferd.engine import Engine
 from inferd.errors import InvalidInputError, NotFoundError
 from inferd.generation.params import SamplingRequest
-from inferd.observability.observer import Observer
-from inferd.observability.stats import BatchFacts
+from inferd.observability.observer import BatchRan, Event, Observer, TextsServed
 from inferd.observability.trace import RequestTrace, tracing
 from tests.unit.engine.repo import demo_like, engine_for
 
@@ -23,19 +22,12 @@ class Recorder(Observer):
         self.texts: list[tuple[str, list[int], list[str] | None]] = []
         self.batches: list[tuple[str, int]] = []
 
-    def on_texts(
-        self,
-        model: str,
-        token_counts: Sequence[int],
-        top_labels: Sequence[str] | None = None,
-        top_scores: Sequence[float] | None = None,
-    ) -> None:
-        self.texts.append(
-            (model, list(token_counts), None if top_labels is None else list(top_labels))
-        )
-
-    def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
-        self.batches.append((model, record.rows))
+    def observe(self, event: Event) -> None:
+        if isinstance(event, TextsServed):
+            labels = None if event.top_labels is None else list(event.top_labels)
+            self.texts.append((event.model, list(event.token_counts), labels))
+        elif isinstance(event, BatchRan):
+            self.batches.append((event.model, event.record.rows))
 
 
 @pytest.fixture
@@ -144,10 +136,7 @@ async def test_a_request_naming_no_model_needs_a_default(served: tuple[Engine, R
 
 async def test_a_failing_observer_breaks_no_request(tmp_path: Path) -> None:
     class Broken(Observer):
-        def on_texts(self, *args: object, **kwargs: object) -> None:
-            raise RuntimeError("observer bug")
-
-        def on_batch(self, model: str, version: str, record: BatchFacts) -> None:
+        def observe(self, event: Event) -> None:  # texts served, batches run
             raise RuntimeError("observer bug")
 
     engine = engine_for(demo_like(tmp_path), Broken())

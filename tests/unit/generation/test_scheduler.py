@@ -27,7 +27,7 @@ from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import RunNow, RunStep
-from inferd.observability.observer import Observer
+from inferd.observability.observer import Event, GenerationStep, Observer
 from inferd.repository.scan import scan_model
 from inferd.runtime.memory import HostMemory
 from inferd.runtime.onnx_session import OnnxSession
@@ -225,15 +225,7 @@ async def test_the_kv_budget_and_queue_limits(make: Make) -> None:
 
 async def test_a_failing_observer_strands_no_sequence(make: Make) -> None:
     class Broken(Observer):
-        def on_generation_finished(self, *args: object) -> None:
-            raise RuntimeError("observer bug")
-
-        def on_generation_step(self, *args: object) -> None:
-            raise RuntimeError("observer bug")
-
-        def on_generation_tokens(
-            self, model: str, first: Sequence[float], gaps: Sequence[float]
-        ) -> None:
+        def observe(self, event: Event) -> None:  # every event: steps, tokens, finished
             raise RuntimeError("observer bug")
 
     scheduler = make(Broken())
@@ -260,8 +252,9 @@ async def test_a_request_read_during_a_step_on_the_loop_thread_joins_at_the_next
     inline = 0
 
     class Steps(Observer):
-        def on_generation_step(self, model: str, version: str, kind: str, *rest: Any) -> None:
-            kinds.append(kind)
+        def observe(self, event: Event) -> None:
+            if isinstance(event, GenerationStep):
+                kinds.append(event.kind)
 
     async def handler() -> None:  # what a request's task does before it waits for its text
         newcomer.append(scheduler.submit(scheduler.encode("w3 w4"), greedy(4)))

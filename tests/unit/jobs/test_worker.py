@@ -15,7 +15,7 @@ from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.store import ProcessJobStore, QueueBound
 from inferd.jobs.worker import JobWorker
-from inferd.observability.observer import Observer
+from inferd.observability.observer import Event, JobEnded, Observer
 
 
 @dataclass
@@ -44,8 +44,9 @@ class Outcomes(Observer):
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def on_job(self, outcome: str, seconds: float) -> None:
-        self.seen.append(outcome)
+    def observe(self, event: Event) -> None:
+        if isinstance(event, JobEnded):
+            self.seen.append(event.outcome)
 
 
 @pytest.fixture

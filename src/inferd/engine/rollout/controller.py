@@ -41,7 +41,7 @@ from inferd.engine.rollout.view import RolloutView
 from inferd.engine.rollout.watcher import RepositoryWatcher
 from inferd.engine.version import Version
 from inferd.errors import InferdError, InvalidInputError, NotFoundError
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import Observer, RolloutDecided, notify
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ class Rollouts:
         could not be read is reported failed (`status`, /ready) and serves by its version
         policy; the others resume."""
         for model, reason in self.failures().items():
-            notify(self._observer.on_rollout, model, "failed", 0.0)
+            notify(self._observer, RolloutDecided(model, "failed", 0.0))
             log.error("rollout failed", extra={"model": model, "reason": reason})
         for record in self.policy.records():
             if record.model not in self._registry.models() or not record.active:

@@ -10,7 +10,7 @@ import time
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router
 from inferd.engine.rollout.store import DECISIONS_KEPT, Decision, RolloutRecord, Status
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import Observer, RolloutDecided, notify
 
 log = logging.getLogger("inferd.engine.rollout.controller")  # (every rollout line is its)
 
@@ -58,5 +58,5 @@ class Decisions:
                 "reason": reason,
             },
         )
-        notify(self._observer.on_rollout, model, decision, record.weight)
+        notify(self._observer, RolloutDecided(model, decision, record.weight))
         self._policy.save(record)

@@ -37,7 +37,7 @@ from inferd.engine.rollout.judge import Sample, Shadowed
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.statistics import quantile
 from inferd.engine.version import Version
-from inferd.observability.observer import Observer, notify
+from inferd.observability.observer import Observer, Routed, ShadowOutcome, notify
 from inferd.runtime import priority
 
 MAX_SAMPLES = 100_000
@@ -174,7 +174,7 @@ class Router:
         key = BASELINE if route == "baseline" else version
         self.window(model, key).add(failed, latency_s, queue_s, self._random)
         if route is not None:
-            notify(self._observer.on_routed, model, str(version), route, failed)
+            notify(self._observer, Routed(model, str(version), route, failed))
 
     def shadow_target(self, model: str, shadow_percent: float) -> Version | None:
         """The candidate, when this (stable-routed) request is drawn to be mirrored to it:
@@ -191,7 +191,7 @@ class Router:
             return None
         queued = stable.servable.holder.queued_items + candidate.servable.holder.queued_items
         if queued > 0 or len(self._shadows) >= MAX_SHADOWS:
-            notify(self._observer.on_shadow, model, "shed", None)
+            notify(self._observer, ShadowOutcome(model, "shed", None))
             return None
         return candidate
 
@@ -209,7 +209,7 @@ class Router:
                 value, outcome = 0.0, "failed"
             agreement = self.agreement(model)
             agreement.add(value)
-            notify(self._observer.on_shadow, model, outcome, agreement.mean)
+            notify(self._observer, ShadowOutcome(model, outcome, agreement.mean))
 
         task = asyncio.get_running_loop().create_task(shadow(), context=contextvars.Context())
         self._shadows.add(task)
