@@ -77,7 +77,7 @@ def test_every_metric_in_rules_and_dashboard_is_exposed(client: httpx.Client) ->
     missing = wanted - exposed - GPU_ONLY - text_only
     assert not missing, f"named in deploy/ but not exposed: {sorted(missing)}"
     assert wanted & GPU_ONLY  # the GPU panels and alerts exist
-    metrics_py = (DEPLOY.parent / "src" / "inferd" / "observability" / "metrics.py").read_text()
-    gpu_py = (DEPLOY.parent / "src" / "inferd" / "observability" / "gpu.py").read_text()
+    observability = DEPLOY.parent / "src" / "inferd" / "observability"
+    defined = "".join(path.read_text() for path in observability.glob("*.py"))
     for name in wanted & (GPU_ONLY | text_only):
-        assert f'"{name}"' in metrics_py + gpu_py, name
+        assert f'"{name}"' in defined, name

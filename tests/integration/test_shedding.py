@@ -194,8 +194,10 @@ def test_a_flood_is_answered_or_refused_fast_and_others_keep_serving(
 
 BOUND_MS = 300
 MARGIN_MS = 400
-"""A 200's time in the server beyond the queue-time bound: its own run, and the event loop's
-turns on a loaded two-core machine."""
+"""Queued work a full queue would hold beyond the bound (how many clients the test needs)."""
+TAKE_MS = 100
+"""A 200's queue time past the bound: from the bound's check, as the batcher takes the item,
+to its run's start (the same turn of the event loop; a loaded two-core machine stretches it)."""
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +214,8 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
             "dynamic_batching": {"max_queue_size": 1024, "max_queue_time_ms": BOUND_MS},
         },
     )
-    running = start_server(root, tmp_path_factory.mktemp("bounded-logs") / "server.log")
+    log = tmp_path_factory.mktemp("bounded-logs") / "server.log"
+    running = start_server(root, log, "--log-sample-rate", "1")  # each 200's stages logged
     yield running
     assert running.stop() == 0, running.log()
 
@@ -249,7 +252,15 @@ def test_overload_beyond_the_queue_time_bound_is_shed_and_no_answer_waits_past_i
     assert len(served) + len(refused) == len(answers), {a[0] for a in answers}
     assert served and len(refused) >= 20, (len(served), len(refused))
     assert clients * run_ms > BOUND_MS + MARGIN_MS + run_ms, run_ms  # the bound held them
-    assert max(served) < BOUND_MS + run_ms + MARGIN_MS, (max(served), run_ms)
+    # no answer waited past the bound: each 200's time queued, as the server measured it (its
+    # total also holds its own run, which a loaded machine stretches past the lone ones)
+    queued_ms = [
+        line["queue_ms"]
+        for line in map(orjson.loads, Path(bounded.log_path).read_text().splitlines())
+        if line.get("model") == "slow" and line.get("status") == 200 and "queue_ms" in line
+    ]
+    assert len(queued_ms) >= len(served), (len(queued_ms), len(served))
+    assert max(queued_ms) < BOUND_MS + TAKE_MS, sorted(queued_ms)[-5:]
     for headers, body in refused:
         answer = orjson.loads(body)
         assert answer["code"] == 4290 and "bound of " in answer["error"], answer
