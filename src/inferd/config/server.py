@@ -168,6 +168,16 @@ class ServerSettings(BaseModel):
         description="Most model versions in memory at once, counted as the memory budget is "
         "(on_demand ones evicted to stay within it). 0: no limit.",
     )
+    device_memory_budget_mb: float = Field(
+        0,
+        ge=0,
+        description="Device memory, on each GPU, that the loaded model versions whose "
+        "instances run there may hold (each measured through NVML when it loads: what its load "
+        "added to the memory used on each of its GPUs). A load of an on_demand version that "
+        "would go over it on a GPU evicts idle on_demand versions holding memory on that GPU, "
+        "least recently used first; one that cannot fit even then is refused 503 (code 5030). "
+        "Checked with model_memory_budget_mb. 0: no budget.",
+    )
     load_concurrency: int = Field(
         1, ge=1, description="Model versions loaded at the same time in the background."
     )

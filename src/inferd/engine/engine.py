@@ -69,6 +69,7 @@ class Engine:
             self.policy.in_rollout,
             self._zero_shot_base,
             lambda version: self.loader.disk_bytes(version),
+            settings.device_memory_budget_mb,
         )
         self.loader = Loader(
             self.registry,

@@ -6,10 +6,12 @@ wait for that one load, within their deadlines), and evictable. Each version's f
 measured when it loads (the process's resident memory before and after: the runtime's arenas
 and the warm-up included; loads are one at a time, so the difference is that version's). When
 a load would take the versions in memory over `model_memory_budget_mb` (or their count over
-`max_loaded_versions`), the least recently used idle `on_demand` versions are evicted first:
-never one with a request in flight or queued, nor one of a model in a rollout, nor a pinned
-one. A load that cannot fit even then is refused 5030 with the reason, and nothing serving is
-touched. An evicted version's footprint is remembered: its next load is budgeted by it.
+`max_loaded_versions`, or what the versions on a GPU hold of its memory over
+`device_memory_budget_mb`: inferd.engine.budget), the least recently used idle `on_demand`
+versions are evicted first (for a GPU's memory, only those holding some of it): never one
+with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. A load
+that cannot fit even then is refused 5030 with the reason, and nothing serving is touched. An
+evicted version's footprint is remembered: its next load is budgeted by it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from inferd.engine.budget import Budget, Need, device_mb, mb
 from inferd.engine.heap import settle
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, UnavailableError
@@ -29,17 +32,12 @@ from inferd.observability.trace import current_trace
 log = logging.getLogger(__name__)
 
 NOT_RESIDENT = "on demand: loads on its first request"
-UNMEASURED_FACTOR = 2.0
-"""A version never loaded is budgeted at this many times its files' size until its load is
-measured (then made room for by what was measured): loads measured here took 1.0 times the file
-(a 100 MB tensor model), 2.0 (a 2 MB one) and 5.0 (the demo's minilm: two instances, each with
-its weights, and a tokenizer; benchmarks/RESULTS.md, "Many models")."""
+"""The reason an `on_demand` version that is not in memory shows (index, readiness)."""
 SETTLE_AFTER_S = 30.0
 """After an on-demand load or eviction, the long-lived heap is collected and frozen again
 (inferd.engine.heap.settle: a pause of the event loop, 70-100 ms with a few models) at most
 this long after, once for all the changes meanwhile: under churn, one pause per this period
 instead of one per change."""
-"""The reason an `on_demand` version that is not in memory shows (index, readiness)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,7 @@ class ResidencyFacts:
     on_demand: bool
     resident: bool
     footprint_bytes: int | None
+    device_footprint: dict[int, int] | None
     loads: int
     evictions: int
     cold_waits: int
@@ -85,19 +84,19 @@ class Residency:
         in_rollout: Callable[[str], bool],
         pinned_anyway: Callable[[Version], bool] = lambda version: False,
         disk_bytes: Callable[[Version], int] = lambda version: 0,
+        device_budget_mb: float = 0,
     ) -> None:
-        """`budget_mb`, `max_versions`: 0 for none; `versions`: every registered version;
-        `pinned_anyway`: an `on_demand` version kept like a pinned one (a zero-shot model's
-        base, which the zero-shot model holds); `disk_bytes`: the size of a version's files,
-        from which a version never loaded is budgeted (`UNMEASURED_FACTOR` times it)."""
-        self._budget = int(budget_mb * 2**20)
-        self._max_versions = max_versions
+        """`budget_mb`, `max_versions`, `device_budget_mb` (per GPU): 0 for none; `versions`:
+        every registered version; `pinned_anyway`: an `on_demand` version kept like a pinned
+        one (a zero-shot model's base, which the zero-shot model holds); `disk_bytes`: the size
+        of a version's files, from which a version never loaded is budgeted
+        (inferd.engine.budget.UNMEASURED_FACTOR times it)."""
+        self._budget = Budget(budget_mb, max_versions, device_budget_mb, disk_bytes)
         self._load = load
         self._evict = evict
         self._versions = versions
         self._in_rollout = in_rollout
         self._pinned_anyway = pinned_anyway
-        self._disk_bytes = disk_bytes
         self._records: dict[tuple[str, int], _Record] = {}
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
@@ -177,10 +176,8 @@ class Residency:
             if version.ready:
                 return
             record = self._record(version)
-            need = version.footprint_bytes
-            if need is None:  # never loaded: from its files (then measured, and made room for)
-                need = int(UNMEASURED_FACTOR * self._disk_bytes(version))
-            await self._make_room(version, need)
+            # never loaded: from its files (then measured, and made room for)
+            await self._make_room(version, self._budget.need(version))
             version.state, version.reason = VersionState.LOADING, None
             await self._load(version)
             if not version.ready:
@@ -198,49 +195,42 @@ class Residency:
             self._settle_later()
             log.info(
                 "model version loaded on demand",
-                extra={
-                    "model": version.model,
-                    "version": version.version,
-                    "footprint_mb": _mb(version.footprint_bytes),
-                },
+                extra=_footprint(version, model=version.model, version=version.version),
             )
             # measured now: over the budget (its estimate was short), the next idle ones go
-            await self._make_room(version, 0, loaded=True)
+            await self._make_room(version, self._budget.need(version), loaded=True)
 
-    async def _make_room(self, coming: Version, need: int, loaded: bool = False) -> None:
-        """Evicts least recently used idle `on_demand` versions until `need` more bytes (and,
-        unless `loaded`, one more version) fit; 5030 when they cannot."""
+    async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> None:
+        """Evicts least recently used idle `on_demand` versions until `coming`, needing
+        `need`, fits beside the others; 5030 when it cannot (unless `loaded`: it serves
+        already, and the budget is exceeded until one goes idle)."""
         while True:
             resident = [v for v in self._versions() if v.ready and v is not coming]
-            held = sum(v.footprint_bytes or 0 for v in resident)
-            if loaded:
-                held += coming.footprint_bytes or 0
-            count = len(resident) + 1
-            over_bytes = self._budget > 0 and held + need > self._budget
-            over_count = self._max_versions > 0 and count > self._max_versions
-            if not over_bytes and not over_count:
+            short = self._budget.shortfall(resident, need)
+            if short is None:
                 return
-            idle = [v for v in resident if self._evictable(v)]
+            idle = [v for v in resident if self._evictable(v) and short.frees(v, self._budget.need)]
             if not idle:
-                if loaded:  # (it serves already: the budget is exceeded until one goes idle)
+                if loaded:
                     log.warning(
                         "versions in memory over the budget, none idle to evict",
-                        extra={"held_mb": _mb(held), "budget_mb": _mb(self._budget)},
+                        extra={"budget": short.setting, "gpu": short.gpu},
                     )
                     return
-                raise UnavailableError(self._no_room(coming, need, held, count), retry_after_s=1.0)
+                name = f"model '{coming.model}' version {coming.version}"
+                raise UnavailableError(self._budget.no_room(name, short), retry_after_s=1.0)
             victim = min(idle, key=lambda v: self._record(v).last_used)
             # out of traffic at once: a request arriving while it closes waits for its reload
             victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
             self._record(victim).evictions += 1
             log.info(
                 "model version evicted",
-                extra={
-                    "model": victim.model,
-                    "version": victim.version,
-                    "footprint_mb": _mb(victim.footprint_bytes),
-                    "for": f"{coming.model}/{coming.version}",
-                },
+                extra=_footprint(
+                    victim,
+                    model=victim.model,
+                    version=victim.version,
+                    **{"for": f"{coming.model}/{coming.version}"},
+                ),
             )
             await self._evict(victim)
             self._settle_later()
@@ -267,19 +257,6 @@ class Residency:
             and not self._in_rollout(version.model)
         )
 
-    def _no_room(self, coming: Version, need: int, held: int, count: int) -> str:
-        name = f"model '{coming.model}' version {coming.version}"
-        if self._max_versions > 0 and count > self._max_versions:
-            return (
-                f"{name} cannot load: {count - 1} versions are in memory (max_loaded_versions "
-                f"{self._max_versions}) and none is idle and on demand; retry later"
-            )
-        return (
-            f"{name} cannot load: it needs about {_mb(need)} MB and the versions in memory "
-            f"hold {_mb(held)} MB of the {_mb(self._budget)} MB budget "
-            "(model_memory_budget_mb), none of it idle and on demand; retry later"
-        )
-
     def facts(self) -> list[ResidencyFacts]:
         rows = []
         for version in self._versions():
@@ -291,6 +268,7 @@ class Residency:
                     self.on_demand(version),
                     version.ready,
                     version.footprint_bytes,
+                    version.device_footprint,
                     record.loads if record else 0,
                     record.evictions if record else 0,
                     record.cold_waits if record else 0,
@@ -300,5 +278,9 @@ class Residency:
         return rows
 
 
-def _mb(size: int | None) -> float | None:
-    return None if size is None else round(size / 2**20, 1)
+def _footprint(holder: Version, /, **extra: object) -> dict[str, object]:
+    """A log line's fields with what `holder` holds: host MB, and MB per GPU when on one."""
+    extra["footprint_mb"] = mb(holder.footprint_bytes)
+    if holder.device_footprint:
+        extra["device_mb"] = device_mb(holder.device_footprint)
+    return extra

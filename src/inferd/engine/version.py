@@ -51,6 +51,9 @@ class Version:
         self.load_s: float | None = None
         self.footprint_bytes: int | None = None
         """What its last load added to the process's resident memory (inferd.engine.residency)."""
+        self.device_footprint: dict[int, int] | None = None
+        """What its last load added to the memory used on each GPU its instances run on (by
+        GPU index; empty on the CPU only; None until measured, or without NVML to measure)."""
         self.stats = VersionStats(model, version)
         self._servable: Servable | None = None
         self.cache: ResponseCache[Answer] | None = None

@@ -17,6 +17,7 @@ from typing import Any
 from inferd.config.kinds import Kind
 from inferd.config.model import RuntimeOptions
 from inferd.config.server import ServerSettings
+from inferd.engine.budget import device_mb, placed_gpus
 from inferd.engine.build import BuildContext
 from inferd.engine.loading import LoadedModel, load_instances
 from inferd.engine.memory import resident_bytes
@@ -24,6 +25,7 @@ from inferd.engine.registry import Registry
 from inferd.engine.servable import Servable
 from inferd.engine.version import Version
 from inferd.errors import InferdError
+from inferd.observability.gpu import device_memory_used
 from inferd.observability.observer import Observer
 from inferd.repository.scan import ModelEntry
 from inferd.runtime.protocol import Runtime
@@ -69,6 +71,8 @@ class VersionLoader:
         path = next(v.path for v in entry.available if v.version == version.version)
         loop = asyncio.get_running_loop()
         before = resident_bytes()
+        gpus = placed_gpus(config)
+        device_before = device_memory_used(gpus)  # (no GPU placed: NVML is not looked at)
         try:
             loaded: LoadedModel = await loop.run_in_executor(
                 None,
@@ -103,18 +107,19 @@ class VersionLoader:
         version.serve(servable, loaded.load_s, self._settings.response_cache)
         # (loads at once share the difference: exact with load_concurrency 1, and on demand)
         version.footprint_bytes = max(resident_bytes() - before, 0)
+        version.device_footprint = _device_delta(gpus, device_before, device_memory_used(gpus))
         self._registry.mark_loaded(version.model, int(time.time()))
-        log.info(
-            "model version ready",
-            extra={
-                "model": version.model,
-                "version": version.version,
-                "load_ms": round(loaded.load_s * 1000, 1),
-                "providers": list(servable.providers),
-                "footprint_mb": round(version.footprint_bytes / 2**20, 1),
-                "instances": [load.name for load in servable.instances],
-            },
-        )
+        extra: dict[str, object] = {
+            "model": version.model,
+            "version": version.version,
+            "load_ms": round(loaded.load_s * 1000, 1),
+            "providers": list(servable.providers),
+            "footprint_mb": round(version.footprint_bytes / 2**20, 1),
+            "instances": [load.name for load in servable.instances],
+        }
+        if version.device_footprint:
+            extra["device_mb"] = device_mb(version.device_footprint)
+        log.info("model version ready", extra=extra)
 
     async def load_zero_shot(self, version: Version) -> None:
         """Builds a zero-shot version over its base model's servable (which must be up)."""
@@ -130,6 +135,7 @@ class VersionLoader:
             _failed(version, exc, "zero-shot model failed to load")
             return
         version.serve(servable, cache_allowed=self._settings.response_cache)
+        version.device_footprint = {}  # (built over its base's instances: nothing of its own)
         self._registry.mark_loaded(version.model, int(time.time()))
         log.info(
             "zero-shot model ready",
@@ -139,6 +145,18 @@ class VersionLoader:
                 "labels": len(zero_shot.labels),
             },
         )
+
+
+def _device_delta(
+    gpus: frozenset[int], before: dict[int, int], after: dict[int, int]
+) -> dict[int, int] | None:
+    """What a load added to the memory used on each of its GPUs: empty on the CPU only, None
+    when it could not be read (no NVML)."""
+    if not gpus:
+        return {}
+    if not before or not after:
+        return None
+    return {gpu: max(after[gpu] - used, 0) for gpu, used in before.items() if gpu in after}
 
 
 def _failed(version: Version, exc: BaseException, message: str) -> None:

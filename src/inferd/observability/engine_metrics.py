@@ -5,7 +5,7 @@ imported."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -63,6 +63,8 @@ class ResidencyFacts(Protocol):
     def resident(self) -> bool: ...
     @property
     def footprint_bytes(self) -> int | None: ...
+    @property
+    def device_footprint(self) -> Mapping[int, int] | None: ...
     @property
     def loads(self) -> int: ...
     @property
@@ -122,8 +124,9 @@ class EngineCollector(Collector):
 
 
 def _residency_metrics(facts: Iterable[ResidencyFacts]) -> Iterable[Metric]:
-    """Per version: whether it is in memory, what its load added, its on-demand loads and
-    evictions, and the time requests waited for those loads."""
+    """Per version: whether it is in memory, what its load added (to the process's resident
+    memory, and to each GPU's used memory), its on-demand loads and evictions, and the time
+    requests waited for those loads."""
     labels = ["model", "version", "residency"]
     resident = GaugeMetricFamily(
         "inferd_model_resident", "1 when the version is in memory", labels=labels
@@ -132,6 +135,11 @@ def _residency_metrics(facts: Iterable[ResidencyFacts]) -> Iterable[Metric]:
         "inferd_model_resident_bytes",
         "What the version's last load added to the process's resident memory",
         labels=labels,
+    )
+    on_device = GaugeMetricFamily(
+        "inferd_model_resident_device_bytes",
+        "What the version's last load added to the memory used on a GPU its instances run on",
+        labels=[*labels, "gpu"],
     )
     loads = CounterMetricFamily(
         "inferd_model_loads_on_demand", "Loads of the version by a request", labels=labels
@@ -150,11 +158,13 @@ def _residency_metrics(facts: Iterable[ResidencyFacts]) -> Iterable[Metric]:
         resident.add_metric(key, 1.0 if fact.resident else 0.0)
         if fact.footprint_bytes is not None:
             footprint.add_metric(key, fact.footprint_bytes)
+        for gpu, held in sorted((fact.device_footprint or {}).items()):
+            on_device.add_metric([*key, str(gpu)], held)
         loads.add_metric(key, fact.loads)
         evictions.add_metric(key, fact.evictions)
         waits.add_metric(key, fact.cold_waits)
         waited.add_metric(key, fact.cold_wait_s)
-    yield from (resident, footprint, loads, evictions, waits, waited)
+    yield from (resident, footprint, on_device, loads, evictions, waits, waited)
 
 
 def _cache_metrics(caches: Iterable[tuple[str, str, CacheFacts]]) -> Iterable[Metric]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -65,6 +65,28 @@ class GpuCollector(Collector):
         yield utilization
         yield used
         yield total
+
+
+def device_memory_used(gpus: Collection[int]) -> dict[int, int]:
+    """Device memory in use on each of `gpus` (by index), in bytes: a version's load is
+    measured by the difference. Empty when `gpus` is (NVML is not even looked at), without
+    NVML, or when reading it fails; a GPU that is not there is left out."""
+    if not gpus:
+        return {}
+    nvml = _nvml()
+    if nvml is None:
+        return {}
+    used: dict[int, int] = {}
+    try:
+        present = nvml.nvmlDeviceGetCount()
+        for index in sorted(gpus):
+            if 0 <= index < present:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                used[index] = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:
+        log.exception("reading NVML failed; device memory not measured")
+        return {}
+    return used
 
 
 def gpu_memory_mb() -> float | None:

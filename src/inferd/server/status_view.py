@@ -62,6 +62,12 @@ def _version(served: Version, queue_depth: int) -> dict[str, Any]:
             if served.ready and served.footprint_bytes is not None
             else None
         ),
+        # and to the memory used on each GPU its instances run on (by GPU index)
+        "resident_device_mb": (
+            {str(gpu): round(held / 2**20, 1) for gpu, held in served.device_footprint.items()}
+            if served.ready and served.device_footprint
+            else None
+        ),
         "requests": stats.success.count + stats.fail.count,
         "failures": stats.fail.count,
         "batches": stats.execution_count,

@@ -1,5 +1,10 @@
 """Residency on fake loads: which version is evicted, what is never evicted, when a load is
-refused, and that requests arriving for a cold version share one load."""
+refused, and that requests arriving for a cold version share one load.
+
+The device-memory budget is driven by a fake GPU: this machine has none, so a version placed on
+a GPU (its `instance_groups`) is "loaded" by reporting the device memory its load would have
+been measured to add through NVML (`Version.device_footprint`, by GPU index). The GPU is the
+one thing mocked here; the budget's arithmetic and the evictions are Residency's own."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import asyncio
 
 import pytest
 
-from inferd.config.model import ModelConfig
+from inferd.config.model import InstanceGroup, ModelConfig
 from inferd.engine.residency import NOT_RESIDENT, Residency
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, UnavailableError
@@ -29,11 +34,31 @@ class Box:
         self.load_s = 0.0
         self.rollout: set[str] = set()
 
+        self.on_gpu: dict[str, dict[int, int]] = {}
+        """MB each version's load adds on each fake GPU (a version not here: the CPU only)."""
+
+    def place(self, name: str, host_mb: int | None, **gpus_mb: int) -> Version:
+        """A version on the fake GPUs named `gpu<N>=<MB>` (none: on the CPU only), whose
+        loads take `host_mb` and those MB: measured by an earlier load (an evicted version
+        remembers), or never loaded when `host_mb` is None (its load takes `mb` of the host)."""
+        on = {int(gpu.removeprefix("gpu")): size for gpu, size in gpus_mb.items()}
+        groups = [InstanceGroup(kind="gpu", gpus=(gpu,)) for gpu in on] or [InstanceGroup()]
+        version = Version(name, 1, ModelConfig(residency="on_demand", instance_groups=groups))
+        version.state, version.reason = VersionState.UNLOADED, NOT_RESIDENT
+        if host_mb is not None:
+            version.footprint_bytes = host_mb * MB
+            version.device_footprint = {gpu: size * MB for gpu, size in on.items()}
+        self.versions[name] = version
+        self.on_gpu[name] = on
+        return version
+
     async def load(self, version: Version) -> None:
         self.loads.append(version.model)
         await asyncio.sleep(self.load_s)
         version.state, version.reason = VersionState.READY, None
-        version.footprint_bytes = self.mb * MB
+        version.footprint_bytes = version.footprint_bytes or self.mb * MB
+        on = self.on_gpu.get(version.model, {})
+        version.device_footprint = {gpu: size * MB for gpu, size in on.items()}
 
     async def evict(self, version: Version) -> None:
         self.evictions.append(version.model)
@@ -130,3 +155,67 @@ async def test_a_pinned_model_is_not_loaded_by_a_request() -> None:
     residency = box.residency(count=1)
     await use(residency, box.versions["p"])
     assert box.loads == [] and not residency.on_demand(box.versions["p"])
+
+
+async def test_a_gpu_short_of_room_evicts_only_the_versions_holding_its_memory() -> None:
+    box = Box([])
+    for name, gpus in (("a0", {"gpu0": 40}), ("b0", {"gpu0": 40}), ("c1", {"gpu1": 40})):
+        box.place(name, None, **gpus)
+    box.place("cpu", None)
+    # never loaded: budgeted at twice its files (30 MB) on the GPU it is placed on
+    residency = box.residency(device_budget_mb=60, disk_bytes=lambda version: 15 * MB)
+    for name in ("cpu", "c1", "a0"):
+        await use(residency, box.versions[name])
+    assert box.evictions == []
+    facts = {f.model: f for f in residency.facts()}
+    assert facts["a0"].device_footprint == {0: 40 * MB} and facts["cpu"].device_footprint == {}
+    # GPU 0 holds 40 MB, b0 is budgeted 30 there: over 60, so a0 goes, though the CPU-only
+    # version and the one on GPU 1 were used before it
+    await use(residency, box.versions["b0"])
+    assert box.evictions == ["a0"] and box.resident() == {"cpu", "c1", "b0"}
+
+
+async def test_a_version_on_the_cpu_only_is_never_evicted_for_a_gpus_memory() -> None:
+    box = Box([])
+    box.place("cpu", 10)
+    box.place("busy", 10, gpu0=50)
+    box.place("coming", 10, gpu0=20)
+    residency = box.residency(device_budget_mb=60)
+    for name in ("cpu", "busy"):
+        await use(residency, box.versions[name])
+    residency.enter(box.versions["busy"])  # (a request in flight)
+    with pytest.raises(UnavailableError) as refused:
+        await use(residency, box.versions["coming"])
+    assert refused.value.message == (
+        "model 'coming' version 1 cannot load: it needs about 20.0 MB on GPU 0 and the versions "
+        "there hold 50.0 MB of its 60.0 MB budget (device_memory_budget_mb), none of it idle and "
+        "on demand; retry later"
+    )
+    assert box.evictions == [] and box.resident() == {"cpu", "busy"}
+    residency.leave(box.versions["busy"])
+    await use(residency, box.versions["coming"])
+    assert box.evictions == ["busy"] and box.resident() == {"cpu", "coming"}
+
+
+async def test_the_host_and_the_device_budgets_are_both_kept() -> None:
+    box = Box([])
+    box.place("cpu", 50)
+    box.place("old", 10, gpu0=40)
+    box.place("new", 45, gpu0=40)
+    residency = box.residency(budget_mb=100, device_budget_mb=60)
+    for name in ("cpu", "old"):
+        await use(residency, box.versions[name])
+    # host: 60 + 45 over 100, the least recently used goes (cpu); then GPU 0: 40 + 40 over 60,
+    # and only old holds memory there
+    await use(residency, box.versions["new"])
+    assert box.evictions == ["cpu", "old"] and box.resident() == {"new"}
+
+
+async def test_without_a_device_budget_device_memory_is_not_counted() -> None:
+    box = Box([])
+    box.place("a", 10, gpu0=500)
+    box.place("b", 10, gpu0=500)
+    residency = box.residency(budget_mb=100)
+    for name in ("a", "b"):
+        await use(residency, box.versions[name])
+    assert box.evictions == [] and box.resident() == {"a", "b"}

@@ -1,0 +1,131 @@
+"""The budgets that versions in memory are held to (inferd.engine.residency): the host's
+resident memory (`model_memory_budget_mb`), their count (`max_loaded_versions`), and each GPU's
+device memory (`device_memory_budget_mb`, per device: the versions whose instances run on GPU
+d may hold that much of d's memory). What a version needs of each is what its last load was
+measured to take (`Version.footprint_bytes`, `Version.device_footprint`), or, before its first
+load, `UNMEASURED_FACTOR` times its files' size (on each GPU its configuration places it on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from inferd.config.model import ModelConfig
+from inferd.engine.version import Version
+from inferd.runtime.placement import GPU_PROVIDERS, placements
+
+UNMEASURED_FACTOR = 2.0
+"""A version never loaded is budgeted at this many times its files' size until its load is
+measured (then made room for by what was measured): loads measured here took 1.0 times the file
+(a 100 MB tensor model), 2.0 (a 2 MB one) and 5.0 (the demo's minilm: two instances, each with
+its weights, and a tokenizer; benchmarks/RESULTS.md, "Many models")."""
+
+
+def placed_gpus(config: ModelConfig) -> frozenset[int]:
+    """The GPUs a version's instances run on (inferd.runtime.placement): each instance group
+    of kind gpu on its devices, and `instance_count` instances on a GPU provider on
+    `runtime.device_id` (device 0 when unset); empty for a version on the CPU only."""
+    return frozenset(
+        placement.options.device_id or 0
+        for placement in placements(config)
+        if any(provider in GPU_PROVIDERS for provider in placement.options.providers)
+    )
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a version holds, or is expected to hold, in memory."""
+
+    host: int
+    devices: dict[int, int] = field(default_factory=dict)
+    """Bytes per GPU index (nothing for a version on the CPU only)."""
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """The budget a load would go over."""
+
+    setting: str
+    """max_loaded_versions, model_memory_budget_mb or device_memory_budget_mb."""
+    held: int
+    """What the versions in memory hold of it (versions or bytes)."""
+    need: int
+    gpu: int | None = None
+    """The device whose memory lacks room (device_memory_budget_mb)."""
+
+    def frees(self, version: Version, needs: Callable[[Version], Need]) -> bool:
+        """Whether evicting `version` makes room for this: any version frees a place and host
+        memory; device memory only a version that holds some on that device."""
+        return self.gpu is None or needs(version).devices.get(self.gpu, 0) > 0
+
+
+class Budget:
+    def __init__(
+        self,
+        host_mb: float,
+        max_versions: int,
+        device_mb: float,
+        disk_bytes: Callable[[Version], int],
+    ) -> None:
+        """Each 0 for none; `disk_bytes`: the size of a version's files."""
+        self.host = int(host_mb * 2**20)
+        self.max_versions = max_versions
+        self.device = int(device_mb * 2**20)
+        self._disk_bytes = disk_bytes
+
+    def need(self, version: Version) -> Need:
+        """What `version` holds when measured, else its estimate from its files (device
+        memory looked at only under a device budget: the CPU path costs nothing more)."""
+        host = version.footprint_bytes
+        devices = version.device_footprint if self.device > 0 else {}
+        if host is not None and devices is not None:
+            return Need(host, devices)
+        estimate = int(UNMEASURED_FACTOR * self._disk_bytes(version))
+        if devices is None:  # never measured on its devices (or no NVML to measure with)
+            devices = {gpu: estimate for gpu in placed_gpus(version.config)}
+        return Need(estimate if host is None else host, devices)
+
+    def shortfall(self, resident: Sequence[Version], coming: Need) -> Shortfall | None:
+        """The first budget that the versions `resident` and one more needing `coming` go
+        over: the count, then host memory, then each GPU's; None when all fit."""
+        if self.max_versions > 0 and len(resident) + 1 > self.max_versions:
+            return Shortfall("max_loaded_versions", len(resident), 1)
+        if self.host > 0:
+            held = sum(v.footprint_bytes or 0 for v in resident)
+            if held + coming.host > self.host:
+                return Shortfall("model_memory_budget_mb", held, coming.host)
+        if self.device > 0:
+            for gpu, wanted in sorted(coming.devices.items()):
+                held = sum(self.need(v).devices.get(gpu, 0) for v in resident)
+                if wanted > 0 and held + wanted > self.device:
+                    return Shortfall("device_memory_budget_mb", held, wanted, gpu)
+        return None
+
+    def no_room(self, name: str, short: Shortfall) -> str:
+        """The reason a load of `name` is refused (5030)."""
+        if short.setting == "max_loaded_versions":
+            return (
+                f"{name} cannot load: {short.held} versions are in memory (max_loaded_versions "
+                f"{self.max_versions}) and none is idle and on demand; retry later"
+            )
+        if short.gpu is None:
+            return (
+                f"{name} cannot load: it needs about {mb(short.need)} MB and the versions in "
+                f"memory hold {mb(short.held)} MB of the {mb(self.host)} MB budget "
+                "(model_memory_budget_mb), none of it idle and on demand; retry later"
+            )
+        return (
+            f"{name} cannot load: it needs about {mb(short.need)} MB on GPU {short.gpu} and the "
+            f"versions there hold {mb(short.held)} MB of its {mb(self.device)} MB budget "
+            "(device_memory_budget_mb), none of it idle and on demand; retry later"
+        )
+
+
+def mb(size: int | None) -> float | None:
+    return None if size is None else round(size / 2**20, 1)
+
+
+def device_mb(devices: dict[int, int] | None) -> dict[str, float] | None:
+    """Bytes per GPU as MB per GPU index, for log lines and the status page."""
+    return None if not devices else {str(gpu): round(n / 2**20, 1) for gpu, n in devices.items()}
