@@ -6,6 +6,7 @@ sleeping releases the GIL as ONNX Runtime does while it computes)."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -55,11 +56,11 @@ def _feeds(rows: int = 1) -> dict[str, Array]:
     return {"x": np.ones((rows, 4), dtype=np.float32)}
 
 
-async def _closed_loop(pool: InstancePool, clients: int, seconds: float) -> None:
-    stop = time.perf_counter() + seconds
+async def _clients(pool: InstancePool, clients: int, requests: int) -> None:
+    """`clients` closed-loop clients of `requests` requests each."""
 
     async def client() -> None:
-        while time.perf_counter() < stop:
+        for _ in range(requests):
             out = await pool.run(_feeds())
             assert out["y"].tolist() == [[2.0] * 4]
 
@@ -67,25 +68,53 @@ async def _closed_loop(pool: InstancePool, clients: int, seconds: float) -> None
 
 
 def test_a_slow_instance_gets_batches_in_proportion_to_its_speed() -> None:
-    fast, slow = SleepingRuntime(0.010), SleepingRuntime(0.030)
+    """Four closed-loop clients of one row each over a fast instance (10 ms a row) and one 3x
+    slower, on a simulated clock: each instance runs its batches one at a time, in order, and
+    each client sends its next request when its answer comes (events in time order)."""
+    speeds = (0.010, 0.030)
+    dispatch = LeastCompletion([("fast", "cpu"), ("slow", "cpu")])
+    free_at = [0.0, 0.0]  # when each instance ends the work it was given
+    answers: list[tuple[float, int, int]] = []  # (when, client, instance)
+    ran = [0, 0]
+
+    def send(now: float, client: int) -> None:
+        index = dispatch.choose(1, now=now)
+        dispatch.given(index, 1)
+        begins = max(now, free_at[index])
+        free_at[index] = begins + speeds[index]
+        heapq.heappush(answers, (free_at[index], client, index))
+
+    for client in range(4):
+        send(0.0, client)
+    while answers[0][0] < 2.0:
+        now, client, index = heapq.heappop(answers)
+        dispatch.started(index, 1, now=now - speeds[index])
+        dispatch.finished(index, 1, speeds[index])
+        ran[index] += 1
+        send(now, client)
+    fast, slow = ran
+    share = slow / (fast + slow)
+    # 3x slower: at full use it finishes a quarter of the work; round-robin would give it half
+    assert slow < fast and 0.20 <= share <= 0.30, (fast, slow)
+    fast_speed, slow_speed = (load.seconds_per_element for load in dispatch.loads)
+    assert fast_speed == pytest.approx(0.010) and slow_speed == pytest.approx(0.030)
+
+
+def test_the_pool_accounts_for_every_batch_its_threads_ran() -> None:
+    """The real pool and its threads: each instance's counts are the batches it ran, nothing
+    stays queued, and the instances' speeds are learned (not their values: the runtimes'
+    compute is a sleep, whose length a loaded machine stretches)."""
+    fast, slow = SleepingRuntime(0.002), SleepingRuntime(0.006)
     pool = InstancePool([fast, slow], placed=[("cpu-0", "cpu"), ("cpu-1", "cpu")])
     try:
-        asyncio.run(_closed_loop(pool, clients=4, seconds=2.0))
+        asyncio.run(_clients(pool, clients=4, requests=40))
     finally:
         pool.close()
-    total = fast.batches + slow.batches
-    share = slow.batches / total
-    # 3x slower: at full use it finishes a quarter of the work; round-robin would give it half
-    assert slow.batches < fast.batches
-    assert 0.10 <= share <= 0.40, (fast.batches, slow.batches)
     loads = {load.name: load for load in pool.loads}
+    assert fast.batches + slow.batches == 160 and fast.batches > 0
     assert loads["cpu-0"].batches == fast.batches and loads["cpu-1"].batches == slow.batches
-    # the learned speeds (seconds per element, 4 elements a row) tell the two apart
-    fast_speed = loads["cpu-0"].seconds_per_element
-    slow_speed = loads["cpu-1"].seconds_per_element
-    assert fast_speed is not None and slow_speed is not None
-    assert slow_speed > 2 * fast_speed
-    assert all(load.queued_batches == 0 for load in pool.loads)
+    assert all(load.queued_batches == 0 and load.queued_elements == 0 for load in pool.loads)
+    assert loads["cpu-0"].seconds_per_element is not None
 
 
 def test_a_lone_batch_goes_to_the_fastest_instance() -> None:
