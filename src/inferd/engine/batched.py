@@ -4,7 +4,6 @@ configuration, and its queue depth, drain and close."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from inferd.engine.loading import LoadedModel
 from inferd.engine.servable import Servable
 from inferd.errors import InferdError
 from inferd.observability.observer import Observer
+from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -126,4 +126,4 @@ class BatchedServable(Servable):
         await self._batcher.close()
         pool, self._pool = self._pool, None
         if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, pool.close)
+            await close_off_loop(pool)

@@ -22,6 +22,7 @@ from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.memory import HostMemory
+from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime, TensorSpec
 from inferd.tasks.text import OFF_LOOP_CHARS
 
@@ -183,7 +184,7 @@ class GeneratorServable(Servable):
         await self._scheduler.close()
         pool, self._pool = self._pool, None
         if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, pool.close)
+            await close_off_loop(pool)
 
 
 class Generation:

@@ -28,6 +28,7 @@ from inferd.errors import InferdError
 from inferd.observability.gpu import device_memory_used
 from inferd.observability.observer import Observer
 from inferd.repository.scan import ModelEntry
+from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Runtime
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class VersionLoader:
             _failed(version, exc, "model version failed to load")
             return
         if self._draining():
-            await loop.run_in_executor(None, loaded.pool.close)
+            await close_off_loop(loaded.pool)
             version.fail("the server began draining while this version loaded")
             return
         # a lone request's batch on the loop's own thread (inferd.runtime.pool)
@@ -101,7 +102,7 @@ class VersionLoader:
         try:
             servable = servable_class(config.kind).build(context)
         except Exception as exc:  # the parts do not fit the task (caught before any request)
-            await loop.run_in_executor(None, loaded.pool.close)
+            await close_off_loop(loaded.pool)
             _failed(version, exc, "model version failed to load")
             return
         version.serve(servable, loaded.load_s, self._settings.response_cache)

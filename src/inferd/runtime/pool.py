@@ -246,3 +246,17 @@ def _run(
     if repeat is None:
         return instance.run(feeds, output_names, into)
     return instance.run_steps(feeds, output_names, into, repeat)
+
+
+async def close_off_loop(pool: InstancePool) -> None:
+    """Closes `pool` on a worker thread, the event loop free meanwhile, and keeps no reference
+    to it once closed: an executor's work item outlives its call by a moment (its thread drops
+    it after setting the result, and the awaiting coroutine may resume first), so what it holds
+    is a box that the close empties; the runtimes are then freed by the next collection."""
+    box = [pool]
+    del pool
+    await asyncio.get_running_loop().run_in_executor(None, _close_boxed, box)
+
+
+def _close_boxed(box: list[InstancePool]) -> None:
+    box.pop().close()
