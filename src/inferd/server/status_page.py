@@ -93,7 +93,10 @@ def _card(model: dict[str, Any]) -> str:
 def _resident(version: dict[str, Any]) -> str:
     """What a version in memory holds, after its state (nothing while it is not)."""
     held = version.get("resident_mb")
-    return "" if held is None else f" {held:g} MB"
+    text = "" if held is None else f" {held:g} MB"
+    for gpu, mb in (version.get("resident_device_mb") or {}).items():
+        text += f", GPU {gpu} {mb:g} MB"
+    return text
 
 
 def _task(model: dict[str, Any]) -> str:

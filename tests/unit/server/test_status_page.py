@@ -164,3 +164,17 @@ def test_every_value_is_escaped() -> None:
     assert texts.by_class["failed"] == [f"rollout failed: {HOSTILE}"]
     assert texts.by_class["reason"][1] == f"v1: {HOSTILE}"
     assert texts.by_class["task"][2] == HOSTILE
+
+
+def test_a_version_in_memory_shows_what_it_holds_on_the_host_and_each_gpu() -> None:
+    """(The device footprint is given here: this machine has no GPU to measure one.)"""
+    on_gpus = {**version("1"), "resident_mb": 212.5, "resident_device_mb": {"0": 96.0, "1": 8.5}}
+    host_only = {**version("2"), "resident_mb": 4.0, "resident_device_mb": None}
+    unloaded = {**version("3", "UNLOADED"), "resident_mb": None, "resident_device_mb": None}
+    page = render(TEMPLATE, status([model("a", versions=[on_gpus, host_only, unloaded])]))
+    texts = parsed(page)
+    assert texts.by_class["badge READY"] == [
+        "v1 READY 212.5 MB, GPU 0 96 MB, GPU 1 8.5 MB",
+        "v2 READY 4 MB",
+    ]
+    assert texts.by_class["badge UNLOADED"] == ["v3 UNLOADED"]

@@ -234,5 +234,9 @@ poll();
 
 // what a version in memory holds, after its state (nothing while it is not)
 function resident(v) {
-  return v.resident_mb === null || v.resident_mb === undefined ? "" : ` ${v.resident_mb} MB`;
+  let text = v.resident_mb === null || v.resident_mb === undefined ? "" : ` ${v.resident_mb} MB`;
+  for (const [gpu, mb] of Object.entries(v.resident_device_mb || {})) {
+    text += `, GPU ${gpu} ${mb} MB`;
+  }
+  return text;
 }
