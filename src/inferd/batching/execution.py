@@ -25,7 +25,7 @@ from inferd.errors import InferdError, InternalError, OutOfMemoryError
 from inferd.observability.observer import BatchRan, Observer, notify
 from inferd.runtime.protocol import Array
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("inferd.batching.batcher")  # (the batcher's lines keep its name)
 
 RunBatch = Callable[[dict[str, Array]], Awaitable[dict[str, Array]]]
 

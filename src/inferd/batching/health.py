@@ -10,7 +10,7 @@ from inferd.batching.settings import BatcherSettings
 from inferd.errors import ErrorCode, InferdError
 from inferd.observability.observer import MemoryPressure, Observer, notify
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("inferd.batching.batcher")  # (the batcher's lines keep its name)
 
 
 class RuntimeHealth:

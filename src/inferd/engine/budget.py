@@ -54,6 +54,13 @@ class Shortfall:
     gpu: int | None = None
     """The device whose memory lacks room (device_memory_budget_mb)."""
 
+    def figures(self) -> dict[str, object]:
+        """For a log line: which budget, what is held of it and what is needed."""
+        if self.setting == "max_loaded_versions":
+            return {"budget": self.setting, "held_versions": self.held}
+        held = {"held_mb": mb(self.held), "need_mb": mb(self.need)}
+        return {"budget": self.setting, "gpu": self.gpu, **held}
+
     def frees(self, version: Version, needs: Callable[[Version], Need]) -> bool:
         """Whether evicting `version` makes room for this: any version frees a place and host
         memory; device memory only a version that holds some on that device."""

@@ -214,7 +214,7 @@ class Residency:
                 if loaded:
                     log.warning(
                         "versions in memory over the budget, none idle to evict",
-                        extra={"budget": short.setting, "gpu": short.gpu},
+                        extra=short.figures(),
                     )
                     return
                 name = f"model '{coming.model}' version {coming.version}"

@@ -31,7 +31,7 @@ from inferd.repository.scan import ModelEntry
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Runtime
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("inferd.engine.loader")  # (the loader's lines keep its name)
 
 RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
 """Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""

@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from inferd.jobs.epoch import Epoch, new_secret
 from inferd.jobs.record import Job
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("inferd.jobs.redis_store")  # (the store's lines keep its name)
 
 
 class RedisEpoch:

@@ -44,6 +44,8 @@ FOLLOW_EVERY_S = 0.1
 _WRAPPER = "__serve_multiplex_wrapper"
 """Where Ray 2.60 keeps a multiplexed function's state (its `_ModelMultiplexWrapper`), on the
 function it decorates."""
+_PUSH = "_push_multiplexed_replica_info"
+"""Serve 2.60's flag that sends a replica's model ids to its controller at the next push."""
 
 
 class ModelIds:
@@ -87,6 +89,8 @@ class ModelIds:
         if wrapper is None:
             return False  # no request has named a model yet: Serve has no ids of this replica
         try:
+            if not hasattr(wrapper, _PUSH):  # (assigning it would succeed and push nothing)
+                raise AttributeError(f"Serve's multiplexing has no {_PUSH}")
             ids: OrderedDict[str, Any] = wrapper.models
             held = self.held()
             gone = [model for model in ids if model not in held]
@@ -96,7 +100,7 @@ class ModelIds:
             for model in came:
                 ids[model] = model
             if gone or came:
-                wrapper._push_multiplexed_replica_info = True  # (pushed within 0.1 s)
+                setattr(wrapper, _PUSH, True)  # (pushed within 0.1 s)
         except AttributeError as exc:  # (another Ray: the ids then stay as Serve keeps them)
             if not self._warned:
                 self._warned = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 from fastapi import FastAPI
@@ -78,6 +79,8 @@ class InferdReplica:
 def haproxy_ingress() -> bool:
     """Whether this node's Serve takes HTTP requests with HAProxy (Ray 2.60 reads it from the
     environment of `ray start`)."""
-    from ray.serve._private.constants import RAY_SERVE_ENABLE_HA_PROXY
-
+    try:
+        from ray.serve._private.constants import RAY_SERVE_ENABLE_HA_PROXY
+    except ImportError:  # (a private name: another Ray may not have it)
+        return os.environ.get("RAY_SERVE_ENABLE_HA_PROXY", "0") == "1"
     return bool(RAY_SERVE_ENABLE_HA_PROXY)

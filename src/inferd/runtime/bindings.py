@@ -163,6 +163,7 @@ class KeptBindings:
 
     def clear(self) -> None:
         self._bindings = {}
+        self._recent = {}
 
 
 def _where(array: Array | DeviceArray) -> tuple[object, ...]:

@@ -38,7 +38,7 @@ async def read_body(request: Request) -> bytes:
 async def read_json(request: Request, schema: type[M], purpose: str | None = None) -> M:
     """The body, read as above, parsed and validated against `schema` (4002-4004 naming the
     field that is wrong). For an inference route (`purpose`: what its models do), the route
-    key field its model's config names is taken out first (inferd.server.route_key)."""
+    key field its model's config names is taken out first (inferd.front.route_key)."""
 
     def route_key(fields: dict[str, Any]) -> None:
         model = fields.get("model")
