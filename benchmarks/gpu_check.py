@@ -579,7 +579,11 @@ def check_placement(report: Report, root: Path, plan: Plan) -> None:
     affine(root / "placed" / "1" / "model.onnx")
     gpu_groups = [] if plan.dry else [{"kind": "gpu", "gpus": list(plan.gpus), "count": 1}]
     groups = [*gpu_groups, {"kind": "cpu", "count": 1}]
-    write_config(root / "placed", {"max_batch_size": 32, "instance_groups": groups})
+    # every answer checked against numpy: 32 clients queue, none is shed by the queue-time
+    # bound (a shared machine's load could push a dry run's queue past it)
+    unbounded = {"max_queue_time_ms": None}
+    config = {"max_batch_size": 32, "instance_groups": groups, "dynamic_batching": unbounded}
+    write_config(root / "placed", config)
     half(root / "half" / "1" / "model.onnx")
     write_config(root / "half", {"max_batch_size": 8, "instance_groups": plan.groups()})
     server = Server(root, "--log-level", "warning")
