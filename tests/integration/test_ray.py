@@ -63,9 +63,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     affine_model(root / "affine" / "1" / "model.onnx")
     write_config(root / "affine", {"max_batch_size": 8})
     slow_model(root / "slow" / "1" / "model.onnx", layers=24, width=256)
+    # its queue must grow for Serve to scale on it: no queue-time bound sheds it meanwhile
+    # (a replica starting beside it slows its runs; shedding is test_shedding.py's to test)
     write_config(
         root / "slow",
-        {"max_batch_size": 1, "dynamic_batching": {"max_queue_size": 256}},
+        {
+            "max_batch_size": 1,
+            "dynamic_batching": {"max_queue_size": 256, "max_queue_time_ms": None},
+        },
     )
     return root
 
