@@ -15,7 +15,7 @@ from inferd.engine.servable import Servable
 from inferd.errors import InferdError
 from inferd.observability.observer import Observer
 from inferd.runtime.pool import close_off_loop
-from inferd.runtime.protocol import TensorSpec
+from inferd.runtime.protocol import Head, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,11 @@ def start_batcher(
     observer: Observer,
     pad_values: Mapping[str, float] | None = None,
     output: str | None = None,
+    head: Head | None = None,
 ) -> DynamicBatcher:
     """On the event loop: the version's batcher, started. `pad_values` add to the config's
-    (a tokenizer's pad id); `output`: the one output a task reads (the others are not fetched)."""
+    (a tokenizer's pad id); `output`: the one output a task reads (the others are not
+    fetched); `head`: what the batch's outputs become on the runtime's thread."""
     batching = config.dynamic_batching
     pads = {**(pad_values or {})}
     pads.update({o.name: o.pad_value for o in config.inputs if o.pad_value is not None})
@@ -46,8 +48,9 @@ def start_batcher(
         )
     settings = batcher_settings(config, loaded.pool.concurrency, model, str(version))
     run_batch = loaded.pool.run
-    if output is not None:
-        run_batch = functools.partial(loaded.pool.run, output_names=[output])
+    if output is not None or head is not None:
+        wanted = None if output is None else [output]
+        run_batch = functools.partial(loaded.pool.run, output_names=wanted, head=head)
     batcher = DynamicBatcher(layout, settings, run_batch, observer)
     batcher.start()
     return batcher

@@ -16,9 +16,9 @@ from inferd.engine.build import BuildContext
 from inferd.engine.servable import TEXT_INPUT, Classified, Embeddings, Servable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
-from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.runtime.protocol import Array, Feeds, Head, TensorSpec
 from inferd.tasks.classification import ClassificationTask, top_k
-from inferd.tasks.embedding import EmbeddingTask
+from inferd.tasks.embedding import POOLED, EmbeddingTask
 from inferd.tasks.text import EncodedTexts
 
 
@@ -68,7 +68,10 @@ class TextServable(BatchedServable):
         output: str,
         outputs: tuple[TensorSpec, ...],
         inputs: tuple[TensorSpec, ...] = TEXT_INPUTS,
+        head: Head | None = None,
     ) -> None:
+        """`head`: what the batch's `output` becomes on the runtime's thread (its task's
+        reduction of the whole batch; inferd.runtime.protocol.Head)."""
         text = ctx.loaded.text
         if text is None:
             raise ValueError(f"model '{ctx.model}' is a text model without its tokenizer")
@@ -80,6 +83,7 @@ class TextServable(BatchedServable):
             ctx.batch_observer,
             text.pad_values(),
             output,
+            head,
         )
         super().__init__(
             ctx.model,
@@ -92,6 +96,7 @@ class TextServable(BatchedServable):
         )
         self._encoder = text.encoder
         self._output = output
+        """The output each item's answer is read from (a head's, where the task has one)."""
 
     async def _run_texts(
         self, texts: Sequence[str], deadline: float | None
@@ -125,8 +130,12 @@ class EmbeddingServable(TextServable):
         self._task = EmbeddingTask(ctx.config.embedding, ctx.loaded.outputs)
         dim = self._task.dimension or -1
         outputs = (TensorSpec("embedding", "FP32", (-1, dim), ("batch", None)),)
-        super().__init__(ctx, self._task.output, outputs)
         self._mask = ctx.config.tokenizer.attention_mask
+        head = self._task.batch_head(self._mask)
+        super().__init__(ctx, self._task.output, outputs, head=head)
+        self._pooled = head is not None
+        if head is not None:  # each item's output is its pooled vector already ([1, h])
+            self._output = POOLED
 
     @classmethod
     def build(cls, ctx: BuildContext) -> EmbeddingServable:
@@ -140,12 +149,15 @@ class EmbeddingServable(TextServable):
         encoded, outputs = await self._run_texts(texts, deadline)
         started = time.perf_counter()
         mask = self._mask
-        vectors = np.stack(
-            [
-                task.pool(out, item.get(mask) if mask else None)
-                for out, item in zip(outputs, encoded.items, strict=True)
-            ]
-        )
+        if self._pooled:
+            vectors = np.concatenate(outputs)
+        else:
+            vectors = np.stack(
+                [
+                    task.pool(out, item.get(mask) if mask else None)
+                    for out, item in zip(outputs, encoded.items, strict=True)
+                ]
+            )
         result = Embeddings(task.finish(vectors, dimensions), encoded.token_counts)
         trace = current_trace()
         trace.postprocess_s = time.perf_counter() - started

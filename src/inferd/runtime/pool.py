@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
-from inferd.runtime.protocol import Array, Bound, Repeat, Runtime
+from inferd.runtime.protocol import Array, Bound, Head, Repeat, Runtime
 
 
 class InstancePool:
@@ -118,12 +118,15 @@ class InstancePool:
         output_names: Sequence[str] | None = None,
         into: Mapping[str, str] | None = None,
         repeat: Repeat | None = None,
+        head: Head | None = None,
     ) -> dict[str, Array]:
+        """The outputs of `feeds` run on an instance's thread (`head`: applied to them there,
+        inferd.runtime.protocol.Head)."""
         elements = _elements(feeds, repeat)
         background = priority.in_background()
         index = self._choose(elements, background)
         if index == self._solo and self._solo_runs_here(index, elements):
-            return self._run_here(index, elements, feeds, output_names, into, repeat)
+            return self._run_here(index, elements, feeds, output_names, into, repeat, head)
         self._dispatch.given(index, elements)
         if not background:
             self._serving += 1
@@ -136,7 +139,7 @@ class InstancePool:
                 run = asyncio.get_running_loop().run_in_executor(
                     self._executor_for_now(),
                     functools.partial(
-                        _run, self._instances[index], feeds, output_names, into, repeat
+                        _run, self._instances[index], feeds, output_names, into, repeat, head
                     ),
                 )
                 try:
@@ -190,6 +193,7 @@ class InstancePool:
         output_names: Sequence[str] | None,
         into: Mapping[str, str] | None,
         repeat: Repeat | None,
+        head: Head | None = None,
     ) -> dict[str, Array]:
         """A serving batch on instance `index`, on the calling thread."""
         self._dispatch.given(index, elements)
@@ -198,7 +202,7 @@ class InstancePool:
         self._dispatch.started(index, elements, started)
         ok = False
         try:
-            result = _run(self._instances[index], feeds, output_names, into, repeat)
+            result = _run(self._instances[index], feeds, output_names, into, repeat, head)
             ok = True
             return result
         finally:
@@ -242,10 +246,13 @@ def _run(
     output_names: Sequence[str] | None,
     into: Mapping[str, str] | None,
     repeat: Repeat | None,
+    head: Head | None = None,
 ) -> dict[str, Array]:
     if repeat is None:
-        return instance.run(feeds, output_names, into)
-    return instance.run_steps(feeds, output_names, into, repeat)
+        outputs = instance.run(feeds, output_names, into)
+    else:
+        outputs = instance.run_steps(feeds, output_names, into, repeat)
+    return outputs if head is None else head(feeds, outputs)
 
 
 async def close_off_loop(pool: InstancePool) -> None:

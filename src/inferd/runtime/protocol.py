@@ -115,6 +115,12 @@ class Repeat:
     between: Callable[[int], bool]
 
 
+Head = Callable[[Bound, dict[str, Array]], dict[str, Array]]
+"""What a batch's outputs become before they leave the runtime's thread: `(feeds, outputs) ->
+outputs`, run right after the session on the same thread (a task's reduction of the whole
+batch, such as an embedding's pooling, vectorized and off the event loop)."""
+
+
 class Runtime(Protocol):
     """One loaded model instance. `run` is blocking and thread-safe to call from a worker thread."""
 

@@ -1,5 +1,9 @@
 """Embeddings from a model's outputs: mean over the attention mask, CLS, or the model's own
-pooled output; optional L2 normalization and Matryoshka truncation."""
+pooled output; optional L2 normalization and Matryoshka truncation.
+
+With an attention mask the pooling runs on the whole batch where it ran, on the runtime's
+thread (`batch_head`): one vectorized reduction a batch instead of one a text on the event
+loop, and only the pooled vectors leave the runtime's thread."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ import numpy as np
 
 from inferd.config.model import EmbeddingConfig
 from inferd.errors import InvalidInputError
-from inferd.runtime.protocol import Array, TensorSpec
+from inferd.runtime.protocol import Array, Bound, Head, TensorSpec
 from inferd.tasks.outputs import task_output
+
+POOLED = "inferd_pooled"
+"""The output a batch head writes: one pooled vector a row, float32."""
 
 
 class EmbeddingTask:
@@ -37,6 +44,30 @@ class EmbeddingTask:
                 f"allowed: {sorted({*allowed, *([self.dimension] if self.dimension else [])})}",
                 param="dimensions",
             )
+
+    def batch_head(self, mask: str | None) -> Head | None:
+        """The reduction of a whole batch's token states to one vector a row (`POOLED`), run
+        where the batch ran; None where each text is pooled on its own: the model pools
+        itself (`output`), or no attention mask tells the padding apart."""
+        mode = self._config.pooling
+        if mode == "output" or mask is None:
+            return None
+        output = self.output
+
+        def head(feeds: Bound, outputs: dict[str, Array]) -> dict[str, Array]:
+            states = outputs[output]
+            weights = np.asarray(feeds[mask]) != 0
+            if mode == "cls":  # the first token each row holds (padding on either side)
+                first = weights.argmax(axis=1)
+                pooled = states[np.arange(len(states)), first]
+                return {POOLED: np.asarray(pooled, dtype=np.float32)}
+            counts = np.maximum(weights.sum(axis=1, keepdims=True), 1).astype(np.float32)
+            summed = np.matmul(
+                weights[:, None, :].astype(np.float32), states.astype(np.float32, copy=False)
+            )[:, 0, :]
+            return {POOLED: summed / counts}
+
+        return head
 
     def pool(self, output: Array, mask: Array | None) -> Array:
         """One item's vector from its output ([1, n, h] token states, or [1, h] pooled)."""

@@ -316,3 +316,25 @@ def test_run_now_runs_on_the_calling_thread_only_when_the_instance_is_free() -> 
     assert runtime.batches == 2
     load = pool.loads[0]
     assert load.queued_batches == 0 and load.batches == 2
+
+
+def test_a_head_reduces_the_outputs_on_the_thread_that_ran_them() -> None:
+    """A task's head (inferd.runtime.protocol.Head) gets the batch's feeds and outputs on the
+    runtime's thread, not the event loop's, and its result is what the caller gets."""
+    runtime = SleepingRuntime(0.001)
+    pool = InstancePool([runtime])
+    seen: list[int] = []
+
+    def head(feeds: Mapping[str, Array], outputs: dict[str, Array]) -> dict[str, Array]:
+        seen.append(threading.get_ident())
+        return {"sum": outputs["y"].sum(axis=1) + feeds["x"].shape[0]}
+
+    async def run() -> dict[str, Array]:
+        return await pool.run(_feeds(2), head=head)
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        pool.close()
+    assert seen == runtime.threads and seen[0] != threading.get_ident()
+    assert set(result) == {"sum"} and result["sum"].tolist() == [10.0, 10.0]

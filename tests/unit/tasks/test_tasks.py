@@ -22,6 +22,7 @@ from inferd.errors import (
 )
 from inferd.runtime.protocol import TensorSpec
 from inferd.tasks.classification import ClassificationTask, softmax, top_k
+from inferd.tasks.embedding import POOLED as POOLED_OUTPUT
 from inferd.tasks.embedding import EmbeddingTask
 from inferd.tasks.text import TextEncoder, TokenizerError, find_tokenizer
 from inferd.tasks.zero_shot import ZeroShotTask
@@ -57,6 +58,35 @@ def test_mean_pooling_follows_the_attention_mask() -> None:
     states = np.array([[[1.0, 0, 0], [3.0, 0, 0], [100.0, 0, 0]]], dtype=np.float32)
     pooled = task.pool(states, np.array([[1, 1, 0]]))
     np.testing.assert_allclose(pooled, [2.0, 0, 0])
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("left", [False, True])
+def test_a_batch_head_pools_as_each_text_alone(mode: str, dtype: type, left: bool) -> None:
+    """A padded batch of texts of lengths 3, 1 and 5, pooled at once where it ran, gives each
+    text the vector it gets pooled alone from its own unpadded states."""
+    task = EmbeddingTask(EmbeddingConfig(pooling=mode, normalize=False), [STATES])
+    rng = np.random.default_rng(7)
+    lengths, width = [3, 1, 5], 5
+    states = rng.standard_normal((3, width, 3)).astype(dtype)
+    mask = np.zeros((3, width), np.int64)
+    for row, n in enumerate(lengths):
+        mask[row, slice(width - n, width) if left else slice(0, n)] = 1
+    states[mask == 0] = 1e4  # padding that leaks into a vector shows
+    head = task.batch_head("attention_mask")
+    assert head is not None
+    (pooled,) = head({"attention_mask": mask}, {"last_hidden_state": states}).values()
+    assert pooled.dtype == np.float32 and pooled.shape == (3, 3)
+    for row, n in enumerate(lengths):
+        own = slice(width - n, width) if left else slice(0, n)
+        alone = task.pool(states[row : row + 1, own], np.ones((1, n), np.int64))
+        np.testing.assert_allclose(pooled[row], alone, rtol=1e-6, atol=1e-6)
+    no_mask = EmbeddingTask(EmbeddingConfig(pooling=mode), [STATES])
+    assert no_mask.batch_head(None) is None  # without a mask each text is pooled alone
+    own_output = EmbeddingTask(EmbeddingConfig(pooling="output", output="pooled"), [POOLED])
+    assert own_output.batch_head("attention_mask") is None
+    assert POOLED_OUTPUT not in ("last_hidden_state", "pooled")
 
 
 def test_cls_and_output_pooling_and_normalization() -> None:
