@@ -9,7 +9,8 @@ exit status 0 only when every check passes. Made to end within a short lease (a 
 2. An encoder (a BERT with random weights, exported by `inferd export`, and its fp16 copy as
    `inferd quantize --to fp16` converts it): raw in-process throughput at its best batch
    against inferd serving it over `/embed` at saturation, fp32 and fp16 (goal: served >= 0.9
-   of raw).
+   of raw), with where a served request's time goes (its stages, the server's event loop and
+   other threads, the clients' CPU: benchmarks/lib/served_profile.py).
 3. Generation (a GPT-2 with random weights, in-place KV cache, drawing in its graph):
    tokens/s at 1 and 16 in flight with the cache in the instance's memory (`cache_placement:
    device`), with the cache in host arrays (`host`), against the raw decode ceiling on the
@@ -29,6 +30,7 @@ without `--dry-run` it stops at the first check and says why (exit status 2).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -71,6 +73,9 @@ class Plan:
     batches: tuple[int, ...]
     texts_per_request: int
     clients: int
+    client_processes: int
+    """The encoder's load runs in this many client processes (one Python process's GIL must
+    not be the ceiling the check measures)."""
     new_tokens: int
     oom_limit_mb: int
 
@@ -96,6 +101,7 @@ GPU_PLAN = dict(
     batches=(1, 8, 32, 64, 128),
     texts_per_request=32,
     clients=16,
+    client_processes=4,
     new_tokens=128,
     oom_limit_mb=256,
 )
@@ -108,6 +114,7 @@ DRY_PLAN = dict(
     batches=(1, 8),
     texts_per_request=4,
     clients=4,
+    client_processes=2,
     new_tokens=16,
     oom_limit_mb=256,
 )
@@ -400,6 +407,8 @@ def closed_loop(
 
 
 def check_encoder(report: Report, repo: Path, plan: Plan) -> None:
+    from served_profile import embed_load, snapshot, where_the_time_goes
+
     fp32, fp16 = build_encoder(repo, plan)
     texts = corpus(plan.text_chars, 512)
     raws = {
@@ -410,26 +419,32 @@ def check_encoder(report: Report, repo: Path, plan: Plan) -> None:
     try:
         per = plan.texts_per_request
         for name, (batch, raw) in raws.items():
-
-            def one(http: httpx.Client, i: int, model: str = name) -> int:
-                start = (i * per) % (len(texts) - per)
-                body = {"model": model, "texts": texts[start : start + per]}
-                response = http.post(f"{server.url}/embed", json=body)
-                response.raise_for_status()
-                return len(response.json()["embeddings"])
-
-            closed_loop(plan.clients, plan.load_s / 4, one)  # warm: batch sizes, arenas
-            best = 0.0
+            load = functools.partial(
+                embed_load, server.url, name, texts, per, processes=plan.client_processes
+            )
+            load(plan.clients, plan.load_s / 4)  # warm: batch sizes, arenas
+            best, profile = 0.0, ""
             for clients in (plan.clients, 2 * plan.clients):
-                served, statuses = closed_loop(clients, plan.load_s, one)
-                report.check(not statuses, f"{name}: every /embed answered 200", str(statuses[:5]))
-                best = max(best, served)
+                before = snapshot(server.url, server.process.pid, name)
+                served = load(clients, plan.load_s)
+                after = snapshot(server.url, server.process.pid, name)
+                report.check(
+                    not served.statuses,
+                    f"{name}: every /embed answered 200 ({clients} clients)",
+                    str(served.statuses[:5]),
+                )
+                if served.vectors_per_s > best:
+                    best = served.vectors_per_s
+                    profile = f"{clients} clients, " + where_the_time_goes(
+                        before, after, served, plan.load_s
+                    )
             ratio = best / raw
             report.figure(
                 f"{name} texts/s",
                 f"raw {raw:.0f} (batch {batch}), served {best:.0f} "
                 f"({per} texts a request), ratio {ratio:.2f}",
             )
+            report.figure(f"{name} served, where the time goes", profile)
             report.check(plan.dry or ratio >= 0.9, f"{name}: served >= 0.9 of raw", f"{ratio:.2f}")
     finally:
         server.stop()
