@@ -206,9 +206,22 @@ def compare_with_concat(
     concat_path: Path, inplace_path: Path, vocab: int, context: int, seed: int = 0
 ) -> float:
     """The largest |difference| of logits between the two layouts of one model, both driven
-    by the KV stores that serve them: four prompts of different lengths prefilled together,
-    decode steps, then two sequences leaving (the stores compact their rows, each its own
-    way) and more steps."""
+    the same way (`decoder_logits`)."""
+    concat = decoder_logits(concat_path, vocab, context, seed)
+    inplace = decoder_logits(inplace_path, vocab, context, seed)
+    worst = 0.0
+    for seq, expected in concat.items():
+        for a, b in zip(expected, inplace[seq], strict=True):
+            diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+            worst = max(worst, float(np.abs(diff).max()))
+    return worst
+
+
+def decoder_logits(path: Path, vocab: int, context: int, seed: int = 0) -> dict[int, list[Array]]:
+    """Each sequence's logits at each step of a decoder driven by the KV store that serves it:
+    four prompts of different lengths prefilled together, decode steps, then two sequences
+    leaving (the store compacts its rows) and more steps; the same prompts and fed tokens for
+    a `seed`, whatever the decoder's layout or precision."""
     from inferd.config.model import GenerationConfig, RuntimeOptions
     from inferd.generation.decoder import DecoderShape
     from inferd.generation.kvstore import kv_store
@@ -220,10 +233,8 @@ def compare_with_concat(
     config = GenerationConfig(
         context_length=context, max_running=len(prompts), max_kv_tokens=len(prompts) * context
     )
-    worst = 0.0
-    per_layout: list[dict[int, list[Array]]] = []
-    for path in (concat_path, inplace_path):
-        session = OnnxSession(path, RuntimeOptions())
+    session = OnnxSession(path, RuntimeOptions())
+    try:
         shape = DecoderShape.of(session.inputs, session.outputs)
         store = kv_store(shape, config)
         rows = list(range(len(prompts)))  # the sequence in each row
@@ -234,7 +245,7 @@ def compare_with_concat(
         for n in range(6):
             if n == 3:  # sequences 0 and 2 leave
                 order = store.compact([i for i, r in enumerate(rows) if r in (1, 3)])
-                assert order is not None, "half of the rows left: both stores compact"
+                assert order is not None, "half of the rows left: the store compacts"
                 rows = [rows[i] for i in order]
             fed = np.array([tokens[r][n] for r in rows], dtype=np.int64)
             at = np.array([lengths[r] + n for r in rows], dtype=np.int64)
@@ -243,14 +254,9 @@ def compare_with_concat(
             store.after_decode(step, out)
             for i, r in enumerate(rows):
                 seen[r].append(out[LOGITS][i, -1, :])
-        per_layout.append(seen)
+    finally:
         session.close()
-    concat, inplace = per_layout
-    for seq, expected in concat.items():
-        for a, b in zip(expected, inplace[seq], strict=True):
-            diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-            worst = max(worst, float(np.abs(diff).max()))
-    return worst
+    return seen
 
 
 def _reference_tokens(prompts: list[list[int]], vocab: int, seed: int) -> list[list[int]]:

@@ -1,7 +1,7 @@
 """`inferd quantize`: a dynamic-int8 (CPU) or fp16 (GPU) variant of a version, written as a new
 version only when its accuracy report against the fp32 version passes the thresholds and it is
 neither larger nor (int8) measurably slower than fp32 (or with `--force`); the report is kept
-either way.
+either way. An in-place decoder's fp16 has its own conversion (inferd.prep.quantize_decoder).
 
 fp16 is meant for GPUs; it is measured here on ONNX Runtime's CPU kernels, which gives its
 accuracy honestly but not its speed (the speed ratio printed for fp16 is this CPU's).
@@ -60,6 +60,12 @@ def _fp16(source: Path, target: Path) -> None:
 
     model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
     onnx.save(model, str(target))
+
+
+def _inplace_decoder(path: Path) -> bool:
+    from inferd.prep.quantize_decoder import is_inplace_decoder
+
+    return is_inplace_decoder(onnx.load(str(path), load_external_data=False))
 
 
 def verdict(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:
@@ -127,6 +133,13 @@ def run_quantize(
         reporter.fail(entry.error or f"{folder}: no usable config")
         return 2
     config = entry.config
+    if to == "fp16" and _inplace_decoder(src_path):
+        from inferd.prep.quantize_decoder import run_quantize_decoder
+
+        source = (src_version, src_path)
+        return run_quantize_decoder(
+            folder, source, target_version, config, thresholds, force, reporter
+        )
     original = read_version(src_path)
     stage = staging(folder, target_version)
     try:

@@ -70,7 +70,8 @@ def read_version(path: Path) -> VersionModel:
     if any(value.name == SEQLENS for value in model.graph.input):
         raise SourceError(
             f"{path.parent.name}/{path.name} is a decoder with an in-place KV cache; optimize "
-            "or quantize the plain export (without --kv-cache inplace) instead"
+            "or int8-quantize the plain export (without --kv-cache inplace) instead (`inferd "
+            "quantize --to fp16` converts an in-place decoder)"
         )
     metadata = {p.key: p.value for p in model.metadata_props}
     plan = (
