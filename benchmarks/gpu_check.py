@@ -11,10 +11,11 @@ exit status 0 only when every check passes. Made to end within a short lease (a 
    against inferd serving it over `/embed` at saturation, fp32 and fp16 (goal: served >= 0.9
    of raw), with where a served request's time goes (its stages, the server's event loop and
    other threads, the clients' CPU: benchmarks/lib/served_profile.py).
-3. Generation (a GPT-2 with random weights, in-place KV cache, drawing in its graph):
-   tokens/s at 1 and 16 in flight with the cache in the instance's memory (`cache_placement:
-   device`), with the cache in host arrays (`host`), against the raw decode ceiling on the
-   device (bare ONNX Runtime steps, the cache bound on the device, the same rows).
+3. Generation (a GPT-2 with random weights, in-place KV cache, drawing in its graph, and its
+   fp16 conversion by `inferd quantize --to fp16`, the cache fp16 too): tokens/s at 1 and 16
+   in flight with the cache in the instance's memory (`cache_placement: device`), with the
+   cache in host arrays (`host`), against the raw decode ceiling on the device (bare ONNX
+   Runtime steps, the cache bound on the device, the same rows), fp32 and fp16.
 4. Out of memory for real: a model under a small `gpu_mem_limit_mb` given batches that do not
    fit: they are answered (the batch halved and retried) or refused as out of memory (5070),
    never a server error or a crash, and the server serves on.
@@ -328,6 +329,27 @@ def build_decoder(repo: Path, plan: Plan) -> Path:
     return repo / "gen" / "1" / "model.onnx"
 
 
+def build_fp16_decoder(report: Report, repo: Path) -> Path:
+    """`gen` converted by `inferd quantize --to fp16` (its KV cache fp16) as `gen-fp16` (cache
+    on the device) and `gen-fp16-host`; returns its ONNX file. Its accuracy is reported, not
+    judged: random weights' logits are nearly flat, and their greedy ties may flip."""
+    from inferd.cli.main import main as inferd
+
+    shutil.copytree(repo / "gen", repo / "gen-fp16")
+    command = ["quantize", "--repo", str(repo), "--model", "gen-fp16", "--to", "fp16", "--force"]
+    report.check(inferd(command) == 0, "inferd quantize --to fp16 of the in-place decoder")
+    written = json.loads((repo / ".inferd/reports/gen-fp16/quantize-2-fp16.json").read_text())
+    accuracy = written["accuracy"]
+    report.figure(
+        "fp16 decoder against fp32",
+        f"greedy agreement {written['greedy_agreement']:.2%}, logits max |diff| "
+        f"{accuracy['max_abs']['logits']:.3g} (range {accuracy['value_range']['logits']:.3g})",
+    )
+    shutil.copytree(repo / "gen-fp16", repo / "gen-fp16-host")
+    merge_config(repo / "gen-fp16-host", {"generation": {"cache_placement": "host"}})
+    return repo / "gen-fp16" / "2" / "model.onnx"
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 
@@ -465,12 +487,13 @@ def raw_decode(model: Path, rows: int, steps: int, plan: Plan) -> float:
     inputs = {i.name: i for i in session.get_inputs()}
     past = sorted(n for n in inputs if n.startswith("past_key_values."))
     _, heads, _, dim = inputs[past[0]].shape
+    dtype = np.float16 if inputs[past[0]].type == "tensor(float16)" else np.float32
     capacity = plan.generator["context"]
     binding = session.io_binding()
     keep = []
     for name in past:
         value = ort.OrtValue.ortvalue_from_shape_and_type(
-            [rows, heads, capacity, dim], np.float32, device, gpu
+            [rows, heads, capacity, dim], dtype, device, gpu
         )
         keep.append(value)
         binding.bind_ortvalue_input(name, value)
@@ -504,12 +527,17 @@ def raw_decode(model: Path, rows: int, steps: int, plan: Plan) -> float:
 
 
 def check_generation(report: Report, repo: Path, plan: Plan) -> None:
-    model = build_decoder(repo, plan)
+    models = {"gen": build_decoder(repo, plan)}
+    models["gen-fp16"] = build_fp16_decoder(report, repo)
     steps = 600 if not plan.dry else 40
-    ceilings = {rows: raw_decode(model, rows, steps, plan) for rows in (1, 16)}
+    ceilings = {
+        (name, rows): raw_decode(model, rows, steps, plan)
+        for name, model in models.items()
+        for rows in (1, 16)
+    }
     server = Server(repo, "--log-level", "warning")
     try:
-        for placement in ("gen", "gen-host"):
+        for placement in ("gen", "gen-host", "gen-fp16", "gen-fp16-host"):
             for flight in (1, 16):
 
                 def one(http: httpx.Client, i: int, model: str = placement) -> int:
@@ -527,7 +555,7 @@ def check_generation(report: Report, repo: Path, plan: Plan) -> None:
 
                 closed_loop(flight, plan.load_s / 4, one)
                 rate, statuses = closed_loop(flight, plan.load_s, one)
-                ceiling = ceilings[flight]
+                ceiling = ceilings[placement.removesuffix("-host"), flight]
                 report.check(
                     not statuses, f"{placement} at {flight}: every /generate 200", str(statuses[:5])
                 )
