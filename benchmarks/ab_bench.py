@@ -4,7 +4,9 @@ Each variant is a git ref of this repository (checked out into a temporary workt
 `src` first on the server's PYTHONPATH), optionally with model config overrides; every
 variant's server runs on the same demo repository copy, and the rounds alternate between them
 so the machine's drift (10-25% from minute to minute here) falls on all alike. Per variant:
-the median over rounds of requests/s, server CPU per request, and padding efficiency.
+the median over rounds of requests/s, server CPU per request (all of it, and its event loop's
+thread alone: what bounds a server whose runtime is fast, such as a GPU's), and padding
+efficiency.
 
     python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --concurrency 64
     python benchmarks/ab_bench.py --variant w10=HEAD \
@@ -12,6 +14,8 @@ the median over rounds of requests/s, server CPU per request, and padding effici
     python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --empty
         (--empty: requests with no text, answered 4001 before any model work: the cost of
         the HTTP and dispatch layers alone)
+    python benchmarks/ab_bench.py --texts-per-request 32 --concurrency 8 --variant ...
+        (requests of 32 texts each: the work a request costs the event loop per text)
     python benchmarks/ab_bench.py --model bert-base --lengths fixed:120 --variant ...
         (the BERT-base-sized encoder of benchmarks/serving_bench.py, random weights, on texts
         of 120 words as that benchmark sends it)
@@ -54,6 +58,7 @@ from common import (
 from inferd.bench.workload import Lengths, generate_texts
 from inferd.tools.demo import build_demo
 from overload_bench import lone_latencies, request_bytes
+from served_profile import snapshot
 from texts import apply_overrides, make_texts, stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,22 +100,29 @@ def measure(
     concurrency: int,
     seconds: float,
     model: str,
-) -> dict[str, list[tuple[float, float, float]]]:
-    """Per variant, per round: requests/s, server CPU ms per request, padding efficiency."""
-    results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in servers}
+) -> dict[str, list[tuple[float, float, float, float]]]:
+    """Per variant, per round: requests/s, server CPU ms per request (all threads, and the
+    event loop's), padding efficiency."""
+    results: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n in servers}
     for server in servers.values():
         run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
     for round_ in range(rounds):
         for name, server in servers.items():
             before = stats(server, model)
+            loop_before = snapshot(server.url, server.process.pid, model).loop_cpu_s
             step = run_wrk(server, "/embed", bodies, concurrency, seconds)
+            loop_s = snapshot(server.url, server.process.pid, model).loop_cpu_s - loop_before
             after = stats(server, model)
             padded = after["padded"] - before["padded"]
             padding = (after["real"] - before["real"]) / padded if padded else 1.0
-            results[name].append((step.requests_per_s, step.server_cpu_ms_per_request, padding))
+            loop_ms = loop_s * 1000 / max(step.requests, 1)
+            results[name].append(
+                (step.requests_per_s, step.server_cpu_ms_per_request, loop_ms, padding)
+            )
             print(
                 f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
-                f"{step.server_cpu_ms_per_request:.2f} ms CPU/req, padding {padding:.1%}",
+                f"{step.server_cpu_ms_per_request:.2f} ms CPU/req (event loop {loop_ms:.2f}), "
+                f"padding {padding:.1%}",
                 flush=True,
             )
     return results
@@ -150,6 +162,7 @@ def main() -> int:
     parser.add_argument("--empty", action="store_true", help="bodies with no text (4001)")
     parser.add_argument("--lone", action="store_true", help="a lone request's p50 (lean client)")
     parser.add_argument("--model", choices=("minilm", "bert-base"), default="minilm")
+    parser.add_argument("--texts-per-request", type=int, default=1, help="texts in each body")
     parser.add_argument(
         "--lengths",
         help="texts as `inferd bench` makes them (fixed:120, loguniform:8-100 words); "
@@ -173,6 +186,10 @@ def main() -> int:
             texts = [[t] for t in generate_texts(1024, Lengths.parse(args.lengths), 0)]
         else:
             texts = [[t] for t in make_texts(tokenizer, 1024)]
+        per = args.texts_per_request
+        if per > 1 and not args.empty:  # each body the next `per` texts, wrapping around
+            flat = [t for group in texts for t in group]
+            texts = [[flat[(i * per + k) % len(flat)] for k in range(per)] for i in range(1024)]
         bodies = [orjson.dumps({"texts": t, "model": args.model}) for t in texts]
         servers: dict[str, Server] = {}
         with contextlib.ExitStack() as trees:
@@ -197,12 +214,13 @@ def main() -> int:
     if args.lone:
         print(lone_table(lone))
         return 0
-    print("| variant | req/s | server CPU ms/req | padding efficiency |")
-    print("|---|---:|---:|---:|")
+    print("| variant | req/s | server CPU ms/req | event loop CPU ms/req | padding efficiency |")
+    print("|---|---:|---:|---:|---:|")
     for name, rows in results.items():
         print(
             f"| {name} | {median_of([r[0] for r in rows]):.1f} | "
-            f"{median_of([r[1] for r in rows]):.3f} | {median_of([r[2] for r in rows]):.1%} |"
+            f"{median_of([r[1] for r in rows]):.3f} | {median_of([r[2] for r in rows]):.3f} | "
+            f"{median_of([r[3] for r in rows]):.1%} |"
         )
     return 0
 
