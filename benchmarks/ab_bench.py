@@ -14,8 +14,9 @@ efficiency.
     python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --empty
         (--empty: requests with no text, answered 4001 before any model work: the cost of
         the HTTP and dispatch layers alone)
-    python benchmarks/ab_bench.py --texts-per-request 32 --concurrency 8 --variant ...
-        (requests of 32 texts each: the work a request costs the event loop per text)
+    python benchmarks/ab_bench.py --model bert-0 --texts-per-request 32 --variant ...
+        (requests of 32 texts each to a model that costs next to nothing to run: what the
+        server's own work costs per request where the runtime is fast, as a GPU's)
     python benchmarks/ab_bench.py --model bert-base --lengths fixed:120 --variant ...
         (the BERT-base-sized encoder of benchmarks/serving_bench.py, random weights, on texts
         of 120 words as that benchmark sends it)
@@ -161,7 +162,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--empty", action="store_true", help="bodies with no text (4001)")
     parser.add_argument("--lone", action="store_true", help="a lone request's p50 (lean client)")
-    parser.add_argument("--model", choices=("minilm", "bert-base"), default="minilm")
+    parser.add_argument(
+        "--model",
+        choices=("minilm", "bert-base", "bert-0"),
+        default="minilm",
+        help="bert-0: BERT-base's embeddings without layers, a model that costs next to "
+        "nothing to run (what the server costs where the runtime is fast, as a GPU's)",
+    )
     parser.add_argument("--texts-per-request", type=int, default=1, help="texts in each body")
     parser.add_argument(
         "--lengths",
@@ -177,7 +184,8 @@ def main() -> int:
         else:
             from serving_bench import build_repo
 
-            base = build_repo(Path(tmp) / "demo")
+            layers = 0 if args.model == "bert-0" else 12
+            base = build_repo(Path(tmp) / "demo", layers, args.model)
         tokenizer = Tokenizer.from_file(str(base / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
         if args.empty:

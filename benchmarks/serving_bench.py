@@ -112,11 +112,14 @@ PARTS = {
 }
 
 
-def build_repo(root: Path) -> Path:
+def build_repo(root: Path, layers: int = 12, name: str = "bert-base") -> Path:
+    """The demo repository with `name`, a BERT-base-sized encoder of `layers` layers (random
+    weights) on the demo's tokenizer; with no layers, a model that costs next to nothing
+    to run: what the server costs per request where the runtime is fast (a GPU's stand-in)."""
     build_demo(root)
     tokenizer = root / "minilm" / "1" / "tokenizer.json"
     shape = EncoderShape(
-        layers=12,
+        layers=layers,
         hidden=768,
         heads=12,
         intermediate=3072,
@@ -124,13 +127,13 @@ def build_repo(root: Path) -> Path:
         max_positions=512,
         layer_norm_eps=1e-12,
     )
-    version = root / "bert-base" / "1"
+    version = root / name / "1"
     version.mkdir(parents=True)
     onnx.save(build_encoder(random_weights(shape), shape), str(version / "model.onnx"))  # type: ignore[arg-type]
     (version / "tokenizer.json").write_bytes(tokenizer.read_bytes())
     config = yaml.safe_load((root / "minilm" / "config.yaml").read_text())
     config["tokenizer"] = {"max_tokens": 128, "truncate": True}
-    (root / "bert-base" / "config.yaml").write_text(yaml.safe_dump(config))
+    (root / name / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("sentiment", "topics"):  # the zero-shot models would only cost memory here
         for f in (root / name).iterdir():
             f.unlink()
