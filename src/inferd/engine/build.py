@@ -3,7 +3,8 @@ produced (warm runtimes, specs, the tokenizer's parts), and whom it reports to."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
 from inferd.engine.loading import LoadedModel
@@ -20,3 +21,6 @@ class BuildContext:
     """The engine's observer (metrics, drift)."""
     batch_observer: Observer
     """The version's own: its statistics and health first, then the engine's observer."""
+    quiet: Callable[[], bool] = field(default=lambda: False)
+    """Whether the server holds no request but the caller's (nothing else waits for the event
+    loop: work that would stall it for a moment may run on it)."""

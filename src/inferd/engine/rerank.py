@@ -56,7 +56,7 @@ class RerankServable(TextServable):
         trace = current_trace()
         started = time.perf_counter()
         encoder = self._encoder
-        if encoder.heavy([query, *texts]):  # a large request must not stall the event loop
+        if self._off_loop([query, *texts]):
             encoder.check(texts)
             encoded = await asyncio.to_thread(encoder.encode_pairs, query, texts)
         else:

@@ -95,6 +95,7 @@ class TextServable(BatchedServable):
             ctx.observer,
         )
         self._encoder = text.encoder
+        self._quiet = ctx.quiet
         self._output = output
         """The output each item's answer is read from (a head's, where the task has one)."""
 
@@ -103,13 +104,18 @@ class TextServable(BatchedServable):
     ) -> tuple[EncodedTexts, list[Array]]:
         """Each text's output (the task's one), in order."""
         started = time.perf_counter()
-        if self._encoder.heavy(texts):  # a large request must not stall the event loop
+        if self._off_loop(texts):
             self._encoder.check(texts)  # its refusals cost nothing: answered here
             encoded = await asyncio.to_thread(self._encoder.encode, texts)
         else:
             encoded = self._encoder.encode(texts)
         current_trace().preprocess_s = time.perf_counter() - started
         return encoded, await self._run_encoded(encoded, deadline)
+
+    def _off_loop(self, texts: Sequence[str]) -> bool:
+        """Whether `texts` are tokenized on a worker thread: a large request must not stall
+        the event loop, nor a middling one a loop that other requests wait for."""
+        return self._encoder.heavy(texts, quiet=self._quiet())
 
     async def _run_encoded(self, encoded: EncodedTexts, deadline: float | None) -> list[Array]:
         """Each encoded item's output, in order, through the version's batcher."""

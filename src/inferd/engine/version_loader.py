@@ -66,6 +66,10 @@ class VersionLoader:
         self._draining = draining
         self._in_flight = in_flight
 
+    def _quiet(self) -> bool:
+        """Whether the server holds no request but the caller's."""
+        return self._in_flight() <= 1
+
     async def load(self, entry: ModelEntry, version: Version) -> None:
         """Loads `version` of `entry` and serves it; a failure is the version's."""
         config = version.config
@@ -90,7 +94,7 @@ class VersionLoader:
             version.fail("the server began draining while this version loaded")
             return
         # a lone request's batch on the loop's own thread (inferd.runtime.pool)
-        loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, lambda: self._in_flight() <= 1)
+        loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, self._quiet)
         context = BuildContext(
             version.model,
             version.version,
@@ -98,6 +102,7 @@ class VersionLoader:
             loaded,
             self._observer,
             version.watch(self._observer),
+            self._quiet,
         )
         try:
             servable = servable_class(config.kind).build(context)

@@ -155,6 +155,18 @@ def test_encoder_checks(texts: list[str], error: type) -> None:
         encoder(max_chars=10).encode(texts)
 
 
+def test_tokenizing_leaves_the_loop_sooner_when_other_requests_wait_for_it() -> None:
+    from inferd.tasks.text import BUSY_OFF_LOOP_CHARS, OFF_LOOP_CHARS
+
+    encoder = TextEncoder(TOKENIZER, TokenizerConfig(), max_texts=4096)
+    middling = ["x" * 100] * (BUSY_OFF_LOOP_CHARS // 100 + 1)
+    large = ["x" * 1000] * (OFF_LOOP_CHARS // 1000 + 1)
+    assert not encoder.heavy(["a short text"], quiet=False)
+    assert not encoder.heavy(middling, quiet=True)  # alone: inline, nothing waits for the loop
+    assert encoder.heavy(middling, quiet=False)
+    assert encoder.heavy(large, quiet=True) and encoder.heavy(large, quiet=False)
+
+
 def test_tokenizer_is_looked_for_beside_the_model(tmp_path: Path) -> None:
     with pytest.raises(TokenizerError):
         find_tokenizer(TokenizerConfig(), tmp_path / "1", tmp_path)
