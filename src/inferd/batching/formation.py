@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from inferd.batching.layout import BatchLayout
@@ -23,6 +23,12 @@ Extent = tuple[tuple[int, ...], ...]
 class Signature:
     key: Hashable
     extent: Extent
+    elements: int = field(init=False)
+    """The padded inputs' elements at this extent (`_elements`), computed once: batch formation
+    compares it for every candidate."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "elements", _elements(self.extent))
 
 
 def signature(feeds: Feeds, layout: BatchLayout) -> Signature:
@@ -82,10 +88,7 @@ def _elements(extent: Extent) -> int:
 
 
 def _widen(current: Extent, extent: Extent) -> Extent:
-    return tuple(
-        tuple(max(a, b) for a, b in zip(cur, new, strict=True))
-        for cur, new in zip(current, extent, strict=True)
-    )
+    return tuple(tuple(map(max, cur, new)) for cur, new in zip(current, extent, strict=True))
 
 
 def token_cost(rows: int, extent: Extent) -> int:
@@ -120,31 +123,37 @@ def select_batch(
     head = candidates[0]
     if max_rows <= 0:
         return [0]
-    head_size = _elements(head.sig.extent)
+    key = head.sig.key
+    head_size = head.sig.elements
     order: Sequence[int] = range(1, len(candidates))
     if group_by_length and head.sig.extent:
-        order = sorted(order, key=lambda i: abs(_elements(candidates[i].sig.extent) - head_size))
-        waiting = sum(c.rows for c in candidates if c.sig.key == head.sig.key)
+        order = sorted(order, key=lambda i: abs(candidates[i].sig.elements - head_size))
+        waiting = sum(c.rows for c in candidates if c.sig.key == key)
         if waiting > max_rows:
             max_padding_waste *= DEEP_QUEUE_WASTE
     chosen = [0]
     total = head.rows
-    widest = head.sig.extent
+    widest, widest_size = head.sig.extent, head_size
     real = head.rows * head_size
     for index in order:
         if total >= max_rows:
             break
         item = candidates[index]
-        if item.sig.key != head.sig.key or total + item.rows > max_rows:
+        sig = item.sig
+        if sig.key != key or total + item.rows > max_rows:
             continue
         rows = total + item.rows
-        trial_widest = widest if item.sig.extent == widest else _widen(widest, item.sig.extent)
+        if sig.extent == widest:
+            trial_widest, trial_size = widest, widest_size
+        else:
+            trial_widest = _widen(widest, sig.extent)
+            trial_size = _elements(trial_widest)
         if max_tokens is not None and token_cost(rows, trial_widest) > max_tokens:
             continue
-        trial_real = real + item.rows * _elements(item.sig.extent)
-        padded = rows * _elements(trial_widest)
+        trial_real = real + item.rows * sig.elements
+        padded = rows * trial_size
         if padded and 1.0 - trial_real / padded > max_padding_waste:
             continue
         chosen.append(index)
-        total, widest, real = rows, trial_widest, trial_real
+        total, widest, widest_size, real = rows, trial_widest, trial_size, trial_real
     return chosen
