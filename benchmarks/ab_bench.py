@@ -123,7 +123,7 @@ def measure(
             print(
                 f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
                 f"{step.server_cpu_ms_per_request:.2f} ms CPU/req (event loop {loop_ms:.2f}), "
-                f"padding {padding:.1%}",
+                f"padding {padding:.1%}" + (f", {step.errors} not 2xx" if step.errors else ""),
                 flush=True,
             )
     return results
