@@ -457,9 +457,7 @@ def check_encoder(report: Report, repo: Path, plan: Plan) -> None:
                 )
                 if served.vectors_per_s > best:
                     best = served.vectors_per_s
-                    profile = f"{clients} clients, " + where_the_time_goes(
-                        before, after, served, plan.load_s
-                    )
+                    profile = f"{clients} clients, " + where_the_time_goes(before, after, served)
             ratio = best / raw
             report.figure(
                 f"{name} texts/s",

@@ -134,10 +134,10 @@ def build_repo(root: Path, layers: int = 12, name: str = "bert-base") -> Path:
     config = yaml.safe_load((root / "minilm" / "config.yaml").read_text())
     config["tokenizer"] = {"max_tokens": 128, "truncate": True}
     (root / name / "config.yaml").write_text(yaml.safe_dump(config))
-    for name in ("sentiment", "topics"):  # the zero-shot models would only cost memory here
-        for f in (root / name).iterdir():
+    for zero_shot in ("sentiment", "topics"):  # they would only cost memory here
+        for f in (root / zero_shot).iterdir():
             f.unlink()
-        (root / name).rmdir()
+        (root / zero_shot).rmdir()
     return root
 
 

@@ -11,6 +11,7 @@ clients' CPU (the load generator is).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,13 +28,15 @@ STAGES = ("queue", "preprocess", "inference", "postprocess")
 
 def _embed_clients(
     url: str, model: str, texts: list[str], per: int, threads: int, seconds: float, first: int
-) -> tuple[int, list[int], float]:
+) -> tuple[int, list[int], float, float]:
     """One client process: `threads` closed-loop clients of /embed for `seconds`; the vectors
-    received, the statuses other than 200, and the process's CPU seconds."""
+    received, the statuses other than 200, the process's CPU seconds and the window's seconds
+    (from its first request to its last answer)."""
     from concurrent.futures import ThreadPoolExecutor
 
     started_cpu = time.process_time()
-    stop_at = time.perf_counter() + seconds
+    started = time.perf_counter()
+    stop_at = started + seconds
     counts = [0] * threads
     statuses: list[int] = []
 
@@ -54,7 +57,8 @@ def _embed_clients(
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(client, range(threads)))
-    return sum(counts), statuses, time.process_time() - started_cpu
+    window = time.perf_counter() - started
+    return sum(counts), statuses, time.process_time() - started_cpu, window
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Load:
     requests: int
     statuses: list[int]
     client_cpu_s: float
+    seconds: float
+    """The load's window: the longest of its processes' (their start left out)."""
 
 
 def embed_load(
@@ -78,20 +84,21 @@ def embed_load(
     client processes, for `seconds`."""
     processes = max(1, min(processes, clients))
     shares = [clients // processes + (p < clients % processes) for p in range(processes)]
-    started = time.perf_counter()
-    with ProcessPoolExecutor(processes) as pool:
+    # spawned, not forked: the parent may hold ONNX Runtime sessions and their threads
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [
             pool.submit(_embed_clients, url, model, texts, per, n, seconds, p * 10_000_000)
             for p, n in enumerate(shares)
         ]
         results = [f.result() for f in futures]
-    took = time.perf_counter() - started
+    window = max(r[3] for r in results)
     vectors = sum(r[0] for r in results)
     return Load(
-        vectors_per_s=vectors / took,
+        vectors_per_s=vectors / window,
         requests=vectors // per,
         statuses=[s for r in results for s in r[1]],
         client_cpu_s=sum(r[2] for r in results),
+        seconds=window,
     )
 
 
@@ -141,7 +148,7 @@ def snapshot(url: str, pid: int, model: str) -> Snapshot:
     return Snapshot(stage_s, requests, batch_rows, batches, loop, other)
 
 
-def where_the_time_goes(before: Snapshot, after: Snapshot, load: Load, seconds: float) -> str:
+def where_the_time_goes(before: Snapshot, after: Snapshot, load: Load) -> str:
     """One line: per request, the mean ms of each stage and the CPU ms of the server's event
     loop, of its other threads and of the clients; the mean rows a batch; and the event loop's
     share of one core over the window."""
@@ -158,5 +165,5 @@ def where_the_time_goes(before: Snapshot, after: Snapshot, load: Load, seconds: 
         f"per request (ms): {stages}; CPU: event loop {loop_s * 1000 / requests:.2f}, "
         f"other threads {other_s * 1000 / requests:.2f}, clients "
         f"{load.client_cpu_s * 1000 / max(load.requests, 1):.2f}; {rows:.1f} rows a batch; "
-        f"event loop busy {loop_s / seconds:.0%} of a core"
+        f"event loop busy {loop_s / load.seconds:.0%} of a core"
     )

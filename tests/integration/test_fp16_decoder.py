@@ -74,6 +74,12 @@ def test_int8_of_an_in_place_decoder_is_refused_with_the_way_out(
 ) -> None:
     assert main(["quantize", "--repo", str(repo), "--model", MODEL, "--from-version", "1"]) == 2
     assert "`inferd quantize --to fp16` converts an in-place decoder" in capsys.readouterr().err
+    samples = repo / "samples.txt"
+    samples.write_text("a text\n")
+    command = ["quantize", "--repo", str(repo), "--model", MODEL, "--to", "fp16"]
+    assert main([*command, "--samples", str(samples)]) == 2
+    assert "--samples does not apply to an in-place decoder" in capsys.readouterr().err
+    assert not (repo / MODEL / "3").exists()
 
 
 def test_both_versions_serve_the_same_greedy_text(server: RunningServer) -> None:

@@ -92,14 +92,17 @@ class Backlog:
     def take(self, batch: Sequence[Entry]) -> None:
         """Removes the items of `batch` from the queue, and every done item with them."""
         taken = set(map(id, batch))
-        before = len(self.queue)
-        self.queue = deque(e for e in self.queue if id(e) not in taken and not e.future.done())
-        if len(self.queue) + len(batch) == before:  # only the batch left: count it off
-            self.queued_rows -= sum(e.rows for e in batch)
-            self.queued_requests -= sum(e.head for e in batch)
-        else:  # done items left too (or a batch item was not queued): count again
-            self.queued_rows = sum(e.rows for e in self.queue)
-            self.queued_requests = sum(e.head for e in self.queue)
+        kept: deque[Entry] = deque()
+        rows = requests = 0  # what leaves, counted off (one pass, not a recount of what stays)
+        for entry in self.queue:
+            if id(entry) in taken or entry.future.done():
+                rows += entry.rows
+                requests += entry.head
+            else:
+                kept.append(entry)
+        self.queue = kept
+        self.queued_rows -= rows
+        self.queued_requests -= requests
 
     def started(self, rows: int, background: bool) -> None:
         self.running += 1

@@ -20,6 +20,7 @@ from inferd.prep.console import Reporter, megabytes
 from inferd.prep.ort import input_dtypes, output_specs, runner, session
 from inferd.prep.quiet import ORT_PREPROCESS_ADVICE, without_root_message
 from inferd.prep.samples import load_samples
+from inferd.prep.sources import SourceError
 from inferd.prep.versions import copy_side_files, read_version, set_metadata
 from inferd.prep.worth import SpeedComparison, compare_speed, refusals, refuse
 from inferd.prep.writer import (
@@ -136,6 +137,11 @@ def run_quantize(
     if to == "fp16" and _inplace_decoder(src_path):
         from inferd.prep.quantize_decoder import run_quantize_decoder
 
+        if samples is not None:
+            raise SourceError(
+                "--samples does not apply to an in-place decoder: it is measured on prompts "
+                "prefilled together and decode steps (inferd.prep.quantize_decoder)"
+            )
         source = (src_version, src_path)
         return run_quantize_decoder(
             folder, source, target_version, config, thresholds, force, reporter

@@ -27,6 +27,7 @@ from inferd.generation.decoder import LOGITS, SEQLENS
 from inferd.prep.accuracy import Accuracy
 from inferd.prep.console import Reporter, megabytes
 from inferd.prep.quantize import Thresholds, describe_diff, verdict
+from inferd.prep.sources import SourceError
 from inferd.prep.versions import copy_side_files, set_metadata
 from inferd.prep.worth import refuse
 from inferd.prep.writer import publish, staging, write_report
@@ -99,6 +100,10 @@ def run_quantize_decoder(
 
     src_version, src_path = source
     original = onnx.load(str(src_path))
+    vocab = _vocab(original)
+    if config.generation is None:
+        raise SourceError(f"{folder.name}: an in-place decoder needs its `generation` settings")
+    context = config.generation.context_length
     stage = staging(folder, target_version)
     try:
         out = stage / MODEL_FILE
@@ -108,8 +113,6 @@ def run_quantize_decoder(
             metadata.update({"inferd.quantized": "fp16", "inferd.quantized_from": str(src_version)})
             set_metadata(converted, metadata)
             onnx.save(converted, str(out))
-        vocab = _vocab(original)
-        context = config.generation.context_length
         with reporter.step("logits and greedy tokens of both, prefill and decode steps"):
             accuracy = decoder_accuracy(src_path, out, vocab, context)
         size_ratio = out.stat().st_size / src_path.stat().st_size
@@ -153,7 +156,9 @@ def run_quantize_decoder(
 
 def verdict_both(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:
     """A decoder is judged on its greedy agreement and on its logits' largest |difference|."""
-    return verdict(accuracy, thresholds) + verdict(_logits_only(accuracy), thresholds)
+    said = verdict(accuracy, thresholds)
+    agreement = [p.replace("label agreement", "greedy next-token agreement") for p in said]
+    return agreement + verdict(_logits_only(accuracy), thresholds)
 
 
 def _logits_only(accuracy: Accuracy) -> Accuracy:
@@ -167,4 +172,4 @@ def _vocab(model: Any) -> int:
             last = value.type.tensor_type.shape.dim[-1]
             if last.HasField("dim_value") and last.dim_value > 0:
                 return int(last.dim_value)
-    raise ValueError(f"the decoder's {LOGITS} output has no fixed vocabulary size")
+    raise SourceError(f"the decoder's {LOGITS} output has no fixed vocabulary size")

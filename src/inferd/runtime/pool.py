@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from inferd.errors import OutOfMemoryError
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
 from inferd.runtime.protocol import Array, Bound, Head, Repeat, Runtime
@@ -252,7 +253,12 @@ def _run(
         outputs = instance.run(feeds, output_names, into)
     else:
         outputs = instance.run_steps(feeds, output_names, into, repeat)
-    return outputs if head is None else head(feeds, outputs)
+    if head is None:
+        return outputs
+    try:
+        return head(feeds, outputs)
+    except MemoryError as exc:  # the host's, reducing a large batch: halved like the device's
+        raise OutOfMemoryError("the host ran out of memory reducing the batch's outputs") from exc
 
 
 async def close_off_loop(pool: InstancePool) -> None:

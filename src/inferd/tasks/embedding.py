@@ -1,9 +1,9 @@
 """Embeddings from a model's outputs: mean over the attention mask, CLS, or the model's own
 pooled output; optional L2 normalization and Matryoshka truncation.
 
-With an attention mask the pooling runs on the whole batch where it ran, on the runtime's
-thread (`batch_head`): one vectorized reduction a batch instead of one a text on the event
-loop, and only the pooled vectors leave the runtime's thread."""
+With an attention mask, mean and CLS pooling run on the whole batch where it ran, on the
+runtime's thread (`batch_head`): one vectorized reduction a batch, off the event loop, and only
+the pooled vectors leave the runtime's thread (their time counts in the inference stage)."""
 
 from __future__ import annotations
 
@@ -62,9 +62,14 @@ class EmbeddingTask:
                 pooled = states[np.arange(len(states)), first]
                 return {POOLED: np.asarray(pooled, dtype=np.float32)}
             counts = np.maximum(weights.sum(axis=1, keepdims=True), 1).astype(np.float32)
-            summed = np.matmul(
-                weights[:, None, :].astype(np.float32), states.astype(np.float32, copy=False)
-            )[:, 0, :]
+            with np.errstate(invalid="ignore", over="ignore"):
+                summed = np.matmul(
+                    weights[:, None, :].astype(np.float32), states.astype(np.float32, copy=False)
+                )[:, 0, :]
+            for row in np.flatnonzero(~np.isfinite(summed).all(axis=1)):
+                # a weight of 0 times an inf or NaN in the padding (a left-padded causal
+                # model's masked rows, an fp16 overflow) is NaN: sum the row's own tokens
+                summed[row] = states[row, weights[row]].astype(np.float32).sum(axis=0)
             return {POOLED: summed / counts}
 
         return head

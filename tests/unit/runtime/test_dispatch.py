@@ -338,3 +338,20 @@ def test_a_head_reduces_the_outputs_on_the_thread_that_ran_them() -> None:
         pool.close()
     assert seen == runtime.threads and seen[0] != threading.get_ident()
     assert set(result) == {"sum"} and result["sum"].tolist() == [10.0, 10.0]
+
+
+def test_a_head_out_of_host_memory_is_out_of_memory() -> None:
+    """A head that runs out of host memory reducing a large batch fails as out of memory
+    (5070: the batcher halves the batch), not as an internal error."""
+    from inferd.errors import OutOfMemoryError
+
+    pool = InstancePool([SleepingRuntime(0.001)])
+
+    def head(feeds: Mapping[str, Array], outputs: dict[str, Array]) -> dict[str, Array]:
+        raise MemoryError("Unable to allocate 3.00 GiB for an array")
+
+    try:
+        with pytest.raises(OutOfMemoryError, match="host ran out of memory"):
+            asyncio.run(pool.run(_feeds(2), head=head))
+    finally:
+        pool.close()

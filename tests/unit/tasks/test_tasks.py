@@ -74,6 +74,8 @@ def test_a_batch_head_pools_as_each_text_alone(mode: str, dtype: type, left: boo
     for row, n in enumerate(lengths):
         mask[row, slice(width - n, width) if left else slice(0, n)] = 1
     states[mask == 0] = 1e4  # padding that leaks into a vector shows
+    states[0, mask[0] == 0] = np.nan  # non-finite padding: a weight of 0 would not hide it
+    states[1, mask[1] == 0] = np.inf
     head = task.batch_head("attention_mask")
     assert head is not None
     (pooled,) = head({"attention_mask": mask}, {"last_hidden_state": states}).values()
