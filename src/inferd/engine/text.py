@@ -17,8 +17,9 @@ from inferd.engine.servable import TEXT_INPUT, Classified, Embeddings, Servable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, Head, TensorSpec
+from inferd.runtime.reduction import POOLED
 from inferd.tasks.classification import ClassificationTask, top_k
-from inferd.tasks.embedding import POOLED, EmbeddingTask
+from inferd.tasks.embedding import EmbeddingTask
 from inferd.tasks.text import EncodedTexts
 
 

@@ -9,9 +9,11 @@ by `bindings`, which works on them without importing onnxruntime.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -24,6 +26,7 @@ from inferd.runtime.datatypes import v2_from_onnx_type
 from inferd.runtime.device_memory import OrtMemory
 from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
 from inferd.runtime.protocol import Array, Bound, DeviceArray, Repeat, TensorSpec
+from inferd.runtime.reduction import GRAPH_MASK, GRAPH_POOLED, GRAPH_STATES, POOLED, Reduction
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +153,15 @@ class OnnxSession:
         if any(p in GPU_PROVIDERS for p in providers):
             _preload_cuda_libraries()
         provider_options = [_provider_options(p, options) for p in providers]
+        self._open = functools.partial(
+            ort.InferenceSession,
+            sess_options=_session_options(options),
+            providers=providers,
+            provider_options=provider_options,
+        )
+        """Opens a session as this one (a reduction's graph on the same device)."""
         try:
-            self._session = ort.InferenceSession(
-                str(path),
-                sess_options=_session_options(options),
-                providers=providers,
-                provider_options=provider_options,
-            )
+            self._session = self._open(str(path))
         except Exception as exc:  # ORT raises its own pybind types and plain RuntimeError
             detail = _first_line(exc).replace(str(path), path.name)  # no internal paths
             raise ModelLoadError(f"onnxruntime cannot load {path.name}: {detail}") from exc
@@ -191,6 +196,9 @@ class OnnxSession:
             return value.data_ptr(), value
 
         self._memory = OrtMemory(device, device_id, allocate)
+        self._device = (device, device_id)
+        self._reductions: dict[bytes, Any] = {}
+        """Each reduction graph's session (inferd.runtime.reduction), opened on first use."""
         self.host_bytes = 0
         """Bytes of host arrays the runs read or returned: on a GPU instance what crossed the
         bus with them (arrays in `memory` are bound where they lie and do not count)."""
@@ -219,12 +227,7 @@ class OnnxSession:
     ) -> dict[str, Array]:
         # None: every output; an empty list: none (a step whose outputs all go `into` its inputs)
         names = [o.name for o in self._outputs] if output_names is None else list(output_names)
-        run_options = None
-        if (
-            self._shrink_above is not None
-            and max(a.size for a in feeds.values()) > self._shrink_above
-        ):
-            run_options = self._shrink  # an unusually large batch: return its memory after
+        run_options = self._run_options(feeds)
         with _translated_errors():
             if into or any(isinstance(a, DeviceArray) for a in feeds.values()):
                 return self._run_into(feeds, names, into or {})
@@ -234,6 +237,43 @@ class OnnxSession:
         self.host_bytes += sum(a.nbytes for a in feeds.values())
         self.host_bytes += sum(r.nbytes for r in results if isinstance(r, np.ndarray))
         return dict(zip(names, results, strict=True))
+
+    def _run_options(self, feeds: Bound) -> Any:
+        """An unusually large batch's: its memory returned after the run; None otherwise."""
+        if (
+            self._shrink_above is not None
+            and max(a.size for a in feeds.values()) > self._shrink_above
+        ):
+            return self._shrink
+        return None
+
+    def run_reduced(self, feeds: Bound, reduction: Reduction) -> dict[str, Array]:
+        """`reduction` of the batch's output where it lies: the model's output bound on this
+        instance's device and its graph run there on it, only the reduced rows returned; the
+        host's reduction of the returned output where the reduction has no graph."""
+        spec = next((o for o in self._outputs if o.name == reduction.output), None)
+        graph = None if spec is None else reduction.graph(spec.datatype)
+        if graph is None or any(isinstance(a, DeviceArray) for a in feeds.values()):
+            return reduction(feeds, self.run(feeds, [reduction.output]))
+        with _translated_errors():
+            head = self._reductions.get(graph)
+            if head is None:
+                head = self._reductions.setdefault(graph, self._open(graph))
+            device, device_id = self._device
+            binding = self._session.io_binding()
+            for name, array in feeds.items():
+                binding.bind_cpu_input(name, np.ascontiguousarray(array))
+            binding.bind_output(reduction.output, device, device_id)
+            self._session.run_with_iobinding(binding, self._run_options(feeds))
+            (states,) = binding.get_outputs()
+            reduce = head.io_binding()
+            reduce.bind_ortvalue_input(GRAPH_STATES, states)
+            reduce.bind_cpu_input(GRAPH_MASK, np.ascontiguousarray(feeds[reduction.mask]))
+            reduce.bind_output(GRAPH_POOLED, "cpu")
+            head.run_with_iobinding(reduce)
+            (pooled,) = reduce.copy_outputs_to_cpu()
+        self.host_bytes += sum(a.nbytes for a in feeds.values()) + pooled.nbytes
+        return {POOLED: pooled}
 
     def run_steps(
         self,
@@ -289,8 +329,9 @@ class OnnxSession:
         return results
 
     def close(self) -> None:
-        # InferenceSession frees its memory when dropped; drop our reference now.
+        # InferenceSession frees its memory when dropped; drop our references now.
         self.__dict__.pop("_session", None)
+        self._reductions.clear()
         self._bindings.clear()
 
 

@@ -18,6 +18,7 @@ from inferd.errors import OutOfMemoryError
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
 from inferd.runtime.protocol import Array, Bound, Head, Repeat, Runtime
+from inferd.runtime.reduction import Reduction
 
 
 class InstancePool:
@@ -249,6 +250,12 @@ def _run(
     repeat: Repeat | None,
     head: Head | None = None,
 ) -> dict[str, Array]:
+    reduced = getattr(instance, "run_reduced", None)
+    if isinstance(head, Reduction) and reduced is not None and repeat is None and not into:
+        try:  # where the batch lies (an ONNX Runtime instance's device)
+            return dict(reduced(feeds, head))
+        except MemoryError as exc:
+            raise OutOfMemoryError("the host ran out of memory reducing the batch") from exc
     if repeat is None:
         outputs = instance.run(feeds, output_names, into)
     else:

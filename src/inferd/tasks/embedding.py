@@ -2,8 +2,9 @@
 pooled output; optional L2 normalization and Matryoshka truncation.
 
 With an attention mask, mean and CLS pooling run on the whole batch where it ran, on the
-runtime's thread (`batch_head`): one vectorized reduction a batch, off the event loop, and only
-the pooled vectors leave the runtime's thread (their time counts in the inference stage)."""
+runtime's thread (`batch_head`, inferd.runtime.reduction): one reduction a batch, off the
+event loop, the mean on the instance's own device; only the pooled vectors leave the runtime
+(their time counts in the inference stage)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ import numpy as np
 
 from inferd.config.model import EmbeddingConfig
 from inferd.errors import InvalidInputError
-from inferd.runtime.protocol import Array, Bound, Head, TensorSpec
+from inferd.runtime.protocol import Array, TensorSpec
+from inferd.runtime.reduction import Reduction
 from inferd.tasks.outputs import task_output
-
-POOLED = "inferd_pooled"
-"""The output a batch head writes: one pooled vector a row, float32."""
 
 
 class EmbeddingTask:
@@ -45,34 +44,14 @@ class EmbeddingTask:
                 param="dimensions",
             )
 
-    def batch_head(self, mask: str | None) -> Head | None:
+    def batch_head(self, mask: str | None) -> Reduction | None:
         """The reduction of a whole batch's token states to one vector a row (`POOLED`), run
-        where the batch ran; None where each text is pooled on its own: the model pools
-        itself (`output`), or no attention mask tells the padding apart."""
+        where the batch ran (inferd.runtime.reduction); None where each text is pooled on its
+        own: the model pools itself (`output`), or no attention mask tells the padding apart."""
         mode = self._config.pooling
         if mode == "output" or mask is None:
             return None
-        output = self.output
-
-        def head(feeds: Bound, outputs: dict[str, Array]) -> dict[str, Array]:
-            states = outputs[output]
-            weights = np.asarray(feeds[mask]) != 0
-            if mode == "cls":  # the first token each row holds (padding on either side)
-                first = weights.argmax(axis=1)
-                pooled = states[np.arange(len(states)), first]
-                return {POOLED: np.asarray(pooled, dtype=np.float32)}
-            counts = np.maximum(weights.sum(axis=1, keepdims=True), 1).astype(np.float32)
-            with np.errstate(invalid="ignore", over="ignore"):
-                summed = np.matmul(
-                    weights[:, None, :].astype(np.float32), states.astype(np.float32, copy=False)
-                )[:, 0, :]
-            for row in np.flatnonzero(~np.isfinite(summed).all(axis=1)):
-                # a weight of 0 times an inf or NaN in the padding (a left-padded causal
-                # model's masked rows, an fp16 overflow) is NaN: sum the row's own tokens
-                summed[row] = states[row, weights[row]].astype(np.float32).sum(axis=0)
-            return {POOLED: summed / counts}
-
-        return head
+        return Reduction(self.output, mask, mode)
 
     def pool(self, output: Array, mask: Array | None) -> Array:
         """One item's vector from its output ([1, n, h] token states, or [1, h] pooled)."""

@@ -21,8 +21,8 @@ from inferd.errors import (
     TooManyItemsError,
 )
 from inferd.runtime.protocol import TensorSpec
+from inferd.runtime.reduction import POOLED as POOLED_OUTPUT
 from inferd.tasks.classification import ClassificationTask, softmax, top_k
-from inferd.tasks.embedding import POOLED as POOLED_OUTPUT
 from inferd.tasks.embedding import EmbeddingTask
 from inferd.tasks.text import TextEncoder, TokenizerError, find_tokenizer
 from inferd.tasks.zero_shot import ZeroShotTask
