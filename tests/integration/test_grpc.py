@@ -591,6 +591,8 @@ def test_the_drain_ends_in_its_bound_with_streams_and_grpc_calls_and_counts_them
         json.loads(line) for line in running.log().splitlines() if '"drain finished"' in line
     ]
     assert len(drained) == 1, drained
-    assert drained[0]["in_flight_at_signal"] == 2 * each
+    # the first 8 rows run while the next 8 wait: on a loaded machine the first may reach
+    # their last token between the test's last look at /ready and the signal's handling
+    assert each <= drained[0]["in_flight_at_signal"] <= 2 * each, drained[0]
     assert cut > 0 and drained[0]["answered_5030"] == cut, (drained[0], http_endings)
     assert drained[0]["complete"] is False and drained[0]["forced"] is False
