@@ -14,12 +14,11 @@ from inferd.prep.console import Reporter, megabytes
 from inferd.prep.feeds import TIMING_CASES
 from inferd.prep.ort import output_names, runner, session
 from inferd.prep.parity import check_parity
-from inferd.prep.versions import copy_side_files, op_counts, read_version, set_metadata
+from inferd.prep.versions import op_counts, publish_version, read_version, set_metadata
 from inferd.prep.worth import compare_speed, refusals, refuse
 from inferd.prep.writer import (
     model_folder,
     next_version,
-    publish,
     source_version,
     staging,
     write_report,
@@ -130,9 +129,7 @@ def run_optimize(
             return 1
         if refuse(reporter, problems, force, report_file):
             return 1
-        copy_side_files(src_path.parent, stage)
-        size = out.stat().st_size
-        target = publish(stage, folder, target_version)
+        target, size = publish_version(src_path, stage, folder, target_version)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     reporter.table(

@@ -21,12 +21,11 @@ from inferd.prep.ort import input_dtypes, output_specs, runner, session
 from inferd.prep.quiet import ORT_PREPROCESS_ADVICE, without_root_message
 from inferd.prep.samples import load_samples
 from inferd.prep.sources import SourceError
-from inferd.prep.versions import copy_side_files, read_version, set_metadata
+from inferd.prep.versions import is_inplace_decoder, publish_version, read_version, set_metadata
 from inferd.prep.worth import SpeedComparison, compare_speed, refusals, refuse
 from inferd.prep.writer import (
     model_folder,
     next_version,
-    publish,
     source_version,
     staging,
     write_report,
@@ -64,8 +63,6 @@ def _fp16(source: Path, target: Path) -> None:
 
 
 def _inplace_decoder(path: Path) -> bool:
-    from inferd.prep.quantize_decoder import is_inplace_decoder
-
     return is_inplace_decoder(onnx.load(str(path), load_external_data=False))
 
 
@@ -205,16 +202,25 @@ def run_quantize(
         _show(reporter, accuracy, sample_set.description, size_ratio, speed, to, thresholds)
         if refuse(reporter, problems, force, report_file):
             return 1
-        copy_side_files(src_path.parent, stage)
-        size = out.stat().st_size
-        target = publish(stage, folder, target_version)
+        target, size = publish_version(src_path, stage, folder, target_version)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    reporter.table(
-        f"Quantized {model} version {src_version} -> version {target_version} ({to})",
-        [("written", str(target)), ("file size", megabytes(size)), ("report", str(report_file))],
+    show_written(
+        reporter,
+        f"{model} version {src_version} -> version {target_version} ({to})",
+        target,
+        size,
+        report_file,
     )
     return 0
+
+
+def show_written(reporter: Reporter, what: str, target: Path, size: int, report: Path) -> None:
+    """The table a written quantized version ends with."""
+    reporter.table(
+        f"Quantized {what}",
+        [("written", str(target)), ("file size", megabytes(size)), ("report", str(report))],
+    )
 
 
 def _show(

@@ -23,23 +23,18 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelConfig
-from inferd.generation.decoder import LOGITS, SEQLENS
+from inferd.generation.decoder import LOGITS
 from inferd.prep.accuracy import Accuracy
-from inferd.prep.console import Reporter, megabytes
-from inferd.prep.quantize import Thresholds, describe_diff, verdict
+from inferd.prep.console import Reporter
+from inferd.prep.quantize import Thresholds, describe_diff, show_written, verdict
 from inferd.prep.sources import SourceError
-from inferd.prep.versions import copy_side_files, set_metadata
+from inferd.prep.versions import publish_version, set_metadata
 from inferd.prep.worth import refuse
-from inferd.prep.writer import publish, staging, write_report
+from inferd.prep.writer import staging, write_report
 from inferd.repository.scan import MODEL_FILE
 from inferd.runtime.kv_names import PAST, PRESENT
 
 CACHE_PREFIXES = (PAST.split("{")[0], PRESENT.split("{")[0])
-
-
-def is_inplace_decoder(model: Any) -> bool:
-    """Whether an onnx.ModelProto is a decoder with an in-place KV cache."""
-    return any(value.name == SEQLENS for value in model.graph.input)
 
 
 def fp16_inplace(model: Any) -> Any:
@@ -142,15 +137,11 @@ def run_quantize_decoder(
         reporter.table("Accuracy of fp16 against fp32 (a decoder, its KV cache in fp16)", rows)
         if refuse(reporter, problems, force, report_file):
             return 1
-        copy_side_files(src_path.parent, stage)
-        size = out.stat().st_size
-        target = publish(stage, folder, target_version)
+        target, size = publish_version(src_path, stage, folder, target_version)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    reporter.table(
-        f"Quantized {folder.name} version {src_version} -> version {target_version} (fp16)",
-        [("written", str(target)), ("file size", megabytes(size)), ("report", str(report_file))],
-    )
+    what = f"{folder.name} version {src_version} -> version {target_version} (fp16)"
+    show_written(reporter, what, target, size, report_file)
     return 0
 
 

@@ -15,7 +15,7 @@ from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.ranked_logits import ranked_width
 from inferd.prep.sources import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
-from inferd.prep.writer import copy_beside
+from inferd.prep.writer import copy_beside, publish
 from inferd.repository.scan import MODEL_FILE
 
 ONNX_DTYPES = {
@@ -65,9 +65,14 @@ def _graph_plan(model: Any) -> FeedPlan:
     return spec_plan(specs)
 
 
+def is_inplace_decoder(model: Any) -> bool:
+    """Whether an onnx.ModelProto is a decoder with an in-place KV cache."""
+    return any(value.name == SEQLENS for value in model.graph.input)
+
+
 def read_version(path: Path) -> VersionModel:
     model = onnx.load(str(path))
-    if any(value.name == SEQLENS for value in model.graph.input):
+    if is_inplace_decoder(model):
         raise SourceError(
             f"{path.parent.name}/{path.name} is a decoder with an in-place KV cache; optimize "
             "or int8-quantize the plain export (without --kv-cache inplace) instead (`inferd "
@@ -89,6 +94,14 @@ def set_metadata(model: Any, metadata: dict[str, str]) -> None:
     for key, value in metadata.items():
         entry = existing.get(key) or model.metadata_props.add()
         entry.key, entry.value = key, value
+
+
+def publish_version(source: Path, stage: Path, folder: Path, version: int) -> tuple[Path, int]:
+    """The staged version published as `version` of the model in `folder`, with the side files
+    of the version it was made from (its model file `source`); its folder and model file size."""
+    copy_side_files(source.parent, stage)
+    size = (stage / MODEL_FILE).stat().st_size
+    return publish(stage, folder, version), size
 
 
 def copy_side_files(version_folder: Path, stage: Path) -> list[str]:

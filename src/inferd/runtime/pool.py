@@ -250,8 +250,8 @@ def _run(
     repeat: Repeat | None,
     head: Head | None = None,
 ) -> dict[str, Array]:
-    reduced = getattr(instance, "run_reduced", None)
-    if isinstance(head, Reduction) and reduced is not None and repeat is None and not into:
+    reduced = getattr(instance, "run_reduced", None) if isinstance(head, Reduction) else None
+    if reduced is not None and repeat is None and not into:
         try:  # where the batch lies (an ONNX Runtime instance's device)
             return dict(reduced(feeds, head))
         except MemoryError as exc:
