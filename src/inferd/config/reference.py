@@ -29,6 +29,8 @@ def _type_name(annotation: object) -> str:
 
 
 def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
     value = field.default
     if isinstance(value, BaseModel):
         return "(see below)"

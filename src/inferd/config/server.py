@@ -306,6 +306,12 @@ class ServerSettings(BaseModel):
         description="Time a request's head may take to arrive; then 408 and the connection "
         "closed (a connection that sends nothing is closed).",
     )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Time a request's body may go without a byte arriving; then 408 and the "
+        "connection closed. A body still arriving when the server drains is answered 5030.",
+    )
 
     @field_validator("log_format", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from inferd.errors import InvalidInputError
 from inferd.front.jsonbody import validate_body
@@ -26,7 +26,7 @@ class RequestInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    shape: list[int]
+    shape: list[StrictInt]
     datatype: str
     parameters: dict[str, Any] | None = None
     data: Any = Field(None, description="Row-major, flat or nested; absent for binary data.")
@@ -60,7 +60,16 @@ def parse_infer_request(body: bytes) -> InferRequest:
     return validate_body(InferRequest, body)
 
 
+MAX_RANK = 32
+"""The most dimensions an input may have: numpy iterates over at most 32, and no model's input
+has nearly as many."""
+
+
 def check_shape(name: str, shape: list[int]) -> int:
+    if len(shape) > MAX_RANK:
+        raise InvalidInputError(
+            f"input '{name}': shape has {len(shape)} dimensions, more than {MAX_RANK}"
+        )
     if any(d < 0 for d in shape):
         raise InvalidInputError(f"input '{name}': shape {shape} has a negative dimension")
     # a zero dimension makes the count 0, but numpy still refuses an absurd shape ([0, 2**62])
@@ -77,6 +86,11 @@ def decode_tensor(tensor: RequestInput) -> Array:
     data = tensor.data
     if not isinstance(data, list):
         data = [data]
+    if data and not isinstance(data[0], list) and len(data) != count:
+        # flat data: counted before tens of millions of values become an array
+        raise InvalidInputError(
+            f"input '{name}': shape {tensor.shape} needs {count} elements, data has {len(data)}"
+        )
     try:
         if dtype.kind == "O":
             array = _decode_bytes(name, data)
@@ -102,7 +116,11 @@ def _decode_numbers(name: str, data: list[Any], dtype: np.dtype[np.generic]) -> 
         if kind != "b":
             raise InvalidInputError(f"input '{name}': BOOL data must be true/false")
         return parsed
-    if kind not in "biuf":
+    if kind == "b":
+        raise InvalidInputError(
+            f"input '{name}': data must be {v2_from_numpy(dtype)} numbers, got true/false"
+        )
+    if kind not in "iuf":
         raise InvalidInputError(
             f"input '{name}': data must be {v2_from_numpy(dtype)} numbers "
             "(found non-numbers or values out of any numeric range)"
@@ -119,10 +137,11 @@ def _decode_numbers(name: str, data: list[Any], dtype: np.dtype[np.generic]) -> 
                 f"input '{name}': value out of range for {v2_from_numpy(dtype)} "
                 f"[{info.min}, {info.max}]"
             )
-    elif dtype.kind == "f" and kind == "f":
+    elif dtype.kind == "f":  # decimals or integers: FP16's range ends at 65504
         finite_max = float(np.finfo(dtype).max)  # type: ignore[type-var]  # a float type here
         with np.errstate(invalid="ignore"):
-            too_big = np.abs(parsed[np.isfinite(parsed)]).max(initial=0.0) > finite_max
+            values = parsed if kind == "f" else parsed.astype(np.float64)
+            too_big = np.abs(values[np.isfinite(values)]).max(initial=0.0) > finite_max
         if too_big:
             raise InvalidInputError(
                 f"input '{name}': value out of range for {v2_from_numpy(dtype)}"

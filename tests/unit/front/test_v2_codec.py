@@ -68,6 +68,10 @@ def test_bytes_travel_as_strings() -> None:
         ("INT8", [1], [-129], "out of range"),
         ("INT64", [1], [2**70], "INT64"),
         ("FP16", [1], [1e6], "out of range"),
+        ("FP16", [2], [1, 70000], "out of range"),  # an integer past FP16's range, not inf
+        ("FP32", [2], [True, False], "true/false"),
+        ("FP32", [1] * 33, [1.0], "more than 32"),  # numpy iterates over at most 32 axes
+        ("BYTES", [1] * 40, ["a"], "more than 32"),
         ("FP32", [2], ["a", "b"], "numbers"),
         ("FP32", [2, 2], [[1, 2], [3]], "rectangular"),
         ("BOOL", [1], [1], "true/false"),
@@ -85,6 +89,18 @@ def test_bad_tensors_are_4004_naming_the_input(
     assert fragment in info.value.message
     if datatype not in ("BF16", "FLOAT"):
         assert "'t'" in info.value.message
+
+
+def test_flat_data_is_counted_before_it_becomes_an_array() -> None:
+    with pytest.raises(InvalidInputError, match="needs 4 elements, data has 2000000"):
+        decode_tensor(tensor("FP32", [1, 4], [0] * 2_000_000))
+
+
+@pytest.mark.parametrize("shape", [[True, 4], [1.0, 4], ["1", 4]])
+def test_a_shape_holds_integers_only(shape: list[object]) -> None:
+    body = {"inputs": [{"name": "t", "datatype": "FP32", "shape": shape, "data": [1] * 4}]}
+    with pytest.raises(InvalidInputError, match=r"inputs\.0\.shape\.0"):
+        parse_infer_request(orjson.dumps(body))
 
 
 def test_parse_rejects_malformed_bodies() -> None:
