@@ -5,7 +5,9 @@ responsive while they are served."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -40,7 +42,16 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
     keys = tmp_path_factory.mktemp("hostile-keys") / "admin.keys"
     keys.write_text(ADMIN_KEY + "\n")
     log = tmp_path_factory.mktemp("hostile-logs") / "server.log"
-    running = start_server(root, log, "--admin-keys-file", str(keys), "--header-timeout-s", "2")
+    running = start_server(
+        root,
+        log,
+        "--admin-keys-file",
+        str(keys),
+        "--header-timeout-s",
+        "2",
+        "--body-timeout-s",
+        "2",
+    )
     yield running
     assert running.stop() == 0, running.log()
 
@@ -71,7 +82,8 @@ def test_ready_names_failures_by_repository_names_only(hostile: RunningServer) -
     healthy(hostile)
 
 
-X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+X4 = [1, 2, 3, 4]
+X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": X4}]}
 
 
 @pytest.mark.parametrize(
@@ -81,6 +93,21 @@ X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2
         ("/v2/models/affine/infer", {"X-Request-Timeout-Ms": b"1\xb2"}, X, 400, 4004),
         ("/v2/models/affine/infer", {"Inference-Header-Content-Length": b"\xb2"}, X, 400, 4004),
         ("/v2/models/affine/versions/\u00b2/infer", {}, X, 404, 4040),
+        # numpy holds at most 64 axes and iterates over 32: more was a 500
+        (
+            "/v2/models/affine/infer",
+            {},
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1] * 99 + [4], "data": X4}]},
+            400,
+            4004,
+        ),
+        (
+            "/v2/models/affine/infer",
+            {},
+            {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1] * 33, "data": ["a"]}]},
+            400,
+            4004,
+        ),
         # a zero dimension hid an absurd shape from the size check
         (
             "/v2/models/affine/infer",
@@ -151,24 +178,42 @@ def health_while(server: RunningServer, path: str, body: object) -> httpx.Respon
     """POSTs `body` on a thread while probing /health; every probe must answer within the
     budget. The body is serialized first: encoding megabytes of JSON holds this process's GIL,
     which would slow the probes here, not the server."""
-    content = json.dumps(body).encode()
+    return health_while_sent(server, path, json.dumps(body).encode())[0]
+
+
+def health_while_sent(
+    server: RunningServer,
+    path: str,
+    content: bytes,
+    copies: int = 1,
+    gzipped: bool = False,
+    budget_s: float = HEALTH_BUDGET_S,
+) -> list[httpx.Response]:
+    """`copies` POSTs of `content` at once (gzip-compressed as sent, with `gzipped`), while
+    /health is probed; every probe must answer within `budget_s`."""
     headers = {"content-type": "application/json"}
+    if gzipped:
+        headers["content-encoding"] = "gzip"
     # one client for the probes, connected before: a client made per probe spends tens of
     # milliseconds of this process's CPU (its TLS context) on each, which is not the server's
-    with httpx.Client(base_url=server.url, timeout=5) as probe, ThreadPoolExecutor(1) as pool:
+    with (
+        httpx.Client(base_url=server.url, timeout=5) as probe,
+        ThreadPoolExecutor(copies) as pool,
+    ):
         assert probe.get("/health").status_code == 200
-        pending = pool.submit(
-            httpx.post, server.url + path, content=content, headers=headers, timeout=60
-        )
+        pending = [
+            pool.submit(httpx.post, server.url + path, content=content, headers=headers, timeout=60)
+            for _ in range(copies)
+        ]
         slowest = 0.0
-        while not pending.done():
+        while not all(p.done() for p in pending):
             started = time.perf_counter()
             assert probe.get("/health").status_code == 200
             slowest = max(slowest, time.perf_counter() - started)
             time.sleep(0.02)
-        answer = pending.result()
-    assert slowest < HEALTH_BUDGET_S, f"/health took {slowest * 1000:.0f} ms"
-    return answer
+        answers = [p.result() for p in pending]
+    assert slowest < budget_s, f"/health took {slowest * 1000:.0f} ms"
+    return answers
 
 
 def test_huge_requests_are_refused_before_any_work(demo: RunningServer) -> None:
@@ -195,6 +240,61 @@ def test_large_legal_texts_are_tokenized_off_the_event_loop(demo: RunningServer)
     prompt = "return the value " * 5_000  # 85k characters: tokenized on a thread, then 4002
     answer = health_while(demo, "/generate", {"prompt": prompt})
     assert "tokens" in coded(answer, 400, 4002)
+
+
+def test_a_compressed_text_body_is_bounded_as_inflated_by_the_text_limit(
+    demo: RunningServer,
+) -> None:
+    # 9 MB of JSON in about 9 KB: over max_text_body_bytes (8 MiB) once inflated
+    body = gzip.compress(b'{"texts": ["' + b"a" * 9_000_000 + b'"]}')
+    assert len(body) < 100_000
+    (answer,) = health_while_sent(demo, "/embed", body, gzipped=True)
+    assert "over the limit of 8388608 bytes when inflated" in coded(answer, 413, 4002)
+
+
+def test_large_json_bodies_take_turns_and_the_probes_are_answered_between_them(
+    hostile: RunningServer,
+) -> None:
+    # 8 bodies of 5 million numbers each (10 MB of JSON, 20 KB sent), completed at once: each
+    # holds the event loop while it is parsed; one after the other, a probe waited for all of
+    # them (seconds); in turns, it waits for one at most
+    inflated = b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": ['
+    inflated += b"0," * 4_999_999 + b"0]}]}"
+    started = time.perf_counter()
+    json.loads(inflated)  # about what one parse costs the server (its parser is faster)
+    budget_s = max(HEALTH_BUDGET_S, 2 * (time.perf_counter() - started))
+    body = gzip.compress(inflated)
+    head = (
+        b"POST /v2/models/affine/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    host, port = hostile.url.removeprefix("http://").split(":")
+    with contextlib.ExitStack() as stack, httpx.Client(base_url=hostile.url, timeout=10) as probe:
+        socks = [
+            stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
+            for _ in range(8)
+        ]
+        for sock in socks:
+            sock.sendall(head + body[:-1])
+        assert probe.get("/health").status_code == 200
+        for sock in socks:  # every body completes within a millisecond or so
+            sock.sendall(body[-1:])
+        slowest = 0.0
+        for _ in range(20):
+            began = time.perf_counter()
+            assert probe.get("/health").status_code == 200
+            slowest = max(slowest, time.perf_counter() - began)
+            time.sleep(0.05)
+        answers = []
+        for sock in socks:
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            answers.append(received)
+    assert slowest < budget_s, f"/health took {slowest * 1000:.0f} ms"
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+        assert b"needs 4 elements, data has 5000000" in answer and b'"code":4004' in answer
 
 
 def raw_exchange(server: RunningServer, head: bytes, wait_s: float = 10.0) -> bytes:
@@ -235,6 +335,45 @@ def test_a_head_trickled_past_the_timeout_is_dropped(hostile: RunningServer) -> 
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert 1.5 < time.perf_counter() - started < 6.0  # --header-timeout-s 2
     healthy(hostile)
+
+
+STALLED_BODY = (
+    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 25\r\n\r\n{"tex'
+)
+
+
+def test_a_body_that_stops_arriving_is_dropped(hostile: RunningServer) -> None:
+    started = time.perf_counter()
+    answer = raw_exchange(hostile, STALLED_BODY)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"body stopped arriving" in answer and b'"code":4002' in answer
+    assert 1.5 < time.perf_counter() - started < 6.0  # --body-timeout-s 2
+    healthy(hostile)
+    assert "unhandled error" not in hostile.log()
+
+
+def test_a_body_still_arriving_at_the_drain_is_answered_5030(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    affine_model(root / "affine" / "1" / "model.onnx")
+    running = start_server(root, tmp_path / "server.log")
+    host, port = running.url.removeprefix("http://").split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=20) as sock:
+            sock.sendall(STALLED_BODY)
+            time.sleep(0.3)
+            running.process.send_signal(signal.SIGTERM)
+            received = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):
+                    received += chunk
+        assert running.process.wait(timeout=30) == 0, running.log()
+    finally:
+        if running.process.poll() is None:
+            running.stop()
+    assert received.startswith(b"HTTP/1.1 503 "), received[:200]
+    assert b'"code":5030' in received and b"shutting down" in received
+    assert "Exception in ASGI application" not in running.log()
 
 
 def test_ordinary_heads_and_keep_alive_still_work(hostile: RunningServer) -> None:

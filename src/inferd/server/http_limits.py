@@ -6,7 +6,9 @@ parser grows each header value chunk by chunk) and a 1 GB one held a core for mi
 event loop, and so every probe, waiting. `bounded_protocol` makes a subclass that counts the
 bytes received while a head is incomplete and the headers parsed; over either limit it answers
 431 at once and closes the connection, and a head not complete within the time limit closes
-it (408), which also ends slow-loris connections that trickle a head.
+it (408), which also ends slow-loris connections that trickle a head. A body that stops
+arriving for `body_timeout_s` is answered 408 and its connection closed; one still arriving
+when the server drains is answered 5030 (it cannot finish without its client).
 
 The same protocol stamps when each request began to arrive (`received_at`, what `Server-Timing`
 and the latency metrics count from) and, given an `early` hook (inferd.server.shed), answers
@@ -38,8 +40,8 @@ def received_at(scope: Mapping[str, Any]) -> float | None:
     return float(at) if at is not None else None
 
 
-def _answer(status: int, reason: str, message: str) -> bytes:
-    body = orjson.dumps({"error": message, "code": 4002, "request_id": ""})
+def _answer(status: int, reason: str, message: str, code: int = 4002) -> bytes:
+    body = orjson.dumps({"error": message, "code": code, "request_id": ""})
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
@@ -63,9 +65,10 @@ def bounded_protocol(
     max_headers: int,
     head_timeout_s: float,
     early: EarlyAnswer | None = None,
+    body_timeout_s: float = 30.0,
 ) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with these bounds on every request head, and `early`
-    asked about every request before the app is."""
+    """uvicorn's httptools protocol with these bounds on every request head and body, and
+    `early` asked about every request before the app is."""
 
     class BoundedHttpTools(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,6 +82,9 @@ def bounded_protocol(
             self._head_timer: asyncio.TimerHandle | None = None
             self._received_at = 0.0
             self._admitted: Admitted | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
+            self._body_at = 0.0
+            """When the body's last bytes arrived (while a body is awaited)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             # a response's head and body in one send (inferd.server.coalesce)
@@ -87,12 +93,17 @@ def bounded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
+            self._stop_body_timer()
             self._release()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             began_in_head, heads_before = self._in_head, self._heads_done
             super().data_received(data)  # a chunk is at most the transport's read size
+            if not self._in_head and self._awaits_body():
+                self._body_at = self.loop.time()
+                if self._body_timer is None:
+                    self._body_timer = self.loop.call_later(body_timeout_s, self._body_timed_out)
             if (
                 not (began_in_head and self._in_head)
                 or self._heads_done != heads_before
@@ -199,6 +210,7 @@ def bounded_protocol(
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self._stop_body_timer()
             self._served = True
             self._start_head()  # the next request on this connection
 
@@ -228,10 +240,56 @@ def bounded_protocol(
                 self.transport.close()
             # else: idle between requests, which uvicorn's keep-alive timeout ends
 
-        def _refuse(self, status: int, reason: str, message: str) -> None:
+        def _awaits_body(self) -> bool:
+            return self.cycle is not None and self.cycle.more_body
+
+        def _stop_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_timed_out(self) -> None:
+            self._body_timer = None
+            if not self._awaits_body() or self.transport.is_closing():
+                return
+            quiet_s = self.loop.time() - self._body_at
+            if quiet_s < body_timeout_s:  # bytes came meanwhile: wait out the rest
+                self._body_timer = self.loop.call_later(
+                    body_timeout_s - quiet_s, self._body_timed_out
+                )
+                return
+            self._end_body(
+                408,
+                "Request Timeout",
+                f"the request's body stopped arriving for {body_timeout_s:g} s",
+                4002,
+            )
+
+        def _end_body(self, status: int, reason: str, message: str, code: int) -> None:
+            """Answers a request whose body has not all arrived (unless its answer has begun)
+            and closes the connection; the app's read of the body ends as a disconnect."""
+            assert self.cycle is not None
+            if self.cycle.response_started or self.cycle.response_complete:
+                self.transport.close()
+            else:
+                self._refuse(status, reason, message, code)
+
+        def shutdown(self) -> None:
+            if self._awaits_body() and not self.transport.is_closing():
+                self._stop_body_timer()
+                self._end_body(
+                    503,
+                    "Service Unavailable",
+                    "the server is shutting down; the request's body had not all arrived",
+                    5030,
+                )
+                return
+            super().shutdown()
+
+        def _refuse(self, status: int, reason: str, message: str, code: int = 4002) -> None:
             self._stop_timer()
             if not self.transport.is_closing():
-                self.transport.write(_answer(status, reason, message))
+                self.transport.write(_answer(status, reason, message, code))
                 self.transport.close()
 
     return BoundedHttpTools

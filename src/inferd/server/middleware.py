@@ -75,6 +75,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.text_max_bytes if scope.get("path") in self.text_paths else self.max_bytes
+        scope.setdefault("state", {})["body_limit"] = limit  # (an inflated body's bound too)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if value.isdigit() and int(value) > limit:

@@ -189,6 +189,7 @@ def run_server(
             settings.max_headers,
             settings.header_timeout_s,
             early.answer,
+            settings.body_timeout_s,
         ),
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 1,
         lifespan="on",

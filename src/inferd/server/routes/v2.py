@@ -19,7 +19,7 @@ from inferd.front.v2_codec import (
 )
 from inferd.front.v2_parameters import timeout_parameter_s
 from inferd.observability.trace import current_trace
-from inferd.server.body import read_body
+from inferd.server.body import parsing_turn, read_body
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.responses import json_response
 from inferd.server.state import engine_of, header_timeout_s
@@ -111,10 +111,11 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     trace = current_trace()
     started = time.perf_counter()
     json_part, binary = split_body(body, request.headers.get(HEADER_LENGTH))
-    parsed = parse_infer_request(json_part)
-    if parsed.parameters:  # (free-form: the route key's entry stays)
-        take_route_key(engine_of(request), parsed.parameters, model, None, parsed.parameters)
-    feeds = decode_inputs(parsed, binary)
+    async with parsing_turn(len(json_part)):
+        parsed = parse_infer_request(json_part)
+        if parsed.parameters:  # (free-form: the route key's entry stays)
+            take_route_key(engine_of(request), parsed.parameters, model, None, parsed.parameters)
+        feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
     trace.preprocess_s = time.perf_counter() - started
