@@ -403,8 +403,8 @@ def main() -> int:
                 print(f"baseline {args.baseline}", flush=True)
                 env = {"PYTHONPATH": str(tree / "src")}
                 scenarios[args.baseline] = run_scenario(repo, bodies, args, env)
-        print("this tree", flush=True)
-        scenarios["this tree"] = run_scenario(repo, bodies, args, {})
+        print("inferd", flush=True)
+        scenarios["inferd"] = run_scenario(repo, bodies, args, {})
     command = ("python benchmarks/overload_bench.py " + " ".join(sys.argv[1:])).strip()
     capacities = ", ".join(f"{name} {s.capacity:.0f} req/s" for name, s in scenarios.items())
     lines = [
