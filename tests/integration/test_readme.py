@@ -20,12 +20,12 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
 from inferd.cli.main import build_parser

@@ -84,7 +84,7 @@ async def _send(
         async with http.post(target, data=body, headers=HEADERS) as response:
             content = await response.read()
             status = response.status
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         done = time.perf_counter()
         return Sample(done - started, 0, CLIENT_ERROR, done_s=done - origin)
     done = time.perf_counter()
