@@ -170,9 +170,10 @@ def test_a_model_with_a_request_in_flight_is_never_evicted(counted: RunningServe
     assert metrics(url).get(("inferd_model_evictions_total", "slow"), 0.0) == 0
 
 
-def test_a_load_that_cannot_fit_is_refused_and_what_serves_is_untouched(
-    tmp_path: Path,
-) -> None:
+def test_a_load_waits_for_a_busy_version_to_go_idle_within_its_deadline(tmp_path: Path) -> None:
+    """The count is full (a pinned model and a busy on-demand one): a cold model's load waits
+    for the busy one to go idle. A request whose deadline ends first is refused 5030 with the
+    reason, and nothing serving is touched; one that can wait is served once it went idle."""
     root = tmp_path / "repo"
     slow_model(root / "busy" / "1" / "model.onnx", layers=4096, width=512)
     write_config(
@@ -181,27 +182,62 @@ def test_a_load_that_cannot_fit_is_refused_and_what_serves_is_untouched(
     )
     affine_model(root / "cold" / "1" / "model.onnx")
     write_config(root / "cold", ON_DEMAND)
-    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "1")
+    affine_model(root / "pinned" / "1" / "model.onnx")
+    write_config(root / "pinned", {"max_batch_size": 8})
+    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "2")
     try:
         url = running.url
         body = wide_body()
-        with ThreadPoolExecutor(4) as pool:
+        assert httpx.post(f"{url}/v2/models/busy/infer", json=body, timeout=60).status_code == 200
+        with ThreadPoolExecutor(16) as pool:  # 16 in flight or queued: a second of work
             held = [
                 pool.submit(httpx.post, f"{url}/v2/models/busy/infer", json=body, timeout=60)
-                for _ in range(4)
+                for _ in range(16)
             ]
-            time.sleep(0.5)  # busy is loaded and in use
-            refused = infer(url, "cold")
+            time.sleep(0.2)
+            started = time.perf_counter()
+            refused = httpx.post(
+                f"{url}/v2/models/cold/infer",
+                json=affine_body(),
+                headers={"X-Request-Timeout-Ms": "300"},
+                timeout=60,
+            )
+            refused_after = time.perf_counter() - started
+            assert resident(url) == {"pinned", "busy"}
+            waited = infer(url, "cold", 2.0)  # busy goes idle once its 16 are answered
             codes = [h.result().status_code for h in held]
-        assert codes == [200] * 4
+        assert codes == [200] * 16
+        assert refused.status_code == 503, refused.text
+        answer = refused.json()
+        assert answer["code"] == 5030 and "max_loaded_versions 2" in answer["error"], answer
+        assert refused.headers.get("retry-after") is not None
+        assert 0.25 < refused_after < 2.0, refused_after
+        assert waited.status_code == 200, waited.text
+        assert waited.json()["outputs"][0]["data"] == [5.0] * 4
+        assert "load;dur" in waited.headers["server-timing"]
+        assert resident(url) == {"pinned", "cold"}
+        assert metrics(url)["inferd_model_evictions_total", "busy"] == 1
+    finally:
+        assert running.stop() == 0, running.log()
+
+
+def test_a_load_that_cannot_fit_with_nothing_to_evict_is_refused_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    for name in ("pinned", "cold"):
+        affine_model(root / name / "1" / "model.onnx")
+    write_config(root / "pinned", {"max_batch_size": 8})
+    write_config(root / "cold", ON_DEMAND)
+    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "1")
+    try:
+        started = time.perf_counter()
+        refused = infer(running.url, "cold")  # the default deadline: a minute
+        assert time.perf_counter() - started < 2.0
         assert refused.status_code == 503, refused.text
         answer = refused.json()
         assert answer["code"] == 5030 and "max_loaded_versions 1" in answer["error"], answer
         assert refused.headers.get("retry-after") is not None
-        assert resident(url) == {"busy"}
-        # once busy is idle, cold loads in its place
-        assert infer(url, "cold").status_code == 200
-        assert resident(url) == {"cold"}
+        assert infer(running.url, "pinned").status_code == 200
+        assert resident(running.url) == {"pinned"}
     finally:
         assert running.stop() == 0, running.log()
 

@@ -160,7 +160,8 @@ class ServerSettings(BaseModel):
         description="Resident memory the loaded model versions may hold in all (each "
         "measured when it loads: what its load added to the process). A load of an on_demand "
         "version that would go over it evicts idle on_demand versions, least recently used "
-        "first; one that cannot fit even then is refused 503 (code 5030). 0: no budget.",
+        "first, or waits within its requests' deadlines for a busy one to go idle; one that "
+        "cannot fit even then is refused 503 (code 5030). 0: no budget.",
     )
     max_loaded_versions: int = Field(
         0,
@@ -175,7 +176,8 @@ class ServerSettings(BaseModel):
         "instances run there may hold (each measured through NVML when it loads: what its load "
         "added to the memory used on each of its GPUs). A load of an on_demand version that "
         "would go over it on a GPU evicts idle on_demand versions holding memory on that GPU, "
-        "least recently used first; one that cannot fit even then is refused 503 (code 5030). "
+        "least recently used first, waiting for a busy one to go idle as the host budget "
+        "does; one that cannot fit even then is refused 503 (code 5030). "
         "Checked with model_memory_budget_mb. 0: no budget.",
     )
     load_concurrency: int = Field(

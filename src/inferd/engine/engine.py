@@ -218,8 +218,10 @@ class Engine:
             self.admission.leave()
             raise
         try:
+            # an on-demand model's load (and its wait for room) within the request timeout
+            waits_until = self.admission.deadline_for(served.config, None)
             with self._outcomes.recorded(served, finished_only=True):
-                async with self.residency.hold(served, None):
+                async with self.residency.hold(served, waits_until):
                     seq = await served.servable.generate(prompt, sampling)
                     self.residency.enter(served)  # (held until its stream ends)
         except BaseException:

@@ -9,14 +9,17 @@ a load would take the versions in memory over `model_memory_budget_mb` (or their
 `max_loaded_versions`, or what the versions on a GPU hold of its memory over
 `device_memory_budget_mb`: inferd.engine.budget), the least recently used idle `on_demand`
 versions are evicted first (for a GPU's memory, only those holding some of it): never one
-with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. A load
-that cannot fit even then is refused 5030 with the reason, and nothing serving is touched. An
-evicted version's footprint is remembered: its next load is budgeted by it.
+with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. When
+the only versions that could go are busy, the load waits for one to go idle, for as long as a
+request waits for it (each within its deadline, then 5030 with the reason); a load that could
+not fit even with every on-demand version gone is refused 5030 at once. Nothing serving is
+touched. An evicted version's footprint is remembered: its next load is budgeted by it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +41,9 @@ SETTLE_AFTER_S = 30.0
 (inferd.engine.heap.settle: a pause of the event loop, 70-100 ms with a few models) at most
 this long after, once for all the changes meanwhile: under churn, one pause per this period
 instead of one per change."""
+ROOM_RECHECK_S = 0.25
+"""A load waiting for a busy version to go idle looks again at least this often (a version
+going idle wakes it at once; this catches a rollout's end and its last waiter's deadline)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,12 @@ class Residency:
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
+        self._waiters: dict[tuple[str, int], int] = {}
+        """Requests waiting for each version's load."""
+        self._room: dict[tuple[str, int], str] = {}
+        """The loads waiting for a busy version to go idle, with why they cannot fit now."""
+        self._released = asyncio.Event()
+        """Set when a version's last request leaves it."""
         self._settling: asyncio.TimerHandle | None = None
 
     def on_demand(self, version: Version) -> bool:
@@ -131,8 +143,7 @@ class Residency:
             record.last_used = time.monotonic()
             yield version
         finally:
-            record.in_use -= 1
-            record.last_used = time.monotonic()
+            self._release(record)
 
     def enter(self, version: Version) -> None:
         """Holds `version` until `leave` (a generation's stream, which outlives its call)."""
@@ -141,9 +152,13 @@ class Residency:
         record.last_used = time.monotonic()
 
     def leave(self, version: Version) -> None:
-        record = self._record(version)
+        self._release(self._record(version))
+
+    def _release(self, record: _Record) -> None:
         record.in_use = max(record.in_use - 1, 0)
         record.last_used = time.monotonic()
+        if record.in_use == 0:
+            self._released.set()
 
     async def _wait_for_load(
         self, version: Version, record: _Record, deadline: float | None
@@ -158,14 +173,21 @@ class Residency:
             task.add_done_callback(lambda _: self._loading.pop(key, None))
         started = time.perf_counter()
         timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
+        self._waiters[key] = self._waiters.get(key, 0) + 1
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout)
         except TimeoutError:
+            no_room = self._room.get(key)
+            if no_room is not None:  # still waiting for a busy version to go idle
+                raise UnavailableError(no_room, retry_after_s=1.0) from None
             raise DeadlineExceededError(
                 f"model '{version.model}' version {version.version} is loading on demand and "
                 "its load outlasted the request's deadline"
             ) from None
         finally:
+            self._waiters[key] -= 1
+            if not self._waiters[key]:
+                del self._waiters[key]
             waited = time.perf_counter() - started
             record.cold_waits += 1
             record.cold_wait_s += waited
@@ -202,15 +224,23 @@ class Residency:
 
     async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> None:
         """Evicts least recently used idle `on_demand` versions until `coming`, needing
-        `need`, fits beside the others; 5030 when it cannot (unless `loaded`: it serves
-        already, and the budget is exceeded until one goes idle)."""
-        while True:
-            resident = [v for v in self._versions() if v.ready and v is not coming]
-            short = self._budget.shortfall(resident, need)
-            if short is None:
-                return
-            idle = [v for v in resident if self._evictable(v) and short.frees(v, self._budget.need)]
-            if not idle:
+        `need`, fits beside the others. While the only ones that could go are busy, waits for
+        one to go idle as long as a request waits for `coming`; 5030 when none waits, or when
+        nothing could go (unless `loaded`: it serves already, and the budget is exceeded until
+        one goes idle)."""
+        key = (coming.model, coming.version)
+        try:
+            while True:
+                resident = [v for v in self._versions() if v.ready and v is not coming]
+                short = self._budget.shortfall(resident, need)
+                if short is None:
+                    return
+                frees = [v for v in resident if short.frees(v, self._budget.need)]
+                idle = [v for v in frees if self._evictable(v)]
+                if idle and (loaded or self._waiters.get(key)):  # (none for one no one awaits)
+                    victim = min(idle, key=lambda v: self._record(v).last_used)
+                    await self._evict_one(victim, coming)
+                    continue
                 if loaded:
                     log.warning(
                         "versions in memory over the budget, none idle to evict",
@@ -218,22 +248,31 @@ class Residency:
                     )
                     return
                 name = f"model '{coming.model}' version {coming.version}"
-                raise UnavailableError(self._budget.no_room(name, short), retry_after_s=1.0)
-            victim = min(idle, key=lambda v: self._record(v).last_used)
-            # out of traffic at once: a request arriving while it closes waits for its reload
-            victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
-            self._record(victim).evictions += 1
-            log.info(
-                "model version evicted",
-                extra=_footprint(
-                    victim,
-                    model=victim.model,
-                    version=victim.version,
-                    **{"for": f"{coming.model}/{coming.version}"},
-                ),
-            )
-            await self._evict(victim)
-            self._settle_later()
+                self._room[key] = self._budget.no_room(name, short)
+                if not self._waiters.get(key) or not any(map(self._may_go, frees)):
+                    raise UnavailableError(self._room[key], retry_after_s=1.0)
+                self._released.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), ROOM_RECHECK_S)
+        finally:
+            self._room.pop(key, None)
+
+    async def _evict_one(self, victim: Version, coming: Version) -> None:
+        """Takes `victim` out of traffic at once and out of memory."""
+        # out of traffic at once: a request arriving while it closes waits for its reload
+        victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
+        self._record(victim).evictions += 1
+        log.info(
+            "model version evicted",
+            extra=_footprint(
+                victim,
+                model=victim.model,
+                version=victim.version,
+                **{"for": f"{coming.model}/{coming.version}"},
+            ),
+        )
+        await self._evict(victim)
+        self._settle_later()
 
     def _settle_later(self) -> None:
         if self._settling is None:
@@ -248,13 +287,16 @@ class Residency:
             self._settling.cancel()
             self._settling = None
 
+    def _may_go(self, version: Version) -> bool:
+        """Whether `version` is evicted once idle."""
+        return self.on_demand(version) and not self._in_rollout(version.model)
+
     def _evictable(self, version: Version) -> bool:
         record = self._records.get((version.model, version.version))
         return (
-            self.on_demand(version)
+            self._may_go(version)
             and (record is None or record.in_use == 0)
             and version.queued_items == 0
-            and not self._in_rollout(version.model)
         )
 
     def facts(self) -> list[ResidencyFacts]:

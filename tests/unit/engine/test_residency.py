@@ -79,8 +79,10 @@ class Box:
         return {name for name, v in self.versions.items() if v.ready}
 
 
-async def use(residency: Residency, version: Version) -> None:
-    async with residency.hold(version, None):
+async def use(residency: Residency, version: Version, within_s: float | None = None) -> None:
+    """One request to `version`, with a deadline `within_s` from now (None: none)."""
+    deadline = None if within_s is None else asyncio.get_running_loop().time() + within_s
+    async with residency.hold(version, deadline):
         pass
 
 
@@ -120,17 +122,44 @@ async def test_in_use_in_a_rollout_or_pinned_versions_are_never_evicted() -> Non
     await held.__aenter__()  # a request to busy in flight
     await use(residency, box.versions["new"])
     assert box.evictions == ["idle"]
-    # nothing idle and on demand is left to make room: refused, nothing touched
+    # nothing idle is left to make room: the load waits for one to go idle, and a request
+    # whose deadline ends first is refused, nothing touched
     box.versions["more"] = Version("more", 1, box.versions["new"].config)
     box.versions["more"].state = VersionState.UNLOADED
-    box.versions["new"].state = VersionState.READY
     residency.enter(box.versions["new"])  # (a generation holds it)
     with pytest.raises(UnavailableError, match="max_loaded_versions 4"):
-        await use(residency, box.versions["more"])
+        await use(residency, box.versions["more"], within_s=0.1)
     assert box.resident() == {"busy", "rolling", "base", "new"}
     await held.__aexit__(None, None, None)
     await use(residency, box.versions["more"])  # busy is idle now
     assert box.evictions == ["idle", "busy"]
+
+
+async def test_a_load_waits_for_a_busy_version_to_go_idle() -> None:
+    box = Box(["busy", "cold"])
+    residency = box.residency(count=1)
+    await use(residency, box.versions["busy"])
+    residency.enter(box.versions["busy"])  # a request in flight
+    coming = [asyncio.create_task(use(residency, box.versions["cold"])) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert not any(task.done() for task in coming) and box.resident() == {"busy"}
+    residency.leave(box.versions["busy"])
+    await asyncio.wait_for(asyncio.gather(*coming), 1.0)  # woken at once, not by a poll
+    assert box.evictions == ["busy"] and box.loads == ["busy", "cold"]
+    assert box.resident() == {"cold"}
+
+
+async def test_a_load_that_could_not_fit_with_nothing_to_evict_is_refused_at_once() -> None:
+    box = Box(["base", "rolling", "cold"])
+    residency = box.residency(count=2, pinned_anyway=lambda v: v.model == "base")
+    box.versions["base"].state = VersionState.READY
+    box.rollout.add("rolling")
+    await use(residency, box.versions["rolling"])
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(UnavailableError, match="max_loaded_versions 2"):
+        await use(residency, box.versions["cold"])  # no deadline: it would wait for ever
+    assert asyncio.get_running_loop().time() - started < 0.1
+    assert box.evictions == [] and box.resident() == {"base", "rolling"}
 
 
 async def test_requests_for_a_cold_version_share_one_load_and_keep_their_deadlines() -> None:
@@ -185,7 +214,7 @@ async def test_a_version_on_the_cpu_only_is_never_evicted_for_a_gpus_memory() ->
         await use(residency, box.versions[name])
     residency.enter(box.versions["busy"])  # (a request in flight)
     with pytest.raises(UnavailableError) as refused:
-        await use(residency, box.versions["coming"])
+        await use(residency, box.versions["coming"], within_s=0.1)
     assert refused.value.message == (
         "model 'coming' version 1 cannot load: it needs about 20.0 MB on GPU 0 and the versions "
         "there hold 50.0 MB of its 60.0 MB budget (device_memory_budget_mb), none of it idle and "
