@@ -194,12 +194,26 @@ class Residency:
             current_trace().load_s += waited
 
     async def _load_one(self, version: Version) -> None:
+        key = (version.model, version.version)
+        try:
+            # never loaded: from its files (then measured, and made room for); while only
+            # busy versions could make room, waits for one to go idle, outside the lock (so
+            # that a load that fits elsewhere, another GPU's, is not held up by it)
+            while not await self._load_if_room(version):
+                self._released.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), ROOM_RECHECK_S)
+        finally:
+            self._room.pop(key, None)
+
+    async def _load_if_room(self, version: Version) -> bool:
+        """Loads `version` once room is made for it: False when it must wait for room."""
         async with self._lock:
             if version.ready:
-                return
+                return True
+            if not await self._make_room(version, self._budget.need(version)):
+                return False
             record = self._record(version)
-            # never loaded: from its files (then measured, and made room for)
-            await self._make_room(version, self._budget.need(version))
             version.state, version.reason = VersionState.LOADING, None
             await self._load(version)
             if not version.ready:
@@ -221,41 +235,36 @@ class Residency:
             )
             # measured now: over the budget (its estimate was short), the next idle ones go
             await self._make_room(version, self._budget.need(version), loaded=True)
+            return True
 
-    async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> None:
+    async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> bool:
         """Evicts least recently used idle `on_demand` versions until `coming`, needing
-        `need`, fits beside the others. While the only ones that could go are busy, waits for
-        one to go idle as long as a request waits for `coming`; 5030 when none waits, or when
-        nothing could go (unless `loaded`: it serves already, and the budget is exceeded until
-        one goes idle)."""
+        `need`, fits beside the others: True. False while the only ones that could go are
+        busy and a request waits for `coming` (its reason kept for the requests whose
+        deadlines end first); 5030 when none waits, or when nothing could go. `loaded`: it
+        serves already, and the budget is exceeded until one goes idle."""
         key = (coming.model, coming.version)
-        try:
-            while True:
-                resident = [v for v in self._versions() if v.ready and v is not coming]
-                short = self._budget.shortfall(resident, need)
-                if short is None:
-                    return
-                frees = [v for v in resident if short.frees(v, self._budget.need)]
-                idle = [v for v in frees if self._evictable(v)]
-                if idle and (loaded or self._waiters.get(key)):  # (none for one no one awaits)
-                    victim = min(idle, key=lambda v: self._record(v).last_used)
-                    await self._evict_one(victim, coming)
-                    continue
-                if loaded:
-                    log.warning(
-                        "versions in memory over the budget, none idle to evict",
-                        extra=short.figures(),
-                    )
-                    return
-                name = f"model '{coming.model}' version {coming.version}"
-                self._room[key] = self._budget.no_room(name, short)
-                if not self._waiters.get(key) or not any(map(self._may_go, frees)):
-                    raise UnavailableError(self._room[key], retry_after_s=1.0)
-                self._released.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), ROOM_RECHECK_S)
-        finally:
-            self._room.pop(key, None)
+        while True:
+            resident = [v for v in self._versions() if v.ready and v is not coming]
+            short = self._budget.shortfall(resident, need)
+            if short is None:
+                return True
+            frees = [v for v in resident if short.frees(v, self._budget.need)]
+            idle = [v for v in frees if self._evictable(v)]
+            if idle and (loaded or self._waiters.get(key)):  # (none for one no one awaits)
+                await self._evict_one(min(idle, key=lambda v: self._record(v).last_used), coming)
+                continue
+            if loaded:
+                log.warning(
+                    "versions in memory over the budget, none idle to evict",
+                    extra=short.figures(),
+                )
+                return True
+            name = f"model '{coming.model}' version {coming.version}"
+            self._room[key] = self._budget.no_room(name, short)
+            if not self._waiters.get(key) or not any(map(self._may_go, frees)):
+                raise UnavailableError(self._room[key], retry_after_s=1.0)
+            return False
 
     async def _evict_one(self, victim: Version, coming: Version) -> None:
         """Takes `victim` out of traffic at once and out of memory."""

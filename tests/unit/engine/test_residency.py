@@ -248,3 +248,20 @@ async def test_without_a_device_budget_device_memory_is_not_counted() -> None:
     for name in ("a", "b"):
         await use(residency, box.versions[name])
     assert box.evictions == [] and box.resident() == {"a", "b"}
+
+
+async def test_a_load_waiting_for_room_holds_up_no_load_that_fits() -> None:
+    box = Box([])
+    box.place("busy0", 10, gpu0=50)
+    box.place("coming0", 10, gpu0=20)
+    box.place("coming1", 10, gpu1=20)
+    residency = box.residency(device_budget_mb=60)
+    await use(residency, box.versions["busy0"])
+    residency.enter(box.versions["busy0"])  # a request in flight
+    waiting = asyncio.create_task(use(residency, box.versions["coming0"]))
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(use(residency, box.versions["coming1"]), 0.5)  # GPU 1 has room
+    assert not waiting.done() and box.resident() == {"busy0", "coming1"}
+    residency.leave(box.versions["busy0"])
+    await asyncio.wait_for(waiting, 1.0)
+    assert box.evictions == ["busy0"] and box.resident() == {"coming0", "coming1"}
