@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InvalidInputError
+from inferd.errors import EncodingError, InvalidInputError
 from inferd.front.v2_binary import decode_binary, encode_binary
 from inferd.front.v2_codec import check_shape
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
@@ -126,8 +126,8 @@ def _typed(name: str, datatype: str, shape: list[int], contents: pb.InferTensorC
         array = np.empty(count, dtype=object)
         try:
             array[:] = [bytes(v).decode("utf-8") for v in values]
-        except UnicodeDecodeError:
-            raise InvalidInputError(f"input '{name}': a BYTES element is not valid UTF-8") from None
+        except UnicodeDecodeError:  # 4003, as over HTTP
+            raise EncodingError(f"input '{name}': a BYTES element is not valid UTF-8") from None
         return array.reshape(shape)
     wide = _to_numpy(values, _WIDE.get(dtype.kind, np.int64), count)
     if dtype.kind in "iu" and wide.size:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.errors import InvalidInputError
+from inferd.errors import EncodingError, InvalidInputError
 from inferd.front.v2_binary import encode_binary
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2.codec import decode_inputs
@@ -196,3 +196,17 @@ def test_floats_packed_and_unpacked_in_one_tensor_or_of_the_wrong_count_are_refu
     call = parse_infer_request(mixed, BUDGET)
     with pytest.raises(InvalidInputError, match="mixes packed and unpacked"):
         decode_inputs(call.message, call.raw, call.packed)
+
+
+def test_a_bytes_element_that_is_not_utf8_is_an_encoding_error_as_over_http() -> None:
+    request = pb.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="tag", datatype="BYTES", shape=[2])
+    tensor.contents.bytes_contents.extend([b"fine", b"\xff\xfe"])
+    with pytest.raises(EncodingError, match="input 'tag': a BYTES element is not valid UTF-8"):
+        decode_inputs(request)
+    binary = encode_binary(np.array([b"fine", b"\xff\xfe"], dtype=object))
+    raw = pb.ModelInferRequest(model_name="m")
+    raw.inputs.add(name="tag", datatype="BYTES", shape=[2])
+    raw.raw_input_contents.append(bytes(binary))
+    with pytest.raises(EncodingError, match="not valid UTF-8"):
+        decode_inputs(raw)
