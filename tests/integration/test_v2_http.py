@@ -291,7 +291,14 @@ def test_timeout_header_and_parameter_are_validated(client: httpx.Client) -> Non
 
 def test_unknown_route_and_wrong_method(client: httpx.Client) -> None:
     assert_error(client.get("/v2/nothing/here"), 404, 4040)
-    assert client.get("/v2/models/affine/infer").status_code == 405
+    wrong = client.get("/v2/models/affine/infer")
+    assert_error(wrong, 405, 4004)
+    assert wrong.headers["allow"] == "POST"
+    assert wrong.json()["error"] == "GET is not a method of /v2/models/affine/infer; it takes POST"
+    openai = client.delete("/v1/embeddings")  # in OpenAI's shape, a client's error
+    assert openai.status_code == 405 and openai.headers["allow"] == "POST"
+    assert openai.json()["error"]["type"] == "invalid_request_error"
+    assert openai.json()["error"]["code"] == 4004
 
 
 def test_invalid_request_id_header_is_replaced(client: httpx.Client) -> None:

@@ -68,7 +68,7 @@ _STATUSES = (
     (401, "A key is needed (4010)"),
     (403, "Forbidden (4030)"),
     (404, "Not found (4040)"),
-    (405, "Method not allowed"),
+    (405, "Method not allowed, with Allow (4004)"),
     (413, "Body over the size limit (4002)"),
     (429, "Shed: queue or in-flight limit (4290)"),
     (500, "Internal error (5000)"),
@@ -95,6 +95,7 @@ OPENAI_TYPES: dict[int, str] = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
@@ -198,10 +199,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status, ErrorCode.INVALID_INPUT if status < 500 else ErrorCode.INTERNAL
     )
     detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
+    allowed = (getattr(exc, "headers", None) or {}).get("Allow")
+    if status == 405 and allowed:  # RFC 9110: a 405 names the methods the route takes
+        detail = f"{request.method} is not a method of {request.url.path}; it takes {allowed}"
     _mark(request, int(code))
-    return error_response(
+    answer = error_response(
         status, int(code), str(detail), request_id_of(request), path=request.url.path
     )
+    if allowed:
+        answer.headers["Allow"] = allowed
+    return answer
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
