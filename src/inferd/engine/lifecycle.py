@@ -70,6 +70,7 @@ class Lifecycle:
         forced shutdown, or a drain that ran out of time): no admitted request goes
         unanswered, none is cut off without a response."""
         self._admission.accepting = False
+        self._residency.abort()
         for version in list(self._registry.all_versions()):
             await version.stop()
 

@@ -10,10 +10,11 @@ a load would take the versions in memory over `model_memory_budget_mb` (or their
 `device_memory_budget_mb`: inferd.engine.budget), the least recently used idle `on_demand`
 versions are evicted first (for a GPU's memory, only those holding some of it): never one
 with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. When
-the only versions that could go are busy, the load waits for one to go idle, for as long as a
-request waits for it (each within its deadline, then 5030 with the reason); a load that could
-not fit even with every on-demand version gone is refused 5030 at once. Nothing serving is
-touched. An evicted version's footprint is remembered: its next load is budgeted by it.
+the idle ones do not suffice, nothing is evicted and the load waits for busy ones to go idle,
+for as long as a request waits for it (each within its deadline, then 5030 with the reason);
+a load that could not fit even with every version that may go gone (on demand, not in a
+rollout) is refused 5030 at once. Nothing serving is touched. An evicted version's footprint
+is remembered: its next load is budgeted by it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from inferd.engine.budget import Budget, Need, device_mb, mb
 from inferd.engine.heap import settle
 from inferd.engine.version import Version, VersionState
-from inferd.errors import DeadlineExceededError, UnavailableError
+from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
 from inferd.observability.trace import current_trace
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,9 @@ class Residency:
         """Requests waiting for each version's load."""
         self._room: dict[tuple[str, int], str] = {}
         """The loads waiting for a busy version to go idle, with why they cannot fit now."""
-        self._released = asyncio.Event()
-        """Set when a version's last request leaves it."""
+        self._wakes: set[asyncio.Event] = set()
+        """One for each load waiting for room: set when an on-demand version goes idle."""
+        self._aborted = False
         self._settling: asyncio.TimerHandle | None = None
 
     def on_demand(self, version: Version) -> bool:
@@ -157,8 +159,16 @@ class Residency:
     def _release(self, record: _Record) -> None:
         record.in_use = max(record.in_use - 1, 0)
         record.last_used = time.monotonic()
-        if record.in_use == 0:
-            self._released.set()
+        if record.in_use == 0 and self._wakes and self._may_go(record.version):
+            for wake in self._wakes:
+                wake.set()
+
+    def abort(self) -> None:
+        """A forced shutdown: the loads waiting for room are refused (5030) at once, and
+        none starts."""
+        self._aborted = True
+        for wake in self._wakes:
+            wake.set()
 
     async def _wait_for_load(
         self, version: Version, record: _Record, deadline: float | None
@@ -170,7 +180,7 @@ class Residency:
                 self._load_one(version), name=f"inferd-load-{version.model}-{version.version}"
             )
             self._loading[key] = task
-            task.add_done_callback(lambda _: self._loading.pop(key, None))
+            task.add_done_callback(lambda done: self._load_ended(key, done))
         started = time.perf_counter()
         timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
         self._waiters[key] = self._waiters.get(key, 0) + 1
@@ -193,17 +203,25 @@ class Residency:
             record.cold_wait_s += waited
             current_trace().load_s += waited
 
+    def _load_ended(self, key: tuple[str, int], done: asyncio.Task[None]) -> None:
+        self._loading.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # (its waiters have it; one that outlived them all is dropped)
+
     async def _load_one(self, version: Version) -> None:
         key = (version.model, version.version)
+        wake = asyncio.Event()
         try:
             # never loaded: from its files (then measured, and made room for); while only
             # busy versions could make room, waits for one to go idle, outside the lock (so
             # that a load that fits elsewhere, another GPU's, is not held up by it)
             while not await self._load_if_room(version):
-                self._released.clear()
+                wake.clear()
+                self._wakes.add(wake)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), ROOM_RECHECK_S)
+                    await asyncio.wait_for(wake.wait(), ROOM_RECHECK_S)
         finally:
+            self._wakes.discard(wake)
             self._room.pop(key, None)
 
     async def _load_if_room(self, version: Version) -> bool:
@@ -211,8 +229,14 @@ class Residency:
         async with self._lock:
             if version.ready:
                 return True
+            name = f"model '{version.model}' version {version.version}"
+            if self._aborted:
+                raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
+            if not any(v is version for v in self._versions()):
+                raise NotFoundError(f"{name} was unloaded while its load waited")
             if not await self._make_room(version, self._budget.need(version)):
                 return False
+            self._room.pop((version.model, version.version), None)
             record = self._record(version)
             version.state, version.reason = VersionState.LOADING, None
             await self._load(version)
@@ -239,32 +263,35 @@ class Residency:
 
     async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> bool:
         """Evicts least recently used idle `on_demand` versions until `coming`, needing
-        `need`, fits beside the others: True. False while the only ones that could go are
-        busy and a request waits for `coming` (its reason kept for the requests whose
-        deadlines end first); 5030 when none waits, or when nothing could go. `loaded`: it
-        serves already, and the budget is exceeded until one goes idle."""
+        `need`, fits beside the others: True. Refused (5030) when it could not fit even with
+        every version that may go gone, or when no request waits for it any more. False while
+        it needs busy versions to go (nothing is evicted until what is idle suffices), its
+        reason kept for the requests whose deadlines end first. `loaded`: it serves already,
+        and the idle ones go until it fits, the budget exceeded until then."""
         key = (coming.model, coming.version)
+        name = f"model '{coming.model}' version {coming.version}"
         while True:
             resident = [v for v in self._versions() if v.ready and v is not coming]
             short = self._budget.shortfall(resident, need)
             if short is None:
                 return True
-            frees = [v for v in resident if short.frees(v, self._budget.need)]
-            idle = [v for v in frees if self._evictable(v)]
-            if idle and (loaded or self._waiters.get(key)):  # (none for one no one awaits)
-                await self._evict_one(min(idle, key=lambda v: self._record(v).last_used), coming)
-                continue
-            if loaded:
+            idle = [v for v in resident if self._evictable(v) and short.frees(v, self._budget.need)]
+            if not loaded:
+                stays = [v for v in resident if not self._may_go(v)]
+                if not self._waiters.get(key) or self._budget.shortfall(stays, need):
+                    # nothing goes for a load no one awaits, nor for one that could never fit
+                    raise UnavailableError(self._budget.no_room(name, short), retry_after_s=1.0)
+                busy = [v for v in resident if not self._evictable(v)]
+                if not idle or self._budget.shortfall(busy, need):
+                    self._room[key] = self._budget.no_room(name, short)
+                    return False  # the idle ones do not suffice: the busy ones must go idle
+            elif not idle:
                 log.warning(
                     "versions in memory over the budget, none idle to evict",
                     extra=short.figures(),
                 )
                 return True
-            name = f"model '{coming.model}' version {coming.version}"
-            self._room[key] = self._budget.no_room(name, short)
-            if not self._waiters.get(key) or not any(map(self._may_go, frees)):
-                raise UnavailableError(self._room[key], retry_after_s=1.0)
-            return False
+            await self._evict_one(min(idle, key=lambda v: self._record(v).last_used), coming)
 
     async def _evict_one(self, victim: Version, coming: Version) -> None:
         """Takes `victim` out of traffic at once and out of memory."""

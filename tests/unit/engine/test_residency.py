@@ -15,7 +15,7 @@ import pytest
 from inferd.config.model import InstanceGroup, ModelConfig
 from inferd.engine.residency import NOT_RESIDENT, Residency
 from inferd.engine.version import Version, VersionState
-from inferd.errors import DeadlineExceededError, UnavailableError
+from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
 
 MB = 2**20
 
@@ -144,7 +144,7 @@ async def test_a_load_waits_for_a_busy_version_to_go_idle() -> None:
     await asyncio.sleep(0.05)
     assert not any(task.done() for task in coming) and box.resident() == {"busy"}
     residency.leave(box.versions["busy"])
-    await asyncio.wait_for(asyncio.gather(*coming), 1.0)  # woken at once, not by a poll
+    await asyncio.wait_for(asyncio.gather(*coming), 0.1)  # woken at once, not by a poll
     assert box.evictions == ["busy"] and box.loads == ["busy", "cold"]
     assert box.resident() == {"cold"}
 
@@ -265,3 +265,67 @@ async def test_a_load_waiting_for_room_holds_up_no_load_that_fits() -> None:
     residency.leave(box.versions["busy0"])
     await asyncio.wait_for(waiting, 1.0)
     assert box.evictions == ["busy0"] and box.resident() == {"coming0", "coming1"}
+
+
+async def test_a_load_that_could_never_fit_evicts_nothing_and_is_refused_at_once() -> None:
+    box = Box(["pinned", "busy", "idle", "cold"], mb=10)
+    box.versions["pinned"].config = ModelConfig(residency="pinned")
+    box.versions["pinned"].state = VersionState.READY
+    box.versions["pinned"].footprint_bytes = 80 * MB
+    box.versions["cold"].footprint_bytes = 150 * MB  # (measured before: more than the budget)
+    residency = box.residency(budget_mb=100)
+    await use(residency, box.versions["busy"])
+    residency.enter(box.versions["busy"])
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(UnavailableError, match=r"needs about 150\.0 MB"):
+        await use(residency, box.versions["cold"], within_s=5.0)
+    assert asyncio.get_running_loop().time() - started < 0.1
+    # one that would fit once the busy one is gone: nothing idle suffices, nothing goes yet
+    box.versions["cold"].footprint_bytes = 15 * MB
+    await use(residency, box.versions["idle"])  # 80 + 10 + 10: room for nothing more
+    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=5.0))
+    await asyncio.sleep(0.05)
+    assert box.evictions == [] and not waiting.done()
+    residency.leave(box.versions["busy"])
+    await asyncio.wait_for(waiting, 0.1)
+    assert sorted(box.evictions) == ["busy", "idle"] and box.resident() == {"pinned", "cold"}
+
+
+async def test_a_deadline_that_ends_once_room_is_made_is_the_loads_not_the_rooms() -> None:
+    box = Box(["busy", "cold"])
+    residency = box.residency(count=1)
+    await use(residency, box.versions["busy"])
+    residency.enter(box.versions["busy"])
+    box.load_s = 0.5
+    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=0.2))
+    await asyncio.sleep(0.05)
+    residency.leave(box.versions["busy"])  # room now; the load outlasts the deadline
+    with pytest.raises(DeadlineExceededError, match="outlasted the request's deadline"):
+        await waiting
+
+
+async def test_a_version_unloaded_while_its_load_waits_for_room_is_not_loaded() -> None:
+    box = Box(["busy", "cold"])
+    residency = box.residency(count=1)
+    await use(residency, box.versions["busy"])
+    residency.enter(box.versions["busy"])
+    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=5.0))
+    await asyncio.sleep(0.05)
+    del box.versions["cold"]  # an admin unloads the model
+    residency.leave(box.versions["busy"])
+    with pytest.raises(NotFoundError, match="unloaded while its load waited"):
+        await asyncio.wait_for(waiting, 0.1)
+    assert box.evictions == [] and box.loads == ["busy"]
+
+
+async def test_an_abort_refuses_the_loads_waiting_for_room_at_once() -> None:
+    box = Box(["busy", "cold"])
+    residency = box.residency(count=1)
+    await use(residency, box.versions["busy"])
+    residency.enter(box.versions["busy"])
+    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=5.0))
+    await asyncio.sleep(0.05)
+    residency.abort()
+    with pytest.raises(UnavailableError, match="shutting down"):
+        await asyncio.wait_for(waiting, 0.1)
+    assert box.evictions == [] and box.loads == ["busy"]
