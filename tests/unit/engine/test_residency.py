@@ -291,14 +291,20 @@ async def test_a_load_that_could_never_fit_evicts_nothing_and_is_refused_at_once
     assert sorted(box.evictions) == ["busy", "idle"] and box.resident() == {"pinned", "cold"}
 
 
-async def test_a_deadline_that_ends_once_room_is_made_is_the_loads_not_the_rooms() -> None:
-    box = Box(["busy", "cold"])
+async def cold_behind_busy(box: Box, within_s: float) -> tuple[Residency, asyncio.Task[None]]:
+    """At most one version: `busy`, loaded and in use; a request to `cold` waiting for room."""
     residency = box.residency(count=1)
     await use(residency, box.versions["busy"])
     residency.enter(box.versions["busy"])
-    box.load_s = 0.5
-    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=0.2))
+    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=within_s))
     await asyncio.sleep(0.05)
+    return residency, waiting
+
+
+async def test_a_deadline_that_ends_once_room_is_made_is_the_loads_not_the_rooms() -> None:
+    box = Box(["busy", "cold"])
+    residency, waiting = await cold_behind_busy(box, within_s=0.2)
+    box.load_s = 0.5
     residency.leave(box.versions["busy"])  # room now; the load outlasts the deadline
     with pytest.raises(DeadlineExceededError, match="outlasted the request's deadline"):
         await waiting
@@ -306,11 +312,7 @@ async def test_a_deadline_that_ends_once_room_is_made_is_the_loads_not_the_rooms
 
 async def test_a_version_unloaded_while_its_load_waits_for_room_is_not_loaded() -> None:
     box = Box(["busy", "cold"])
-    residency = box.residency(count=1)
-    await use(residency, box.versions["busy"])
-    residency.enter(box.versions["busy"])
-    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=5.0))
-    await asyncio.sleep(0.05)
+    residency, waiting = await cold_behind_busy(box, within_s=5.0)
     del box.versions["cold"]  # an admin unloads the model
     residency.leave(box.versions["busy"])
     with pytest.raises(NotFoundError, match="unloaded while its load waited"):
@@ -320,11 +322,7 @@ async def test_a_version_unloaded_while_its_load_waits_for_room_is_not_loaded() 
 
 async def test_an_abort_refuses_the_loads_waiting_for_room_at_once() -> None:
     box = Box(["busy", "cold"])
-    residency = box.residency(count=1)
-    await use(residency, box.versions["busy"])
-    residency.enter(box.versions["busy"])
-    waiting = asyncio.create_task(use(residency, box.versions["cold"], within_s=5.0))
-    await asyncio.sleep(0.05)
+    residency, waiting = await cold_behind_busy(box, within_s=5.0)
     residency.abort()
     with pytest.raises(UnavailableError, match="shutting down"):
         await asyncio.wait_for(waiting, 0.1)
