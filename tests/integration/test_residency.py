@@ -242,6 +242,38 @@ def test_a_load_that_cannot_fit_with_nothing_to_evict_is_refused_at_once(tmp_pat
         assert running.stop() == 0, running.log()
 
 
+def test_an_admins_load_is_held_to_the_count(tmp_path: Path) -> None:
+    """An admin's load of an on-demand model makes room as a request's does: the idle
+    on-demand model goes, the count holds."""
+    root = tmp_path / "repo"
+    for name in ("m0", "m1", "pinned"):
+        affine_model(root / name / "1" / "model.onnx")
+        write_config(root / name, ON_DEMAND if name != "pinned" else {"max_batch_size": 8})
+    keys = tmp_path / "admin.keys"
+    keys.write_text("residency-admin\n")
+    running = start_server(
+        root, tmp_path / "server.log", "--max-loaded-versions", "2", "--admin-keys-file", str(keys)
+    )
+    try:
+        url = running.url
+        assert infer(url, "m0").status_code == 200
+        loaded = httpx.post(
+            f"{url}/v2/repository/models/m1/load",
+            headers={"Authorization": "Bearer residency-admin"},
+            timeout=60,
+        )
+        assert loaded.status_code == 200, loaded.text
+        assert resident(url) == {"pinned", "m1"}
+        seen = metrics(url)
+        assert seen["inferd_model_evictions_total", "m0"] == 1
+        assert seen["inferd_model_loads_on_demand_total", "m1"] == 1
+        answer = infer(url, "m1", 3.0)
+        assert answer.json()["outputs"][0]["data"] == [7.0] * 4
+        assert "load;dur" not in answer.headers["server-timing"]
+    finally:
+        assert running.stop() == 0, running.log()
+
+
 def test_the_memory_budget_holds_the_measured_footprints_of_what_is_loaded(
     tmp_path: Path,
 ) -> None:

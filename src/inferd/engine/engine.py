@@ -81,6 +81,7 @@ class Engine:
             lambda: self.admission.in_flight,
             self.policy.select,
             self.residency.on_demand,
+            self.residency.loaded_by_admin,
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
         self._routing = Routing(self.registry, self.rollouts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from inferd.config.model import ModelConfig
@@ -41,11 +41,13 @@ class Loader:
         in_flight: Callable[[], int],
         select: Callable[[ModelEntry], ModelEntry] = lambda entry: entry,
         on_demand: Callable[[Version], bool] = lambda version: False,
+        loaded_by_admin: Callable[[Version], Awaitable[None]] | None = None,
     ) -> None:
         """`draining`: whether the server drains; `in_flight`: the requests it holds;
         `select`: the serving policy, which versions of a scanned model serve
         (inferd.engine.rollout.policy); `on_demand`: a version left unloaded at start, for
-        its first request to load (inferd.engine.residency)."""
+        its first request to load (inferd.engine.residency); `loaded_by_admin`: told of each
+        version an admin's load brought into memory (the residency budget makes room)."""
         self._registry = registry
         self._settings = settings
         self._versions = VersionLoader(
@@ -53,6 +55,7 @@ class Loader:
         )
         self._root = root
         self._select = select
+        self._loaded_by_admin = loaded_by_admin
         self._on_demand = on_demand
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
@@ -171,6 +174,10 @@ class Loader:
             await retired.drain(self._settings.drain_timeout_s)
             await retired.close()
             log.info("version retired", extra={"model": name, "version": number})
+        if self._loaded_by_admin is not None:  # (once the retired ones are gone)
+            for version in fresh:
+                if version.ready:
+                    await self._loaded_by_admin(version)
         self._registry.changed()
         self._registry.mark_loaded(name, int(time.time()))
         settle()

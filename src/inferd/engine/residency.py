@@ -203,6 +203,17 @@ class Residency:
             record.cold_wait_s += waited
             current_trace().load_s += waited
 
+    async def loaded_by_admin(self, version: Version) -> None:
+        """An admin's load brought `version` into memory: the idle on-demand versions go,
+        least recently used first, until it fits the budget (over it, with a warning, until
+        one goes idle)."""
+        record = self._record(version)
+        record.last_used = time.monotonic()
+        if self.on_demand(version):
+            record.loads += 1
+        async with self._lock:
+            await self._make_room(version, self._budget.need(version), loaded=True)
+
     def _load_ended(self, key: tuple[str, int], done: asyncio.Task[None]) -> None:
         self._loading.pop(key, None)
         if not done.cancelled():
@@ -229,11 +240,7 @@ class Residency:
         async with self._lock:
             if version.ready:
                 return True
-            name = f"model '{version.model}' version {version.version}"
-            if self._aborted:
-                raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
-            if not any(v is version for v in self._versions()):
-                raise NotFoundError(f"{name} was unloaded while its load waited")
+            self._still_wanted(version)
             if not await self._make_room(version, self._budget.need(version)):
                 return False
             self._room.pop((version.model, version.version), None)
@@ -260,6 +267,23 @@ class Residency:
             # measured now: over the budget (its estimate was short), the next idle ones go
             await self._make_room(version, self._budget.need(version), loaded=True)
             return True
+
+    def _still_wanted(self, version: Version) -> None:
+        """Refuses a load that waited while the server began shutting down, or while an
+        admin unloaded its model or loaded it anew (another `Version` now serves)."""
+        name = f"model '{version.model}' version {version.version}"
+        if self._aborted:
+            raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
+        registered = [
+            v for v in self._versions() if (v.model, v.version) == (version.model, version.version)
+        ]
+        if not any(v is version for v in registered):
+            if registered:
+                raise UnavailableError(
+                    f"{name} was loaded by an admin while this load waited; retry",
+                    retry_after_s=1.0,
+                )
+            raise NotFoundError(f"{name} was unloaded while its load waited")
 
     async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> bool:
         """Evicts least recently used idle `on_demand` versions until `coming`, needing

@@ -327,3 +327,26 @@ async def test_an_abort_refuses_the_loads_waiting_for_room_at_once() -> None:
     with pytest.raises(UnavailableError, match="shutting down"):
         await asyncio.wait_for(waiting, 0.1)
     assert box.evictions == [] and box.loads == ["busy"]
+
+
+async def test_a_load_whose_version_an_admin_loaded_anew_meanwhile_is_refused_to_retry() -> None:
+    box = Box(["busy", "cold"])
+    residency, waiting = await cold_behind_busy(box, within_s=5.0)
+    fresh = Version("cold", 1, box.versions["cold"].config)  # the admin's load: a new Version
+    fresh.state = VersionState.READY
+    box.versions["cold"] = fresh
+    residency.leave(box.versions["busy"])
+    with pytest.raises(UnavailableError, match="loaded by an admin while this load waited"):
+        await asyncio.wait_for(waiting, 0.1)
+    assert box.evictions == [] and box.loads == ["busy"]
+
+
+async def test_an_admins_load_makes_room_within_the_budget() -> None:
+    box = Box(["a", "b", "c"])
+    residency = box.residency(count=2)
+    for name in ("a", "b"):
+        await use(residency, box.versions[name])
+    box.versions["c"].state = VersionState.READY  # loaded by the admin's route, not a request
+    await residency.loaded_by_admin(box.versions["c"])
+    assert box.evictions == ["a"] and box.resident() == {"b", "c"}
+    assert {f.model: f.loads for f in residency.facts()}["c"] == 1
