@@ -191,7 +191,7 @@ class Residency:
             if no_room is not None:  # still waiting for a busy version to go idle
                 raise UnavailableError(no_room, retry_after_s=1.0) from None
             raise DeadlineExceededError(
-                f"model '{version.model}' version {version.version} is loading on demand and "
+                f"{_named(version)} is loading on demand and "
                 "its load outlasted the request's deadline"
             ) from None
         finally:
@@ -254,7 +254,7 @@ class Residency:
                     f"its last load failed: {reason}",
                 )
                 raise UnavailableError(
-                    f"model '{version.model}' version {version.version} did not load: {reason}",
+                    f"{_named(version)} did not load: {reason}",
                     retry_after_s=1.0,
                 )
             record.loads += 1
@@ -271,7 +271,7 @@ class Residency:
     def _still_wanted(self, version: Version) -> None:
         """Refuses a load that waited while the server began shutting down, or while an
         admin unloaded its model or loaded it anew (another `Version` now serves)."""
-        name = f"model '{version.model}' version {version.version}"
+        name = _named(version)
         if self._aborted:
             raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
         registered = [
@@ -293,7 +293,7 @@ class Residency:
         reason kept for the requests whose deadlines end first. `loaded`: it serves already,
         and the idle ones go until it fits, the budget exceeded until then."""
         key = (coming.model, coming.version)
-        name = f"model '{coming.model}' version {coming.version}"
+        name = _named(coming)
         while True:
             resident = [v for v in self._versions() if v.ready and v is not coming]
             short = self._budget.shortfall(resident, need)
@@ -378,6 +378,11 @@ class Residency:
                 )
             )
         return rows
+
+
+def _named(version: Version) -> str:
+    """A version as error messages name it."""
+    return f"model '{version.model}' version {version.version}"
 
 
 def _footprint(holder: Version, /, **extra: object) -> dict[str, object]:
