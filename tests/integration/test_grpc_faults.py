@@ -12,7 +12,7 @@ import collections
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -281,3 +281,57 @@ def test_a_burst_over_the_limit_is_refused_with_its_reason_and_counted(
     assert all("grpc_max_calls" in answer for answer in counts if answer != "OK")
     after = metric(server.url, 'inferd_grpc_refused_total{reason="calls"}')
     assert after - refused_before == refused
+
+
+def test_streams_over_the_limit_end_resource_exhausted_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """Streams refused at `grpc_max_calls` end RESOURCE_EXHAUSTED with the reason, as
+    grpcio's asyncio client sees them too: one that writes its request and half-closes at once
+    (a status sent while it still wrote reached it as INTERNAL "Internal error from Core")."""
+    affine_model(tmp_path / "affine" / "1" / "model.onnx")
+    server = start_server(tmp_path, tmp_path / "server.log", "--grpc-max-calls", "2")
+    request = affine_request()
+
+    async def run() -> list[str]:
+        async with grpc.aio.insecure_channel(server.grpc_target or "") as channel:
+            stream = channel.stream_stream(
+                SERVICE + "ModelStreamInfer",
+                request_serializer=pb.ModelInferRequest.SerializeToString,
+                response_deserializer=pb.ModelStreamInferResponse.FromString,
+            )
+            hold = asyncio.Event()
+
+            async def held_open() -> AsyncIterator[pb.ModelInferRequest]:
+                yield request
+                await hold.wait()
+
+            holders = [stream(held_open()) for _ in range(2)]
+            for holder in holders:  # both answered: both hold a slot
+                assert (await anext(aiter(holder))).error_message == ""
+
+            async def refused() -> str:
+                try:
+                    async for _ in stream(iter([request])):
+                        pass
+                except grpc.aio.AioRpcError as exc:
+                    retry = dict(exc.trailing_metadata() or ()).get("retry-after")
+                    return f"{exc.code().name} {exc.details()} retry-after={retry}"
+                return "OK"
+
+            answers = await asyncio.gather(*(refused() for _ in range(40)))
+            hold.set()
+            for holder in holders:
+                async for _ in holder:
+                    pass
+            return answers
+
+    try:
+        answers = asyncio.run(run())
+    finally:
+        assert server.stop() == 0, server.log()
+    expected = (
+        "RESOURCE_EXHAUSTED [4290] the server has 2 gRPC calls in flight, its limit "
+        "(grpc_max_calls); retry later retry-after=1"
+    )
+    assert collections.Counter(answers) == {expected: 40}, collections.Counter(answers)

@@ -9,12 +9,17 @@ loop when large) and the service's method runs.
 
 The limit: `grpc_max_calls` calls of the service at a time, streams included; one over it is
 answered RESOURCE_EXHAUSTED (code 4290) with the reason, and counted in
-`inferd_grpc_refused_total{reason="calls"}`.
+`inferd_grpc_refused_total{reason="calls"}`. A stream over it is answered once its client has
+half-closed (what it sent read and dropped unparsed, within bounds: `_Draining`), so that the
+refusal is what the client sees.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -33,6 +38,12 @@ RAW = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 Refuse = Callable[[Any, str, InferdError, bool], Awaitable[Any]]
 """`(context, method, error, quiet)`: answers the call with the error (and records it)."""
+
+REFUSED_STREAM_DRAIN_S = 0.5
+REFUSED_STREAM_DRAIN_BYTES = 1 << 20
+MAX_DRAINING_STREAMS = 64
+"""Bounds of `_drained`: per refused stream, and streams drained at a time (past it, a refused
+stream is answered at once)."""
 
 
 class Gate:
@@ -81,13 +92,14 @@ def gated_handlers(
     """The generated handlers of `service`'s methods, each behind the gate: registered as a
     client stream of bytes, its message parsed by `reader` once the gate let it in."""
     gated: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    draining = _Draining()
     for method, handler in handlers.items():
         kind = handler.request_deserializer.__self__  # type: ignore[union-attr]  # FromString
         serializer = serializers.get(method, handler.response_serializer)
         behavior = getattr(service, method)
         if method in STREAMED:
             gated[method] = grpc.stream_stream_rpc_method_handler(
-                _stream(method, behavior, gate, reader, refuse), None, serializer
+                _stream(method, behavior, gate, reader, refuse, draining), None, serializer
             )
         else:
             gated[method] = grpc.stream_unary_rpc_method_handler(
@@ -134,10 +146,13 @@ def _stream(
     gate: Gate,
     reader: Reader,
     refuse: Refuse,
+    draining: _Draining,
 ) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[Any]]:
     async def handle(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
         refused = gate.enter(method, context)
         if refused is not None:
+            if isinstance(refused, QueueFullError):  # (never a client without its key)
+                await draining.drain(requests)
             await refuse(context, method, refused, False)
             return
         try:
@@ -156,3 +171,34 @@ def _stream(
             gate.leave()
 
     return handle
+
+
+@dataclass
+class _Draining:
+    """Streams refused at the call limit being drained now (at most `MAX_DRAINING_STREAMS`)."""
+
+    streams: int = 0
+
+    async def drain(self, requests: AsyncIterator[bytes]) -> None:
+        """Reads, and drops unparsed, what a refused stream's client sends until it
+        half-closes, for at most `REFUSED_STREAM_DRAIN_S` and `REFUSED_STREAM_DRAIN_BYTES`.
+        A status sent while the client still writes ends its stream with RST_STREAM, and
+        grpcio's asyncio client then reports its failed write, INTERNAL "Internal error from
+        Core", in place of the status it received."""
+        if self.streams >= MAX_DRAINING_STREAMS:
+            return
+        self.streams += 1
+        received = 0
+
+        async def until_half_closed() -> None:
+            nonlocal received
+            async for data in requests:
+                received += len(data)
+                if received > REFUSED_STREAM_DRAIN_BYTES:
+                    return
+
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(until_half_closed(), REFUSED_STREAM_DRAIN_S)
+        finally:
+            self.streams -= 1
