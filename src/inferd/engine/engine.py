@@ -328,6 +328,11 @@ class Engine:
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return self.registry.model_states()
 
+    def rollout_failures(self) -> list[tuple[str, bool]]:
+        """Each model, and whether its rollout failed (its state file could not be read)."""
+        failed = self.rollouts.failures()
+        return [(model, model in failed) for model in self.registry.models()]
+
     def instance_loads(self) -> list[tuple[str, str, InstanceLoad]]:
         return self.registry.instance_loads()
 

@@ -49,8 +49,12 @@ class Lifecycle:
         ]
 
     def readiness(self, strict: bool) -> Readiness:
-        """The registry's readiness, with each model whose rollout failed (its state file
-        could not be taken up) in its per-model detail; under `strict`, not ready then."""
+        """The registry's readiness (under `strict`: every model and version loaded), with
+        each model whose rollout failed (its state file could not be taken up) in its
+        per-model detail. A failed rollout never makes the server unready: its model serves
+        by its version policy, and replicas that share the repository (and so the file)
+        would all leave rotation at once; it is reported instead (the detail, the
+        `inferd_rollout_failed` metric and its alert, the log, the status page)."""
         loaded = self._loader.done and self._resumed
         readiness = self._registry.readiness(strict, loaded, self._admission.draining)
         failures = self._rollouts.failures()
@@ -60,9 +64,6 @@ class Lifecycle:
         for model, reason in failures.items():
             if model in models:
                 models[model] = {**models[model], "rollout": {"status": "failed", "reason": reason}}
-        if strict and readiness.ready:
-            problems = "; ".join(f"model '{m}': {r}" for m, r in sorted(failures.items()))
-            return Readiness(False, problems, models)
         return Readiness(readiness.ready, readiness.reason, models)
 
     async def abort(self) -> None:

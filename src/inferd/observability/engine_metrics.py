@@ -1,7 +1,7 @@
 """The metrics read from the engine at scrape time: queue depths, versions' readiness and load
-time, requests in flight, and per version its runtime instances, its response cache and its
-residency. The engine is read through `ServerView`, a protocol: nothing of the data path is
-imported."""
+time, failed rollouts, requests in flight, and per version its runtime instances, its response
+cache and its residency. The engine is read through `ServerView`, a protocol: nothing of the
+data path is imported."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ class ServerView(Protocol):
     def instance_loads(self) -> Iterable[tuple[str, str, InstanceFacts]]: ...
     def cache_states(self) -> Iterable[tuple[str, str, CacheFacts]]: ...
     def residency_facts(self) -> Iterable[ResidencyFacts]: ...
+    def rollout_failures(self) -> Iterable[tuple[str, bool]]: ...
     @property
     def in_flight(self) -> int: ...
 
@@ -115,6 +116,15 @@ class EngineCollector(Collector):
                 load.add_metric([model, version], load_s)
         yield ready
         yield load
+        failed = GaugeMetricFamily(
+            "inferd_rollout_failed",
+            "1 while the model's rollout failed (its state file could not be read): it serves "
+            "by its version policy, /ready's per-model detail says why",
+            labels=["model"],
+        )
+        for model, is_failed in view.rollout_failures():
+            failed.add_metric([model], 1.0 if is_failed else 0.0)
+        yield failed
         flight = GaugeMetricFamily("inferd_in_flight_requests", "Admitted, unanswered requests")
         flight.add_metric([], view.in_flight)
         yield flight
