@@ -191,6 +191,11 @@ def test_a_deadline_the_queue_cannot_meet_is_deadline_exceeded(server: RunningSe
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED, answers
         # the server's answer (its code in the details), not the client's own timer
         assert details.startswith("[5040]"), details
+    # the client's deadline: its outcome, not a server error
+    labels = 'endpoint="/inference.GRPCInferenceService/ModelInfer",model="slow"'
+    name = "inferd_request_outcomes_total"
+    assert metric(server.url, f'{name}{{{labels},outcome="client_deadline"}}') >= 2
+    assert metric(server.url, f'{name}{{{labels},outcome="server_error"}}') == 0
 
 
 def test_a_stream_that_is_never_read_holds_bounded_memory(server: RunningServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -79,6 +80,73 @@ def test_requests_expiring_in_the_queue_get_504_code_5040(slow_server: RunningSe
     assert len(expired) + len(refused) >= 6  # 12 x 30 ms cannot fit in 60 ms
     assert all(r.json()["code"] == 5040 for r in expired)
     assert all(r.json()["code"] == 4290 and "deadline" in r.json()["error"] for r in refused)
+
+
+def outcomes(server: RunningServer) -> dict[str, float]:
+    """`inferd_request_outcomes_total` of the slow model's V2 route, by outcome."""
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    found = re.findall(
+        r'^inferd_request_outcomes_total\{endpoint="/v2/models/\{model\}/infer",model="slow",'
+        r'outcome="(\w+)"\} (\S+)$',
+        text,
+        re.M,
+    )
+    return {outcome: float(value) for outcome, value in found}
+
+
+def request_lines(server: RunningServer, ids: set[str]) -> list[dict[str, Any]]:
+    lines = [orjson.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("request_id") in ids]
+
+
+def test_a_deadline_the_client_set_is_its_outcome_and_the_servers_own_a_server_error(
+    slow_server: RunningServer, slow_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A client's own deadline that passes (1 ms, for a run of 30 ms) is still answered 504
+    (5040), but counted and logged as the client's: outcome `client_deadline` at info level,
+    not a server error (which every 5xx alert counts). The server's own `request_timeout_s`
+    passing stays a server error, logged at error level."""
+    before = outcomes(slow_server)
+    with httpx.Client(base_url=slow_server.url, timeout=60) as client:
+        # one at a time on an idle model: each admitted, none done within its deadline
+        responses = [
+            client.post(
+                "/v2/models/slow/infer",
+                json=body(),
+                headers={"X-Request-Timeout-Ms": "1", "X-Request-ID": f"client-deadline-{i}"},
+            )
+            for i in range(5)
+        ]
+    expired = [r for r in responses if r.status_code == 504]
+    assert expired, [r.status_code for r in responses]
+    assert all(r.json()["code"] == 5040 for r in expired)
+    after = outcomes(slow_server)
+    gained = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    assert gained.get("client_deadline") == len(expired), gained
+    assert gained.get("server_error", 0) == 0, gained
+    time.sleep(0.2)  # (the log is written as the answers go)
+    lines = request_lines(slow_server, {r.headers["x-request-id"] for r in expired})
+    assert len(lines) == len(expired), lines
+    assert {(line["level"], line["outcome"], line["status"]) for line in lines} == {
+        ("info", "client_deadline", 504)
+    }
+
+    log = tmp_path_factory.mktemp("server-deadline-logs") / "server.log"
+    server = start_server(slow_repo, log, "--request-timeout-s", "0.001")
+    try:
+        answer = httpx.post(
+            server.url + "/v2/models/slow/infer",
+            json=body(),
+            headers={"X-Request-ID": "server-deadline"},
+            timeout=30,
+        )
+        assert answer.status_code == 504 and answer.json()["code"] == 5040, answer.text
+        assert outcomes(server).get("server_error") == 1
+        time.sleep(0.2)
+        [line] = request_lines(server, {"server-deadline"})
+        assert (line["level"], line["outcome"]) == ("error", "server_error"), line
+    finally:
+        assert server.stop() == 0, server.log()
 
 
 def test_full_queue_sheds_with_429_and_retry_after(

@@ -193,6 +193,10 @@ class Engine:
         async with self.admission.admit():
             served = Routing.named(choose())
             deadline = self.admission.deadline_for(served.config, timeout_s)
+            # the client's deadline when it sent one the server keeps (not cut by its cap)
+            current_trace().deadline_by_client = (
+                timeout_s is not None and timeout_s <= self._settings.max_request_timeout_s
+            )
             with self._outcomes.recorded(served):
                 async with self.residency.hold(served, deadline):
                     answer = await answered(served, deadline)

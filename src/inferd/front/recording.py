@@ -1,7 +1,13 @@
 """What every request leaves behind, whatever its protocol: its count and latency in the
 metrics, its stages, the live window's view of its model, and its one JSON log line (logger
-`inferd.request`) with the request id, model, version, status, error code and per-stage
-timings."""
+`inferd.request`) with the request id, model, version, status, error code, outcome and
+per-stage timings.
+
+The outcome says whose a request's end was (inferd.observability.request_metrics.outcome_of):
+a deadline that passed is a server error (5xx, logged at error level) only when the deadline
+was the server's; one the client set itself is the client's (`client_deadline`, logged at info
+level), though the client gets the same 504 (5040), or DEADLINE_EXCEEDED over gRPC, as
+before."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import random
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
+from inferd.observability.request_metrics import SERVER_ERROR, outcome_of
 from inferd.observability.trace import RequestTrace
 
 log = logging.getLogger("inferd.request")
@@ -54,12 +61,13 @@ class RequestRecorder:
         name it only there); `status`: the HTTP status (gRPC: the one its code maps to);
         `quiet`: a probe, counted and not logged."""
         try:
+            outcome = outcome_of(status, trace.error_code, trace.deadline_by_client)
             if self.live is not None and trace.model is not None:
-                self.live.record(trace.model, total_s, status >= 500)
+                self.live.record(trace.model, total_s, outcome == SERVER_ERROR)
             if self.metrics is not None:
                 # the metrics bound the model label to the repository's models
                 model = trace.model or path_model
-                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s)
+                self.metrics.on_request(endpoint, model, status, trace.error_code, total_s, outcome)
                 if trace.model is not None and trace.version is not None and status < 400:
                     self.metrics.on_stages(trace.model, trace.version, trace.stages())
             if quiet or endpoint in self.quiet:
@@ -67,7 +75,7 @@ class RequestRecorder:
             failed = status >= 400 or trace.error_code is not None
             if not failed and self._random.random() >= self.sample_rate:
                 return
-            self._log_line(trace, method, status, endpoint, total_s, failed)
+            self._log_line(trace, method, status, endpoint, total_s, outcome)
         except Exception:
             log.exception("request observation failed; the response was unaffected")
 
@@ -78,7 +86,7 @@ class RequestRecorder:
         status: int,
         endpoint: str,
         total_s: float,
-        failed: bool,
+        outcome: str,
     ) -> None:
         fields: dict[str, object] = {
             "request_id": trace.request_id,
@@ -88,6 +96,7 @@ class RequestRecorder:
             "version": trace.version,
             "status": status,
             "code": trace.error_code,
+            "outcome": outcome,
             "route": trace.route,
             "cache": trace.cache,
             "queue_ms": round(trace.queue_s * 1000, 3),
@@ -107,5 +116,5 @@ class RequestRecorder:
                 fields["gpu_memory_mb"] = round(memory, 1)
         if trace.payload is not None:
             fields["payload"] = trace.payload
-        level = logging.ERROR if status >= 500 else logging.WARNING if failed else logging.INFO
-        log.log(level, "request", extra=fields)
+        level = {"ok": logging.INFO, "client_deadline": logging.INFO, SERVER_ERROR: logging.ERROR}
+        log.log(level.get(outcome, logging.WARNING), "request", extra=fields)

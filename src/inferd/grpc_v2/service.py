@@ -235,6 +235,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             request.model_name, prompt, sampling_of(parameters), request.model_version or None
         )
         timeout_s = _timeout_s(context, parameters)
+        current_trace().deadline_by_client = timeout_s is not None
         expired = False
 
         def expire() -> None:

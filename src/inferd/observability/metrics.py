@@ -109,9 +109,15 @@ class Metrics(Observer):
     # -- from the HTTP layer ---------------------------------------------------------------
 
     def on_request(
-        self, endpoint: str, model: str | None, status: int, code: int | None, total_s: float
+        self,
+        endpoint: str,
+        model: str | None,
+        status: int,
+        code: int | None,
+        total_s: float,
+        outcome: str | None = None,
     ) -> None:
-        self._requests.on_request(endpoint, model, status, code, total_s)
+        self._requests.on_request(endpoint, model, status, code, total_s, outcome)
 
     def on_grpc_refused(self, reason: str) -> None:
         self._requests.on_grpc_refused(reason)

@@ -34,6 +34,10 @@ class RequestTrace:
     output_length: int = 0
     items: int = 0
     error_code: int | None = None
+    deadline_by_client: bool = False
+    """Whether the request's deadline was its client's (a timeout it sent: a header, the V2
+    `timeout` parameter, a gRPC deadline) rather than the server's `request_timeout_s`: when
+    it passes, the outcome is the client's (`client_deadline`), not a server error."""
     route_key: str | None = None
     """The client's sticky routing key (`X-Inferd-Route-Key`), for rollouts."""
     route: str | None = None
