@@ -15,11 +15,18 @@ Imports nothing of inferd.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
 
 log = logging.getLogger(__name__)
+
+SETTLE_AFTER_S = 30.0
+"""After an on-demand load or eviction, the long-lived heap is collected and frozen again
+(`settle`: a pause of the event loop, 70-100 ms with a few models) at most this long after,
+once for all the changes meanwhile: under churn, one pause per this period instead of one per
+change."""
 
 
 def settle() -> None:
@@ -35,3 +42,25 @@ def settle() -> None:
             "seconds": round(time.perf_counter() - started, 4),
         },
     )
+
+
+class SettleLater:
+    """One `settle` `after_s` after the first change that asks for it, for every change
+    asking meanwhile (on the event loop)."""
+
+    def __init__(self, after_s: float = SETTLE_AFTER_S) -> None:
+        self.after_s = after_s
+        self._timer: asyncio.TimerHandle | None = None
+
+    def ask(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.after_s, self._settle)
+
+    def _settle(self) -> None:
+        self._timer = None
+        settle()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from inferd.engine.budget import Budget, Need, device_mb, mb
-from inferd.engine.heap import settle
+from inferd.engine.heap import SettleLater
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
 from inferd.observability.trace import current_trace
@@ -37,11 +37,6 @@ log = logging.getLogger(__name__)
 
 NOT_RESIDENT = "on demand: loads on its first request"
 """The reason an `on_demand` version that is not in memory shows (index, readiness)."""
-SETTLE_AFTER_S = 30.0
-"""After an on-demand load or eviction, the long-lived heap is collected and frozen again
-(inferd.engine.heap.settle: a pause of the event loop, 70-100 ms with a few models) at most
-this long after, once for all the changes meanwhile: under churn, one pause per this period
-instead of one per change."""
 ROOM_RECHECK_S = 0.25
 """A load waiting for a busy version to go idle looks again at least this often (a version
 going idle wakes it at once; this catches a rollout's end and its last waiter's deadline)."""
@@ -115,7 +110,8 @@ class Residency:
         self._wakes: set[asyncio.Event] = set()
         """One for each load waiting for room: set when an on-demand version goes idle."""
         self._aborted = False
-        self._settling: asyncio.TimerHandle | None = None
+        self._settling = SettleLater()
+        """The heap settled after loads and evictions (inferd.engine.heap)."""
 
     def on_demand(self, version: Version) -> bool:
         return version.config.residency == "on_demand" and not self._pinned_anyway(version)
@@ -259,7 +255,7 @@ class Residency:
                 )
             record.loads += 1
             record.last_used = time.monotonic()
-            self._settle_later()
+            self._settling.ask()
             log.info(
                 "model version loaded on demand",
                 extra=_footprint(version, model=version.model, version=version.version),
@@ -332,20 +328,10 @@ class Residency:
             ),
         )
         await self._evict(victim)
-        self._settle_later()
-
-    def _settle_later(self) -> None:
-        if self._settling is None:
-            self._settling = asyncio.get_running_loop().call_later(SETTLE_AFTER_S, self._settle)
-
-    def _settle(self) -> None:
-        self._settling = None
-        settle()
+        self._settling.ask()
 
     def close(self) -> None:
-        if self._settling is not None:
-            self._settling.cancel()
-            self._settling = None
+        self._settling.cancel()
 
     def _may_go(self, version: Version) -> bool:
         """Whether `version` is evicted once idle."""
