@@ -186,6 +186,7 @@ def main() -> int:
                 log_level="warning",
                 response_cache=False,
                 model_memory_budget_mb=round(budget_mb, 1),
+                client_loads_per_minute=0,  # (every request comes from Serve's proxy)
             )
             for routing, named in routings:
                 for traffic, choose in traffics:

@@ -19,6 +19,7 @@ class ErrorCode(IntEnum):
     FORBIDDEN = 4030
     NOT_FOUND = 4040
     QUEUE_FULL = 4290
+    TOO_MANY_LOADS = 4291
     UNAVAILABLE = 5030
     DEADLINE_EXCEEDED = 5040
     OUT_OF_MEMORY = 5070
@@ -81,6 +82,12 @@ class QueueFullError(InferdError):
 class DeadlineUnmetError(QueueFullError):
     """Queued work the request's deadline leaves no time for: shed as a full queue (4290);
     a protocol whose deadlines are the client's (gRPC) answers it as a deadline passed."""
+
+
+class TooManyLoadsError(InferdError):
+    """The client caused as many on-demand model loads as its limit allows for now."""
+
+    code = ErrorCode.TOO_MANY_LOADS
 
 
 class UnavailableError(InferdError):

@@ -498,6 +498,7 @@ def test_requests_naming_their_model_go_to_the_replica_that_holds_it(
                 *(sys.executable, "-m", "inferd", "ray", "serve", "--multiplex"),
                 *("--address", cluster.address, "--repo", str(repo), "--replicas", "2"),
                 *("--num-cpus", "1", "--max-loaded-versions", "2", "--no-response-cache"),
+                *("--client-loads-per-minute", "0"),  # (every request from Serve's proxy)
                 *("--host", "127.0.0.1", "--port", str(cluster.http_port)),
                 *("--log-level", "warning"),
             ],

@@ -21,6 +21,9 @@ from tests.models import affine_model, big_model, slow_model, write_config
 
 MODELS = [f"m{i}" for i in range(6)]
 ON_DEMAND = {"max_batch_size": 8, "residency": "on_demand", "runtime": {"intra_op_threads": 1}}
+UNLIMITED = ("--client-loads-per-minute", "0")
+"""These tests cause many loads from one address: no limit on a client's loads
+(tests/integration/test_client_limits.py tests it)."""
 
 
 def affine_body(value: float = 1.0) -> dict[str, Any]:
@@ -74,7 +77,7 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
     affine_model(root / "pinned" / "1" / "model.onnx")
     write_config(root / "pinned", {"max_batch_size": 8})
     log = tmp_path_factory.mktemp("residency-logs") / "server.log"
-    running = start_server(root, log, "--max-loaded-versions", "3")
+    running = start_server(root, log, "--max-loaded-versions", "3", *UNLIMITED)
     yield running
     assert running.stop() == 0, running.log()
 
@@ -184,7 +187,7 @@ def test_a_load_waits_for_a_busy_version_to_go_idle_within_its_deadline(tmp_path
     write_config(root / "cold", ON_DEMAND)
     affine_model(root / "pinned" / "1" / "model.onnx")
     write_config(root / "pinned", {"max_batch_size": 8})
-    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "2")
+    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "2", *UNLIMITED)
     try:
         url = running.url
         body = wide_body()
@@ -227,7 +230,7 @@ def test_a_load_that_cannot_fit_with_nothing_to_evict_is_refused_at_once(tmp_pat
         affine_model(root / name / "1" / "model.onnx")
     write_config(root / "pinned", {"max_batch_size": 8})
     write_config(root / "cold", ON_DEMAND)
-    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "1")
+    running = start_server(root, tmp_path / "server.log", "--max-loaded-versions", "1", *UNLIMITED)
     try:
         started = time.perf_counter()
         refused = infer(running.url, "cold")  # the default deadline: a minute
@@ -252,7 +255,13 @@ def test_an_admins_load_is_held_to_the_count(tmp_path: Path) -> None:
     keys = tmp_path / "admin.keys"
     keys.write_text("residency-admin\n")
     running = start_server(
-        root, tmp_path / "server.log", "--max-loaded-versions", "2", "--admin-keys-file", str(keys)
+        root,
+        tmp_path / "server.log",
+        "--max-loaded-versions",
+        "2",
+        "--admin-keys-file",
+        str(keys),
+        *UNLIMITED,
     )
     try:
         url = running.url
@@ -283,7 +292,9 @@ def test_the_memory_budget_holds_the_measured_footprints_of_what_is_loaded(
         big_model(root / name / "1" / "model.onnx", 48)
         write_config(root / name, ON_DEMAND)
     budget_mb = 160
-    running = start_server(root, tmp_path / "server.log", "--model-memory-budget-mb", "160")
+    running = start_server(
+        root, tmp_path / "server.log", "--model-memory-budget-mb", "160", *UNLIMITED
+    )
     try:
         url = running.url
         for name in [*names, *names]:

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from inferd.config.clients import ClientSettings
 from inferd.config.yamlfile import read_yaml_mapping, validate_mapping
 
 ENV_PREFIX = "INFERD_"
@@ -19,8 +20,9 @@ ENV_PREFIX = "INFERD_"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
-class ServerSettings(BaseModel):
-    """Every server-wide path and tunable. Each field is also a CLI flag and an env variable."""
+class ServerSettings(ClientSettings):
+    """Every server-wide path and tunable (who the clients are and what each may cause:
+    `ClientSettings`). Each field is also a CLI flag and an env variable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -195,16 +197,6 @@ class ServerSettings(BaseModel):
         description="Python's thread switch interval. Shorter than Python's 5 ms default so a "
         "runtime thread whose batch finished gets the interpreter back quickly while the event "
         "loop is busy with HTTP work.",
-    )
-    api_keys_file: Path | None = Field(
-        None,
-        description="File of API keys, one per line: inference and metadata routes then need "
-        "`Authorization: Bearer <key>`. Probes and /metrics stay open.",
-    )
-    admin_keys_file: Path | None = Field(
-        None,
-        description="File of admin keys for routes that change state (repository load and "
-        "unload); without it those routes are off.",
     )
     cors_origins: str = Field(
         "",

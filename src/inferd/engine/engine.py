@@ -23,6 +23,7 @@ from inferd.engine.cached import Answer
 from inferd.engine.early_refusal import refusal_before_reading
 from inferd.engine.generation import Generation
 from inferd.engine.lifecycle import Lifecycle
+from inferd.engine.load_limits import LoadLimits
 from inferd.engine.loader import Loader
 from inferd.engine.outcomes import Outcomes
 from inferd.engine.registry import Readiness, Registry
@@ -70,6 +71,7 @@ class Engine:
             self._zero_shot_base,
             lambda version: self.loader.disk_bytes(version),
             settings.device_memory_budget_mb,
+            LoadLimits(settings.client_loads_per_minute, settings.client_load_burst),
         )
         self.loader = Loader(
             self.registry,

@@ -29,9 +29,9 @@ class Outcomes:
     @contextmanager
     def recorded(self, served: Version, finished_only: bool = False) -> Iterator[None]:
         """Records the request's outcome and duration in the version's statistics, and for
-        a rollout: every error but shedding (4290) counts as a failure there (the versions of
-        a rollout share their clients, so a client's mistakes fall on both alike, while an
-        input one version runs and the other refuses is the candidate's fault).
+        a rollout: every error but shedding (4290, 4291) counts as a failure there (the
+        versions of a rollout share their clients, so a client's mistakes fall on both alike,
+        while an input one version runs and the other refuses is the candidate's fault).
         `finished_only`: what runs inside is only a request's start (a generation's): only
         a failure is recorded for the rollout, and nothing in the statistics."""
         started = time.perf_counter()
@@ -40,7 +40,7 @@ class Outcomes:
             yield
             ok = True
         except InferdError as exc:
-            failed = exc.code is not ErrorCode.QUEUE_FULL
+            failed = exc.code not in (ErrorCode.QUEUE_FULL, ErrorCode.TOO_MANY_LOADS)
             raise
         except Exception:
             failed = True

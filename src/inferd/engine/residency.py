@@ -14,7 +14,9 @@ the idle ones do not suffice, nothing is evicted and the load waits for busy one
 for as long as a request waits for it (each within its deadline, then 5030 with the reason);
 a load that could not fit even with every version that may go gone (on demand, not in a
 rollout) is refused 5030 at once. Nothing serving is touched. An evicted version's footprint
-is remembered: its next load is budgeted by it.
+is remembered: its next load is budgeted by it. The request that starts a load counts it
+against its client's limit (inferd.engine.load_limits: 4291 over it); one that finds its
+version resident or loading counts nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from inferd.clients import current_client
 from inferd.engine.budget import Budget, Need, device_mb, mb
 from inferd.engine.heap import SettleLater
+from inferd.engine.load_limits import LoadLimits
 from inferd.engine.version import Version, VersionState
 from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
 from inferd.observability.trace import current_trace
@@ -87,12 +91,14 @@ class Residency:
         pinned_anyway: Callable[[Version], bool] = lambda version: False,
         disk_bytes: Callable[[Version], int] = lambda version: 0,
         device_budget_mb: float = 0,
+        load_limits: LoadLimits | None = None,
     ) -> None:
         """`budget_mb`, `max_versions`, `device_budget_mb` (per GPU): 0 for none; `versions`:
         every registered version; `pinned_anyway`: an `on_demand` version kept like a pinned
         one (a zero-shot model's base, which the zero-shot model holds); `disk_bytes`: the size
         of a version's files, from which a version never loaded is budgeted
-        (inferd.engine.budget.UNMEASURED_FACTOR times it)."""
+        (inferd.engine.budget.UNMEASURED_FACTOR times it); `load_limits`: the on-demand loads
+        each client may cause (None: no limit)."""
         self._budget = Budget(budget_mb, max_versions, device_budget_mb, disk_bytes)
         self._load = load
         self._evict = evict
@@ -112,6 +118,7 @@ class Residency:
         self._aborted = False
         self._settling = SettleLater()
         """The heap settled after loads and evictions (inferd.engine.heap)."""
+        self._load_limits = load_limits
 
     def on_demand(self, version: Version) -> bool:
         return version.config.residency == "on_demand" and not self._pinned_anyway(version)
@@ -172,6 +179,8 @@ class Residency:
         key = (version.model, version.version)
         task = self._loading.get(key)
         if task is None:
+            if self._load_limits is not None:  # (a load already under way costs no one)
+                self._load_limits.take(current_client(), _named(version))
             task = asyncio.get_running_loop().create_task(
                 self._load_one(version), name=f"inferd-load-{version.model}-{version.version}"
             )

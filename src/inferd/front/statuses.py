@@ -16,6 +16,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.TOO_MANY_LOADS: 429,
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.OUT_OF_MEMORY: 507,

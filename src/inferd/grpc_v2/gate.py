@@ -21,9 +21,11 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 
+from inferd.clients import set_client
 from inferd.errors import InferdError, InvalidInputError, QueueFullError
 from inferd.front.keys import Keys, bearer
 from inferd.grpc_v2.reader import Reader
@@ -54,11 +56,15 @@ class Gate:
         self.calls = 0
 
     def enter(self, method: str, context: Any) -> InferdError | None:
-        """Why the call may not go on (None: it holds a slot now, to `leave`)."""
+        """Why the call may not go on (None: it holds a slot now, to `leave`). A call let in
+        is served as its key's client, or without API keys its peer address's (set for the
+        rest of the call: each runs in a task of its own)."""
         if method not in PROBES:
-            refused = self.keys.refusal(method in ADMIN, bearer(_authorization(context)))
+            token = bearer(_authorization(context))
+            refused = self.keys.refusal(method in ADMIN, token)
             if refused is not None:
                 return refused
+            set_client(self.keys.client_for(token, _peer_address(context)))
         if self.calls >= self.max_calls:
             if self.metrics is not None:
                 self.metrics.on_grpc_refused("calls")
@@ -79,6 +85,17 @@ def _authorization(context: Any) -> bytes | None:
         if key.lower() == "authorization" and isinstance(value, str):
             return value.encode("latin-1", "replace")
     return None
+
+
+def _peer_address(context: Any) -> str | None:
+    """The address of `context.peer()` (`ipv4:127.0.0.1:5000`, `ipv6:%5B::1%5D:5000`)."""
+    peer = unquote(str(context.peer() or ""))
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or rest
+    if kind == "ipv6":
+        return rest.partition("]")[0].lstrip("[")
+    return peer or None
 
 
 def gated_handlers(

@@ -20,6 +20,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorCode.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.TOO_MANY_LOADS: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.OUT_OF_MEMORY: grpc.StatusCode.RESOURCE_EXHAUSTED,

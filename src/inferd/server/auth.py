@@ -1,5 +1,6 @@
 """API keys over HTTP: Bearer tokens for inference, separate admin keys for what changes server
-state (the keys and their rule: inferd.front.keys).
+state (the keys and their rule: inferd.front.keys). Each request let in is served with its
+client set (inferd.clients): its API key's, or without API keys its peer address's.
 
 Probes stay open, so load balancers and Kubernetes need no key;
 /metrics stays open for the scraper, and the status page (`/`, `/v1/status`) with it: it shows
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferd.clients import client_scope
 from inferd.errors import ErrorCode
-from inferd.front.keys import Keys, bearer
+from inferd.front.keys import ApiKey, Keys, bearer
 from inferd.server.errors import response_for
 
 OPEN_PATHS = frozenset(
@@ -30,7 +32,9 @@ ADMIN_PREFIXES = ("/v2/repository/models/",)
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, api_keys: tuple[bytes, ...], admin_keys: tuple[bytes, ...]):
+    def __init__(
+        self, app: ASGIApp, api_keys: tuple[ApiKey, ...], admin_keys: tuple[ApiKey, ...]
+    ) -> None:
         self.app = app
         self.keys = Keys(api_keys, admin_keys)
 
@@ -39,15 +43,19 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         admin = scope["path"].startswith(ADMIN_PREFIXES)
+        peer = scope.get("client")
+        address = peer[0] if peer else None
         if not admin and not self.keys.api_keys:
-            await self.app(scope, receive, send)
+            with client_scope(self.keys.client_for(None, address)):
+                await self.app(scope, receive, send)
             return
         authorization = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
                 break
-        refused = self.keys.refusal(admin, bearer(authorization))
+        token = bearer(authorization)
+        refused = self.keys.refusal(admin, token)
         if refused is not None:
             request_id = str(scope.get("state", {}).get("request_id", ""))
             response = response_for(refused, request_id, scope["path"])
@@ -55,4 +63,5 @@ class AuthMiddleware:
                 response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        with client_scope(self.keys.client_for(token, address)):
+            await self.app(scope, receive, send)

@@ -70,7 +70,7 @@ _STATUSES = (
     (404, "Not found (4040)"),
     (405, "Method not allowed, with Allow (4004)"),
     (413, "Body over the size limit (4002)"),
-    (429, "Shed: queue or in-flight limit (4290)"),
+    (429, "Shed: queue or in-flight limit (4290); the client's on-demand loads (4291)"),
     (500, "Internal error (5000)"),
     (503, "Not ready, draining or over a memory limit (5030)"),
     (504, "Deadline passed (5040)"),

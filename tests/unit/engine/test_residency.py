@@ -12,10 +12,12 @@ import asyncio
 
 import pytest
 
+from inferd.clients import Client, client_scope
 from inferd.config.model import InstanceGroup, ModelConfig
+from inferd.engine.load_limits import LoadLimits
 from inferd.engine.residency import NOT_RESIDENT, Residency
 from inferd.engine.version import Version, VersionState
-from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
+from inferd.errors import DeadlineExceededError, NotFoundError, TooManyLoadsError, UnavailableError
 
 MB = 2**20
 
@@ -350,3 +352,27 @@ async def test_an_admins_load_makes_room_within_the_budget() -> None:
     await residency.loaded_by_admin(box.versions["c"])
     assert box.evictions == ["a"] and box.resident() == {"b", "c"}
     assert {f.model: f.loads for f in residency.facts()}["c"] == 1
+
+
+async def test_only_the_request_that_starts_a_load_counts_against_its_clients_limit() -> None:
+    """A version in memory, or already loading, costs its client nothing; a load over the
+    client's limit is refused 4291 and starts nothing."""
+    box = Box(["a", "b", "c"])
+    box.load_s = 0.05
+    residency = box.residency(load_limits=LoadLimits(6, 1))
+    alice = Client("alice", keyed=True)
+    bob = Client("bob", keyed=True)
+
+    async def use_as(client: Client, name: str) -> None:
+        with client_scope(client):
+            await use(residency, box.versions[name])
+
+    # alice starts a's load; bob's request arrives while it loads: one load, bob pays nothing
+    await asyncio.gather(use_as(alice, "a"), use_as(bob, "a"))
+    await use_as(alice, "a")  # resident: nothing
+    assert box.loads == ["a"]
+    with pytest.raises(TooManyLoadsError):
+        await use_as(alice, "b")  # alice's one load is spent
+    assert box.loads == ["a"] and not box.versions["b"].ready
+    await use_as(bob, "b")  # bob's is not
+    assert box.loads == ["a", "b"]
