@@ -1,6 +1,7 @@
 """Clients on a real server: each API key (or, without keys, each peer address) is a client
 of its own; the on-demand loads one may cause are limited (429, code 4291, Retry-After) while
-a pinned model beside them keeps serving."""
+a pinned model beside them keeps serving; the response cache is kept per key unless the model
+shares it."""
 
 from __future__ import annotations
 
@@ -40,26 +41,31 @@ def infer(url: str, model: str, key: str | None = None, value: float = 1.0) -> h
 
 
 def repository(root: Path) -> Path:
-    """Six on-demand models and a pinned one."""
+    """Six on-demand models and a pinned one; two pinned ones with a response cache, kept per
+    key (`cached`) or shared across keys (`shared`)."""
     for name in MODELS:
         affine_model(root / name / "1" / "model.onnx")
         write_config(root / name, ON_DEMAND)
     affine_model(root / "pinned" / "1" / "model.onnx")
     write_config(root / "pinned", {"max_batch_size": 8})
+    for name, shared in (("cached", False), ("shared", True)):
+        affine_model(root / name / "1" / "model.onnx")
+        cache = {"enabled": True, "shared_across_keys": shared}
+        write_config(root / name, {"max_batch_size": 8, "response_cache": cache})
     return root
 
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """Two tenants' keys; at most four versions in memory; three loads at once and one a
-    minute for a client whose key says nothing."""
+    """Two tenants' keys; at most six versions in memory (three pinned); three loads at once
+    and one a minute for a client whose key says nothing."""
     root = repository(tmp_path_factory.mktemp("clients-repo"))
     keys = root.parent / "api.keys"
     keys.write_text(KEYS)
     running = start_server(
         root,
         tmp_path_factory.mktemp("clients-logs") / "server.log",
-        *("--api-keys-file", str(keys), "--max-loaded-versions", "4"),
+        *("--api-keys-file", str(keys), "--max-loaded-versions", "6"),
         *("--client-loads-per-minute", "1", "--client-load-burst", "3"),
     )
     yield running
@@ -136,7 +142,7 @@ def test_churning_clients_are_held_to_their_limits_while_a_pinned_model_serves(
     running = start_server(
         root,
         tmp_path / "server.log",
-        *("--max-loaded-versions", "3", "--client-loads-per-minute", "6"),
+        *("--max-loaded-versions", "5", "--client-loads-per-minute", "6"),
         *("--client-load-burst", "2"),
     )
     outcomes: dict[str, list[int]] = {"127.0.0.2": [], "127.0.0.3": [], "pinned": []}
@@ -194,3 +200,22 @@ def test_churning_clients_are_held_to_their_limits_while_a_pinned_model_serves(
         stop.set()
         assert running.stop() == 0, running.log()
 
+
+def test_the_response_cache_is_kept_per_key_unless_the_model_shares_it(
+    keyed: RunningServer,
+) -> None:
+    def how(model: str, key: str) -> str:
+        answer = infer(keyed.url, model, key, 7.0)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [15.0] * 4
+        return answer.headers["x-inferd-cache"]
+
+    # per key: another tenant's identical request is a miss, its own repeat a hit
+    assert how("cached", "alice-key") == "miss"
+    assert how("cached", "alice-key") == "hit"
+    assert how("cached", "bob-key") == "miss"
+    assert how("cached", "bob-key") == "hit"
+    assert how("cached", "bob-new-key") == "hit"  # the same client (name=bob), another key
+    # shared across keys: one tenant's answer is the other's hit
+    assert how("shared", "alice-key") == "miss"
+    assert how("shared", "bob-key") == "hit"

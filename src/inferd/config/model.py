@@ -122,6 +122,13 @@ class ResponseCacheConfig(Section):
         "the least recently used answers go first.",
     )
     ttl_s: float = Field(300.0, gt=0, description="Longest an answer is kept, used or not.")
+    shared_across_keys: bool = Field(
+        False,
+        description="Answer a request from another API key's answers too. Off by default: "
+        "each key's client (keys of one `name=` are one client) has its answers of its own, "
+        "so that a hit's speed never tells one tenant what another asked. Without API keys "
+        "every caller shares the cache either way.",
+    )
 
 
 class ModelConfig(Section):

@@ -7,6 +7,11 @@ the answer: the outputs asked for, `k`, `dimensions`, `raw_scores`), each argume
 its own. The version is not in the key because the cache is the version's own. Generation is
 never cached: it is not served through `answer`.
 
+Each API key's client has a partition of its own (its name is a part of every key), so that a
+hit's speed never tells one tenant what another asked; a model whose `response_cache` says
+`shared_across_keys` keeps one for all. Without API keys every caller is one tenant (an
+address is not a tenant: all share one partition).
+
 Answers are kept read-only (a cached array is shared by every request it answers). A hit
 still tells the observer of its texts (drift sees the traffic, not the misses only), and the
 request's trace says how it was answered (`cache`: hit, miss or coalesced).
@@ -23,6 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from inferd.clients import Client
 from inferd.engine.response_cache import MISS, ResponseCache
 from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.observability.trace import current_trace
@@ -51,11 +57,12 @@ async def answer(
     run: Callable[[], Awaitable[T]],
     deadline: float | None,
     on_lookup: LookupHook,
+    partition: str = "",
 ) -> T:
     """The answer of `verb(*arguments)` from `cache` (or coalesced with an identical request
-    running), else `run()`'s, kept for the next."""
+    running), else `run()`'s, kept for the next; within `partition` (`partition_of`) only."""
     started = time.perf_counter()
-    key = await request_key(verb, arguments)
+    key = await request_key(verb, arguments, partition)
 
     async def miss() -> T:
         result = await run()
@@ -70,16 +77,24 @@ async def answer(
     return result  # type: ignore[no-any-return]
 
 
-async def request_key(verb: str, arguments: Sequence[Argument]) -> bytes:
-    """The key of a request: one part per argument. Large inputs (a hostile 100k-character
-    batch, a 64 MB tensor) are hashed on a worker thread, so the event loop keeps answering."""
+def partition_of(client: Client, shared_across_keys: bool) -> str:
+    """The part of a cache `client`'s requests read and fill: its API key's client's own
+    (by name: the keys of one client share it), or the one of all ("") when the cache is
+    shared across keys or the client came with no key."""
+    return client.name if client.keyed and not shared_across_keys else ""
+
+
+async def request_key(verb: str, arguments: Sequence[Argument], partition: str = "") -> bytes:
+    """The key of a request: its partition, then one part per argument. Large inputs (a
+    hostile 100k-character batch, a 64 MB tensor) are hashed on a worker thread, so the event
+    loop keeps answering."""
     if sum(_size(a) for a in arguments) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(_key, verb, arguments)
-    return _key(verb, arguments)
+        return await asyncio.to_thread(_key, verb, arguments, partition)
+    return _key(verb, arguments, partition)
 
 
-def _key(verb: str, arguments: Sequence[Argument]) -> bytes:
-    return _digest(verb.encode(), *(_part(a) for a in arguments))
+def _key(verb: str, arguments: Sequence[Argument], partition: str) -> bytes:
+    return _digest(partition.encode(), verb.encode(), *(_part(a) for a in arguments))
 
 
 def _part(argument: Argument) -> bytes:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from inferd.clients import current_client
 from inferd.config.server import ServerSettings
 from inferd.engine import agreement, cached
 from inferd.engine.admission import Admission
@@ -190,6 +191,9 @@ class Engine:
                 lambda: run(servable, deadline),
                 deadline,
                 version.cache_lookup,
+                cached.partition_of(
+                    current_client(), version.config.response_cache.shared_across_keys
+                ),
             )
 
         async with self.admission.admit():

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inferd.clients import ANONYMOUS, Client, address_client
 from inferd.engine import Engine
+from inferd.engine.cached import partition_of, request_key
 from inferd.observability.trace import RequestTrace, tracing
 from tests.unit.engine.repo import FakeRuntime, add_model, engine_for, fake_loader
 
@@ -214,3 +216,16 @@ async def test_every_verb_is_cached_a_new_one_too(
     assert list(np.argsort(-fresh.scores)) == [0, 2, 1]
     stats = engine.registry.resolve("ranker").stats.as_dict()["inference_stats"]
     assert stats["cache_hit"]["count"] == 2 and stats["cache_miss"]["count"] == 3
+
+
+async def test_each_keys_client_has_a_partition_of_its_own_unless_shared() -> None:
+    alice = Client("alice", keyed=True)
+    assert partition_of(alice, shared_across_keys=False) == "alice"
+    assert partition_of(alice, shared_across_keys=True) == ""
+    # without keys every caller is one tenant
+    assert partition_of(address_client("10.0.0.1"), shared_across_keys=False) == ""
+    assert partition_of(ANONYMOUS, shared_across_keys=False) == ""
+    texts = (["the same text"],)
+    assert await request_key("embed", texts, "alice") != await request_key("embed", texts, "bob")
+    assert await request_key("embed", texts, "alice") == await request_key("embed", texts, "alice")
+    assert await request_key("embed", texts) != await request_key("embed", texts, "alice")
