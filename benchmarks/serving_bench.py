@@ -109,6 +109,10 @@ PARTS = {
         "residency_bench",
         "many models on one box: on-demand loads and evictions under a memory budget",
     ),
+    "churn": (
+        "churn_bench",
+        "what a pinned model keeps while two clients churn on-demand models, limited or not",
+    ),
 }
 
 

@@ -34,10 +34,10 @@ class ClientSettings(BaseModel):
         "without keys) may cause a minute, on average: a request whose on_demand model is "
         "neither in memory nor loading takes one from its client's bucket of "
         "client_load_burst; with none left it is refused 429 (code 4291) with Retry-After. A "
-        "key's own loads_per_minute (keys file) wins. The default, one every 10 s, keeps two "
-        "clients churning models from taking a pinned model's cores (a load costs a model's "
-        "file read, session and warm-up: half a second of a core for the demo's minilm). "
-        "0: no limit.",
+        "key's own loads_per_minute (keys file) wins. The default, one every 10 s, bounds "
+        "the loads and evictions a client churning models can force (a load costs a model's "
+        "file read, session and warm-up: half a second of a core for the demo's minilm, and "
+        "may evict another client's model). 0: no limit.",
     )
     client_load_burst: int = Field(
         3,
