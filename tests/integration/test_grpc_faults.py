@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -137,6 +139,95 @@ def test_a_64_mib_message_is_refused_without_a_key_and_bounded_with_one(
     # the loop was never held for long (before: 9 s for 10 MB without a key); the figure
     # itself is measured in benchmarks/overload_bench.py hostile --grpc
     assert max(probes) < 1.0, max(probes)
+
+
+SENDERS = """
+import sys, threading
+import grpc
+import numpy as np
+from inferd.grpc_v2 import kserve_v2_pb2 as pb
+
+target, key, count, mib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+request = pb.ModelInferRequest(model_name="affine")
+rows = mib * 1024 * 1024 // 16
+request.inputs.add(name="x", datatype="FP32", shape=[rows, 4])
+request.raw_input_contents.append(np.zeros((rows, 4), np.float32).tobytes())
+data = request.SerializeToString()
+answers = [""] * count
+go = threading.Barrier(count)
+
+def send(index: int) -> None:
+    options = [("grpc.max_send_message_length", len(data) + 1024)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        go.wait()
+        try:
+            call(data, metadata=(("authorization", "Bearer " + key),), timeout=120)
+            answers[index] = "OK"
+        except grpc.RpcError as exc:
+            answers[index] = exc.code().name + " " + (exc.details() or "")[:6]
+
+threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("\\n".join(answers))
+"""
+"""Sends `count` ModelInfer messages of `mib` MiB at once, each on its own channel: a
+process of its own, so that building and sending them never delays this one's probes."""
+
+
+def test_large_messages_with_a_key_do_not_hold_the_event_loop(server: RunningServer) -> None:
+    """Four 60 MiB messages with a valid key arrive at once while `/health` is probed: no
+    probe waits for more than one message. gRPC turns each received message into one bytes
+    object holding the interpreter (copies into fresh memory); on its own thread and loop
+    (inferd.grpc_v2.loops) the interpreter goes back to the app's loop between two messages,
+    where the app's loop used to wait for all four in a row (0.7-2 s here)."""
+    assert server.grpc_target is not None
+    one_message_s = conversion_s(60 * MIB)
+    senders = subprocess.Popen(
+        [sys.executable, "-c", SENDERS, server.grpc_target, KEY, "4", "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    times = []
+    with httpx.Client(base_url=server.url, timeout=30) as probe:
+        probe.get("/health")
+        while senders.poll() is None:
+            started = time.perf_counter()
+            assert probe.get("/health").status_code == 200
+            times.append(time.perf_counter() - started)
+            time.sleep(0.01)
+    answers, _ = senders.communicate()
+    assert senders.returncode == 0
+    # the rows are more than the model's batch: each message is read, parsed and refused
+    assert answers.split("\n")[:4] == ["INVALID_ARGUMENT [4005]"] * 4, answers
+    # 100 ms; on a machine that takes longer than 50 ms to convert one message (a loaded
+    # one), two messages' conversions: the loop may wait for one, not for four in a row
+    bound_s = max(0.1, 2 * one_message_s)
+    slowest = [round(t * 1000) for t in sorted(times)[-3:]]
+    assert max(times) < bound_s, (
+        f"/health took up to {max(times) * 1000:.0f} ms while four 60 MiB gRPC messages "
+        f"arrived (slowest {slowest} ms of {len(times)} probes; the bound "
+        f"{bound_s * 1000:.0f} ms, converting one 60 MiB message taking "
+        f"{one_message_s * 1000:.0f} ms here): the event loop waited for more than one message"
+    )
+
+
+def conversion_s(size: int) -> float:
+    """The median time of three conversions of `size` received bytes into one bytes object
+    as gRPC makes them (each slice copied out, then all joined into fresh memory)."""
+    received = memoryview(bytes(size))
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        chunks = [bytes(received[at : at + 16384]) for at in range(0, size, 16384)]
+        joined = b"".join(chunks)
+        took.append(time.perf_counter() - started)
+        del chunks, joined
+    return sorted(took)[1]
 
 
 def test_malformed_messages_get_a_plain_reason_and_a_throttled_log(
