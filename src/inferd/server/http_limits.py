@@ -14,6 +14,13 @@ The same protocol stamps when each request began to arrive (`received_at`, what 
 and the latency metrics count from) and, given an `early` hook (inferd.server.shed), answers
 there and then a request the hook refuses from its head alone, skipping its body and keeping
 the connection open.
+
+A refusal tells its client when to come back (`Retry-After`). A connection that sends again
+sooner and is refused again has its refusal held back until then (at most `PACE_MAX_S`): a
+client that retries at once, ignoring the header, is paced to one refusal per `Retry-After`
+at the cost of a timer, instead of a refusal as fast as it can send (each cheap, together
+the whole core the refusals are there to protect). A client that waits as told is answered at
+once, every time.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -53,11 +60,26 @@ class Admitted(Protocol):
     def release(self) -> None: ...
 
 
+class Refused(Protocol):
+    """A request refused from its head: written by `render`, with the seconds it held the
+    answer back (0 when it did not)."""
+
+    pace_s: float
+    """How long the client was told to wait (its `Retry-After`); 0: no pacing (a drain)."""
+
+    def render(self, held_s: float) -> bytes: ...
+
+
 EarlyAnswer = Callable[
-    [bytes, bytes, Sequence[tuple[bytes, bytes]], bool, float], bytes | Admitted | None
+    [bytes, bytes, Sequence[tuple[bytes, bytes]], bool, float, str | None],
+    Refused | Admitted | None,
 ]
-"""`(method, url, headers, keep_alive, received_at)` -> the whole answer to send now, or a
-token released when the request is answered (or its connection lost), or None."""
+"""`(method, url, headers, keep_alive, received_at, peer address)` -> a refusal to answer on
+the protocol's side, or a token released when the request is answered (or its connection
+lost), or None."""
+
+PACE_MAX_S = 1.0
+"""The longest a paced refusal is held back (`BoundedHttpTools`)."""
 
 
 def bounded_protocol(
@@ -85,6 +107,10 @@ def bounded_protocol(
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_at = 0.0
             """When the body's last bytes arrived (while a body is awaited)."""
+            self._quiet_until = 0.0
+            """Until when the last refusal told this connection's client to wait (perf_counter)."""
+            self._held: tuple[Refused, bool, float, asyncio.TimerHandle] | None = None
+            """A paced refusal not yet written: itself, keep-alive, when it was held, its timer."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             # a response's head and body in one send (inferd.server.coalesce)
@@ -92,6 +118,9 @@ def bounded_protocol(
             self._start_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._held is not None:
+                self._held[3].cancel()
+                self._held = None
             self._stop_timer()
             self._stop_body_timer()
             self._release()
@@ -148,6 +177,8 @@ def bounded_protocol(
             self._in_head = False
             self._heads_done += 1
             self._stop_timer()
+            if self._held is not None:  # a pipelined request: the held answer goes first
+                self._write_held()
             if early is not None and (self.cycle is None or self.cycle.response_complete):
                 # (a pipelined request waits its turn, and so goes to the app)
                 keep_alive = (
@@ -162,12 +193,13 @@ def bounded_protocol(
                         self.headers,
                         keep_alive,
                         self._received_at,
+                        self.client[0] if self.client else None,
                     )
                 except Exception:  # a fault here must not cost the request: the app decides
                     log.exception("the early refusal check failed; the app answers instead")
                     answer = None
-                if isinstance(answer, bytes):
-                    self._answer_now(answer, keep_alive)
+                if answer is not None and hasattr(answer, "render"):
+                    self._refused(cast(Refused, answer), keep_alive)
                     return
                 self._admitted = answer
             super().on_headers_complete()
@@ -181,7 +213,30 @@ def bounded_protocol(
                 self._admitted.release()
                 self._admitted = None
 
-        def _answer_now(self, answer: bytes, keep_alive: bool) -> None:
+        def _refused(self, refusal: Refused, keep_alive: bool) -> None:
+            """Answers a refusal now, or holds it until the client's last `Retry-After` is
+            over when it came back sooner (see the module's docstring)."""
+            now = time.perf_counter()
+            hold_s = min(self._quiet_until - now, PACE_MAX_S) if refusal.pace_s > 0 else 0.0
+            self._quiet_until = now + max(hold_s, 0.0) + min(refusal.pace_s, PACE_MAX_S)
+            if hold_s <= 0 or not keep_alive:
+                self._answer_now(refusal.render(0.0), keep_alive)
+                return
+            self._finish_cycle(keep_alive)  # its body is skipped meanwhile
+            timer = self.loop.call_later(hold_s, self._write_held)
+            self._held = (refusal, keep_alive, now, timer)
+
+        def _write_held(self) -> None:
+            if self._held is None:
+                return
+            refusal, keep_alive, since, timer = self._held
+            self._held = None
+            timer.cancel()
+            if self.transport.is_closing():
+                return
+            self._write_answer(refusal.render(time.perf_counter() - since), keep_alive)
+
+        def _finish_cycle(self, keep_alive: bool) -> None:
             # a finished cycle stands for the request, so that uvicorn skips its body and
             # serves the next request on the connection as after any answer
             self.cycle = RequestResponseCycle(
@@ -198,11 +253,18 @@ def bounded_protocol(
                 on_response=self.on_response_complete,
             )
             self.cycle.response_complete = True
+
+        def _answer_now(self, answer: bytes, keep_alive: bool) -> None:
+            self._finish_cycle(keep_alive)
+            self._write_answer(answer, keep_alive)
+
+        def _write_answer(self, answer: bytes, keep_alive: bool) -> None:
             status_line, rest = answer.split(b"\r\n", 1)
             defaults = b"".join(
                 n + b": " + v + b"\r\n" for n, v in self.server_state.default_headers
             )
-            self.transport.write(status_line + b"\r\n" + defaults + rest)
+            close = b"" if keep_alive else b"connection: close\r\n"
+            self.transport.write(status_line + b"\r\n" + defaults + close + rest)
             if keep_alive:
                 self.on_response_complete()
             else:
@@ -275,6 +337,7 @@ def bounded_protocol(
                 self._refuse(status, reason, message, code)
 
         def shutdown(self) -> None:
+            self._write_held()  # a held refusal is answered before the connection closes
             if self._awaits_body() and not self.transport.is_closing():
                 self._stop_body_timer()
                 self._end_body(

@@ -43,12 +43,17 @@ def note_payload(trace: RequestTrace, body: bytes, enabled: bool) -> None:
     trace.payload = f"[PAYLOAD, debug logging] {text}{more}"
 
 
-def server_timing(started: float, load_s: float = 0.0) -> tuple[bytes, bytes]:
+def server_timing(
+    started: float, load_s: float = 0.0, inference_s: float = 0.0
+) -> tuple[bytes, bytes]:
     """The `Server-Timing` header: milliseconds from reading the request to answering it, and
-    of them those it waited for its model to load (`load`, only when it did)."""
+    of them those it waited for its model to load (`load`, only when it did) and those its
+    batches ran (`run`, only when they did: the rest is the wait, the parsing and the answer)."""
     value = b"total;dur=%.3f" % ((time.perf_counter() - started) * 1000)
     if load_s > 0:
         value += b", load;dur=%.3f" % (load_s * 1000)
+    if inference_s > 0:
+        value += b", run;dur=%.3f" % (inference_s * 1000)
     return b"server-timing", value
 
 
@@ -84,7 +89,7 @@ class ObserveMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                timing = server_timing(trace.started, trace.load_s)
+                timing = server_timing(trace.started, trace.load_s, trace.inference_s)
                 headers = [*message.get("headers", []), timing]
                 if trace.cache is not None:
                     headers.append((CACHE_HEADER, trace.cache.encode()))

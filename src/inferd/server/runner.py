@@ -28,6 +28,7 @@ import uvicorn
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
+from inferd.front.keys import Keys, read_keys
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.server.companion import Companion
@@ -176,7 +177,8 @@ def run_server(
     from inferd.server.data_routes import DATA_ROUTES
 
     app = create_app(settings, engine, metrics, live=live, companions=companions)
-    early = EarlyRefusal(engine, DATA_ROUTES, metrics)
+    keys = Keys(read_keys(settings.api_keys_file), ())
+    early = EarlyRefusal(engine, DATA_ROUTES, metrics, keys)
     config = uvicorn.Config(
         app,
         host=settings.host,

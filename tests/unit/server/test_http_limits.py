@@ -1,6 +1,7 @@
 """The bounded HTTP protocol fed bytes directly (no socket, so how the bytes arrive in reads is
 the test's choice): a head over its limits is refused, a whole request in one read is not; an
-early hook's answer is written from the head alone, its body skipped, the connection kept."""
+early hook's answer is written from the head alone, its body skipped, the connection kept; a
+client that comes back before its `Retry-After` has its next refusal held back until then."""
 
 from __future__ import annotations
 
@@ -112,13 +113,24 @@ class Gate:
         headers: Sequence[tuple[bytes, bytes]],
         keep_alive: bool,
         received_at: float,
-    ) -> bytes | Gate.Ticket | None:
+        address: str | None,
+    ) -> Gate.Refusal | Gate.Ticket | None:
         self.asked.append(url)
         if url == b"/shed":
-            close = b"" if keep_alive else b"connection: close\r\n"
-            return b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n" + close + b"\r\nno"
+            return Gate.Refusal(self.pace_s)
         self.open += 1
         return Gate.Ticket(self)
+
+    pace_s = 0.0
+
+    class Refusal:
+        def __init__(self, pace_s: float) -> None:
+            self.pace_s = pace_s
+            self.held_s: float | None = None
+
+        def render(self, held_s: float) -> bytes:
+            self.held_s = held_s
+            return b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n\r\nno"
 
     class Ticket:
         def __init__(self, gate: Gate) -> None:
@@ -166,3 +178,62 @@ async def test_a_lost_connection_releases_what_it_held() -> None:
     assert gate.open == 1
     made.connection_lost(None)
     assert gate.open == 0
+
+
+def statuses(transport: Transport) -> list[bytes]:
+    return [a[:3] for a in transport.written.split(b"HTTP/1.1 ")[1:]]
+
+
+async def test_a_client_back_before_its_retry_after_has_its_refusal_held_until_then() -> None:
+    gate = Gate()
+    gate.pace_s = 0.2
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"{}", b"/shed"))
+    await asyncio.sleep(0)
+    assert statuses(transport) == [b"429"]  # the first refusal: at once
+    made.data_received(post(b"{}", b"/shed"))  # back at once, ignoring Retry-After
+    await asyncio.sleep(0.05)
+    assert statuses(transport) == [b"429"]  # held
+    await asyncio.sleep(0.25)
+    assert statuses(transport) == [b"429", b"429"] and not transport.closed
+    made.data_received(post(b"hello"))  # the connection serves on
+    await settle()
+    assert statuses(transport) == [b"429", b"429", b"200"]
+
+
+async def test_a_client_that_waits_as_told_is_refused_at_once() -> None:
+    gate = Gate()
+    gate.pace_s = 0.05
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"{}", b"/shed"))
+    await asyncio.sleep(0.1)  # longer than its Retry-After
+    made.data_received(post(b"{}", b"/shed"))
+    await asyncio.sleep(0)
+    assert statuses(transport) == [b"429", b"429"]
+
+
+async def test_a_pipelined_request_sends_the_held_refusal_first() -> None:
+    gate = Gate()
+    gate.pace_s = 10.0
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"{}", b"/shed"))
+    await asyncio.sleep(0)
+    made.data_received(post(b"{}", b"/shed") + post(b"next"))
+    await settle()
+    assert statuses(transport) == [b"429", b"429", b"200"]
+
+
+async def test_a_held_refusal_is_dropped_with_its_connection_and_sent_at_shutdown() -> None:
+    gate = Gate()
+    gate.pace_s = 10.0
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"{}", b"/shed") + post(b"{}", b"/shed"))
+    await asyncio.sleep(0)
+    assert statuses(transport) == [b"429"]
+    made.shutdown()
+    assert statuses(transport) == [b"429", b"429"] and transport.closed
+    made, transport = protocol(early=gate)
+    made.data_received(post(b"{}", b"/shed") + post(b"{}", b"/shed"))
+    made.connection_lost(None)
+    await asyncio.sleep(0)
+    assert statuses(transport) == [b"429"]
