@@ -5,6 +5,13 @@ queued work would outlast it, or when the queued work ahead of it would take mor
 of the queue-time bound; a client's item that waited past the bound is shed. A burst (fewer
 than `QUEUE_TIME_MIN_ITEMS` requests queued) is never shed by queue time. Every refusal for
 load carries a Retry-After estimate from the measured run times.
+
+The work ahead of a request is its client's (`inferd.clients.current_client`): while other
+clients are queued, it is what the fair order (inferd.batching.fairness) serves before it, so
+a client that floods is refused for its own queue while one within its share is admitted.
+The cost of that work is the queue's measured drain (`RunCosts.drain_row_s`: the time between
+answers while a queue stood, so a busy event loop counts) or, until one is measured or when
+it is lower, the runtime's measured cost of a row.
 """
 
 from __future__ import annotations
@@ -17,14 +24,15 @@ from inferd.batching.backlog import Backlog
 from inferd.batching.health import RuntimeHealth
 from inferd.batching.measures import CLOCK, RunCosts
 from inferd.batching.settings import BatcherSettings
+from inferd.clients import Client, current_client
 from inferd.errors import DeadlineExceededError, DeadlineUnmetError, QueueFullError
 from inferd.runtime.protocol import Feeds
 
-ADMIT_SHARE = 0.5
+ADMIT_SHARE = 0.8
 """An item is refused as it arrives when the queued work ahead of it would take more than this
-share of `max_queue_time_s`: the estimate (the measured cost of a row) swings with the batches'
-lengths and the machine's other work, and an item admitted that then waits past the bound is
-refused only when it has spent it, the slow refusal the bound is there to avoid."""
+share of `max_queue_time_s`: the estimate (the measured drain of a row) swings with the
+batches' lengths and the machine's other work, and an item admitted that then waits past the
+bound is refused only when it has spent it, the slow refusal the bound is there to avoid."""
 QUEUE_TIME_FLOOR_RUNS = 16
 """The queue-time bound in force is never below this many runs of a request on its own (a
 batch of one item, measured; the mean batch until one is): a queue of a few requests is a burst
@@ -103,7 +111,7 @@ class Admission:
                     retry_after_s=wait_s,
                 )
         if not background:
-            overdue = self.queue_time_refusal()
+            overdue = self.queue_time_refusal(0, current_client())
             if overdue is not None:
                 raise overdue
 
@@ -112,12 +120,16 @@ class Admission:
         their share of the runtimes at the measured cost of a queued row, plus a whole batch
         when every runtime is busy (the one it waits for to finish). None until a batch
         formed under load has been measured."""
-        row_s, batch_s = self._costs.row_s, self._costs.batch_s
+        costs = self._costs
+        row_s, batch_s = costs.row_s, costs.batch_s
         if row_s is None or batch_s is None:
             return None
         concurrency = self._settings.concurrency
         busy = batch_s if self._backlog.running >= concurrency else 0.0
-        return ahead * row_s / concurrency + busy
+        run_s = ahead * row_s / concurrency
+        if costs.drain_row_s is not None:  # (what the runtimes cost, and what else slows them)
+            run_s = max(run_s, ahead * costs.drain_row_s)
+        return run_s + busy
 
     def queue_time_bound_s(self) -> float | None:
         """The queue-time bound in force: `max_queue_time_s`, or `QUEUE_TIME_FLOOR_RUNS`
@@ -131,31 +143,44 @@ class Admission:
             return None
         return max(bound, QUEUE_TIME_FLOOR_RUNS * run_s)
 
-    def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
+    def queue_time_refusal(
+        self, arriving: int = 0, client: Client | None = None
+    ) -> QueueFullError | None:
         """The 4290 an item arriving now gets because the queued work ahead of it would take
         longer than `ADMIT_SHARE` of the bound in force (`queue_time_bound_s`), or the oldest
         queued item has waited that long already (None when neither, or there is no bound):
         `arriving`, the requests to this queue read and not answered yet, count ahead of it
         beside those queued (less those running). Never with fewer than
         `QUEUE_TIME_MIN_ITEMS` requests ahead of it (`arriving` counts the arriving one and
-        those running)."""
+        those running). The item is `client`'s (None: the current client's): while other
+        clients are queued, the work ahead of it is what the fair order serves first."""
         bound = self.queue_time_bound_s()
         if bound is None:
             return None
         backlog = self._backlog
-        items_ahead = max(backlog.queued_requests, arriving - 1 - backlog.running)
-        if items_ahead < QUEUE_TIME_MIN_ITEMS:
-            return None
-        ahead = max(backlog.queued_rows, arriving - backlog.running_rows)
-        wait_s = self.queue_wait_s(ahead)
-        if backlog.queue:  # what the oldest has waited already: the estimate's floor, measured
-            oldest_s = CLOCK() - backlog.queue[0].enqueued_at
-            wait_s = oldest_s if wait_s is None else max(wait_s, oldest_s)
+        client = client if client is not None else current_client()
+        fair = backlog.fair
+        if fair.clients and (fair.mixed or client.name not in fair.clients):
+            # others are queued: its own share of the work ahead, not the oldest's wait
+            ahead = fair.rows_ahead(client)
+            if ahead < QUEUE_TIME_MIN_ITEMS:
+                return None
+            wait_s = self.queue_wait_s(ahead)
+        else:
+            items_ahead = max(backlog.queued_requests, arriving - 1 - backlog.running)
+            if items_ahead < QUEUE_TIME_MIN_ITEMS:
+                return None
+            ahead = max(backlog.queued_rows, arriving - backlog.running_rows)
+            wait_s = self.queue_wait_s(ahead)
+            if backlog.queue:  # what the oldest has waited already: the estimate's floor
+                oldest_s = CLOCK() - backlog.queue[0].enqueued_at
+                wait_s = oldest_s if wait_s is None else max(wait_s, oldest_s)
         if wait_s is None or wait_s <= bound * ADMIT_SHARE:
             return None
         return QueueFullError(
             f"the queue of model '{self._settings.model}' holds about {wait_s * 1000:.0f} ms "
-            f"of work, more than its bound of {bound * 1000:.0f} ms admits; retry later",
+            f"of work ahead of this request, more than its bound of {bound * 1000:.0f} ms "
+            "admits; retry later",
             retry_after_s=wait_s - bound * ADMIT_SHARE,
         )
 

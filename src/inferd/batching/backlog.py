@@ -1,5 +1,6 @@
 """What a batcher holds: its queued items in arrival order, with their rows and requests
-counted, and the batches running with their rows."""
+counted (and each client's: inferd.batching.fairness), and the batches running with their
+rows."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inferd.batching.fairness import FairShare, Rank
 from inferd.batching.formation import Signature
+from inferd.clients import ANONYMOUS, Client
 from inferd.errors import InferdError
 from inferd.runtime.protocol import Array, Feeds
 
@@ -43,6 +46,9 @@ class Entry:
     """Queued by background work (inferd.runtime.priority): shadow traffic."""
     head: bool = True
     """The first part of its request (a request over the batch size comes in parts)."""
+    client: str = ANONYMOUS.name
+    rank: Rank = field(default_factory=lambda: Rank(0, 0.0))
+    """Its place in the fair order between clients (set when it is queued)."""
 
     def fail(self, error: InferdError) -> None:
         if self.timer is not None:
@@ -65,11 +71,14 @@ class Backlog:
         self.running_rows = 0
         self.background_running = 0
         """Running batches made only of background items (they may not take every runtime)."""
+        self.fair = FairShare()
 
-    def add(self, entries: Sequence[Entry]) -> None:
-        """Queues the parts of one request, in order."""
+    def add(self, entries: Sequence[Entry], client: Client = ANONYMOUS) -> None:
+        """Queues the parts of one request of `client`, in order."""
         queue = self.queue
         for entry in entries:
+            entry.client = client.name
+            entry.rank = self.fair.queued(client, entry.rows)
             queue.append(entry)
             self.queued_rows += entry.rows
             self.queued_requests += entry.head
@@ -78,6 +87,7 @@ class Backlog:
         entry = self.queue.popleft()
         self.queued_rows -= entry.rows
         self.queued_requests -= entry.head
+        self.fair.left(entry.client, entry.rows)
         return entry
 
     def purge_head(self) -> None:
@@ -98,6 +108,7 @@ class Backlog:
             if id(entry) in taken or entry.future.done():
                 rows += entry.rows
                 requests += entry.head
+                self.fair.left(entry.client, entry.rows)
             else:
                 kept.append(entry)
         self.queue = kept

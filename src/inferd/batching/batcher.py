@@ -26,6 +26,7 @@ from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
 from inferd.batching.padding import concat_chunks
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
+from inferd.clients import current_client
 from inferd.errors import DeadlineExceededError, QueueFullError, UnavailableError
 from inferd.observability.observer import Observer, Unhealthy, notify
 from inferd.runtime import priority
@@ -58,7 +59,7 @@ class DynamicBatcher:
         self._health = RuntimeHealth(settings, self._observer)
         self._admission = Admission(settings, self._backlog, self._costs, self._health)
         self._policy = DispatchPolicy(
-            layout, settings, self._backlog, self._arrivals, self._health, sizer
+            layout, settings, self._backlog, self._arrivals, self._health, sizer, self._costs
         )
         self._execution = BatchExecution(
             layout,
@@ -218,7 +219,7 @@ class DynamicBatcher:
                 entry.timer = loop.call_at(deadline, self._expire, entry)
             entries.append(entry)
             total_rows += part_rows
-        self._backlog.add(entries)
+        self._backlog.add(entries, current_client())
         self._arrivals.observe(arrived, total_rows)
         self._idle.clear()
         self._wakeup.set()
@@ -312,8 +313,11 @@ class DynamicBatcher:
                 entry.fail(UnavailableError("the model is shutting down"))
             raise
         else:
+            now = CLOCK()
             if full_rows > 0:
-                self._costs.full_batch_ran(full_rows, CLOCK() - started)
+                self._costs.full_batch_ran(full_rows, now - started)
+            rows = sum(e.rows for e in batch)
+            self._costs.answered(now, rows, bool(self._backlog.queued_requests))
         finally:
             self._backlog.finished(sum(e.rows for e in batch), background)
             self._wakeup.set()

@@ -9,17 +9,23 @@ When, re-evaluated whenever a request arrives or a batch finishes:
 - every slot is busy: requests accumulate, and the next batch forms when a slot frees.
 
 Which: the oldest live item and those that may share its batch (inferd.batching.formation),
+or, while several clients are queued, the first live item in their fair order
+(inferd.batching.fairness) and those that may share its batch among the next in that order
+(cut to a slice while one client holds most of the queue),
 under the batch size limit (inferd.batching.health) and the learned token cap
 (inferd.batching.sizing); background items never share a batch with clients' items.
 """
 
 from __future__ import annotations
 
+import heapq
+
 from inferd.batching.backlog import Backlog, Entry
+from inferd.batching.fairness import Rank
 from inferd.batching.formation import select_batch
 from inferd.batching.health import RuntimeHealth
 from inferd.batching.layout import BatchLayout
-from inferd.batching.measures import CLOCK, ArrivalRate
+from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 
@@ -35,6 +41,7 @@ class DispatchPolicy:
         arrivals: ArrivalRate,
         health: RuntimeHealth,
         sizer: BatchSizer,
+        costs: RunCosts,
     ) -> None:
         self._layout = layout
         self._settings = settings
@@ -42,6 +49,7 @@ class DispatchPolicy:
         self._arrivals = arrivals
         self._health = health
         self._sizer = sizer
+        self._costs = costs
 
     def wait_s(self, now: float) -> float:
         """Seconds to wait before dispatching the queued items; 0 to dispatch now."""
@@ -69,11 +77,15 @@ class DispatchPolicy:
         backlog = self._backlog
         window = max(settings.max_batch_size, 1) * settings.scan_window
         candidates: list[Entry] = []
-        for entry in backlog.queue:
-            if len(candidates) >= window:
-                break
-            if not entry.future.done():
-                candidates.append(entry)
+        if backlog.fair.mixed:
+            live = (e for e in backlog.queue if not e.future.done())
+            candidates = heapq.nsmallest(window, live, key=_rank)
+        else:
+            for entry in backlog.queue:
+                if len(candidates) >= window:
+                    break
+                if not entry.future.done():
+                    candidates.append(entry)
         if not candidates:
             backlog.purge_done()
             return [], False
@@ -89,7 +101,11 @@ class DispatchPolicy:
         else:
             # one item at a time: a client arriving meanwhile shares the cores with little
             candidates = candidates[:1]
-        max_rows = self._health.current_limit(CLOCK()) if self._layout.batched else 0
+        now = CLOCK()
+        max_rows = self._health.current_limit(now) if self._layout.batched else 0
+        cut = backlog.fair.slice_rows(now, self._costs.lone_s, self._costs.row_s)
+        if cut is not None and max_rows > 0:
+            max_rows = min(max_rows, cut)
         measured = (
             settings.learn_batch_tokens
             and max_rows > 0
@@ -106,4 +122,9 @@ class DispatchPolicy:
         )
         batch = [candidates[i] for i in chosen]
         backlog.take(batch)
+        backlog.fair.served(batch[0].rank)
         return batch, measured
+
+
+def _rank(entry: Entry) -> Rank:
+    return entry.rank

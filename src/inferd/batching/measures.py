@@ -33,10 +33,20 @@ class ArrivalRate:
         return 0.0 if not self._gap_per_row else 1.0 / self._gap_per_row
 
 
+DRAIN_WINDOW_S = 0.05
+"""The drain rate is measured over windows of at least this long (a batch's answers come
+together: a window must hold several)."""
+
+
 class RunCosts:
     """Moving averages of batch run times, each None until its first measure."""
 
     def __init__(self) -> None:
+        self.drain_row_s: float | None = None
+        """Wall time per row answered while a queue stood: the queue's real drain, waits for
+        the event loop and the machine's other work included (the run times leave them out)."""
+        self._drain_since: float | None = None
+        self._drain_rows = 0
         self.batch_s: float | None = None
         """Run time of a batch that succeeded."""
         self.lone_s: float | None = None
@@ -57,3 +67,22 @@ class RunCosts:
         row_s = run_s / rows
         prev = self.row_s
         self.row_s = row_s if prev is None else prev + ALPHA * (row_s - prev)
+
+    def answered(self, now: float, rows: int, backlogged: bool) -> None:
+        """A batch of `rows` rows was answered at `now`; `backlogged`: items still waited.
+        Between two answers while a queue stood the runtimes had work all along, so the rows
+        over the time are the queue's drain."""
+        if not backlogged:
+            self._drain_since = None
+            return
+        if self._drain_since is None:
+            self._drain_since, self._drain_rows = now, 0
+            return
+        self._drain_rows += rows
+        elapsed = now - self._drain_since
+        if elapsed < DRAIN_WINDOW_S:
+            return
+        sample = elapsed / self._drain_rows
+        prev = self.drain_row_s
+        self.drain_row_s = sample if prev is None else prev + ALPHA * (sample - prev)
+        self._drain_since, self._drain_rows = now, 0
