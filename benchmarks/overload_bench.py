@@ -1,24 +1,25 @@
-"""Overload: the demo's /predict (or `--path /embed`) at 8x its capacity, open and closed loop.
+"""Overload: goodput past the knee, closed and open loop, on the demo's /predict (or `--path`).
 
-First the capacity is measured (closed loop at 32 connections); then
-- open loop: Poisson arrivals at `--factor` x that rate for `--seconds`, each sent on an idle
+First the knee: closed loop at a few concurrencies (`--knee`), its best goodput (successes a
+second) the server's capacity. Then, for each step:
+- closed loop (`--closed`): that many clients, each sending its next request as soon as the
+  last is answered, whatever the answer (as retry loops that ignore `Retry-After` do);
+- open loop (`--open`): Poisson arrivals at that factor of the capacity, each sent on an idle
   keep-alive connection or a new one, latency counted from when it was due (so a slow server
-  cannot hide behind a slow client);
-- closed loop: `--connections` connections (the factor x the capacity in-flight requests and
-  more), each sending its next request as soon as the last is answered.
+  cannot hide behind a slow client).
 
-For each: answers by status, the p50/p99/max of 200s and of 429s as the client saw them and as
-the server did (its `Server-Timing` header: from parsing the request's first byte to the start
-of the answer), the requests sent but never answered within `--grace` seconds of the end, and
-the connection errors: connections the server did not accept (connect failed) and accepted
-connections closed before their request's answer. `--unique` makes every request's text unique
-(a counter appended), so no answer comes from the response cache.
-The client is a raw asyncio HTTP/1.1 client (uvloop), on the same two cores as the server.
+For each step: goodput and its ratio to the best at the knee, refusals, the p99 of successes
+as the server saw them (its `Server-Timing`: from parsing the request's first byte to the
+start of the answer, and that less the batch's `run`) and as the client did, the p99 of
+refusals, and the requests lost (no answer within `--grace` seconds of the end, or their
+connection failed). `--server-cpus 0 --client-cpus 1` pins the server and the load generator
+to cores of their own; `--unbounded` measures the same server without a queue-time bound in
+the same run. `--unique` makes every request's text unique (a counter appended), so no answer
+comes from the response cache. The client is a raw asyncio HTTP/1.1 client (uvloop).
 
-    python benchmarks/overload_bench.py            # writes the "overload" section of RESULTS.md
+    python benchmarks/overload_bench.py --server-cpus 0 --client-cpus 1 --unique --unbounded
     python benchmarks/overload_bench.py --baseline 83e86e5   # an older commit first, alike
     python benchmarks/overload_bench.py --quick
-    python benchmarks/overload_bench.py --path /embed --unique --factor 4 --connections 1000
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -43,7 +46,15 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, parts_help, publish, run_entry, worktree
+from common import (
+    RESULTS,
+    Server,
+    machine_description,
+    parts_help,
+    publish,
+    run_entry,
+    worktree,
+)
 from inferd.tools.demo import build_demo
 from texts import make_texts
 
@@ -57,23 +68,47 @@ class Outcome:
     status: int
     client_s: float
     server_s: float | None
+    run_s: float | None = None
+    """Of `server_s`, the time its batches ran (`Server-Timing`'s `run`)."""
+    hold_s: float = 0.0
+    """Of `server_s`, the time a paced refusal was held back (`Server-Timing`'s `hold`)."""
+
+
+def server_timings(head: bytes) -> dict[bytes, float]:
+    """`Server-Timing`'s durations (seconds) by name, from a lower-cased response head."""
+    at = head.find(b"server-timing: ")
+    if at < 0:
+        return {}
+    stop = head.find(b"\r\n", at)
+    found: dict[bytes, float] = {}
+    for part in head[at + 15 : stop if stop >= 0 else None].split(b","):
+        name, _, dur = part.strip().partition(b";dur=")
+        if dur:
+            found[name] = float(dur) / 1000
+    return found
 
 
 class Payloads:
-    """The requests sent: the i-th is body i (cycled), its text made unique when `unique`."""
+    """The requests sent: the i-th is body i (cycled), its text made unique when `unique`;
+    `headers`: more header lines (each ending in CRLF), e.g. an API key's."""
 
-    def __init__(self, host: str, bodies: list[list[str]], path: str, unique: bool) -> None:
+    def __init__(
+        self, host: str, bodies: list[list[str]], path: str, unique: bool, headers: bytes = b""
+    ) -> None:
         self._host = host
         self._texts = bodies
         self._path = path
         self._unique = unique
-        self._fixed = [request_bytes(host, orjson.dumps({"texts": t}), path) for t in bodies]
+        self._headers = headers
+        self._fixed = [
+            request_bytes(host, orjson.dumps({"texts": t}), path, headers) for t in bodies
+        ]
 
     def __getitem__(self, i: int) -> bytes:
         if not self._unique:
             return self._fixed[i % len(self._fixed)]
         texts = [f"{t} (request {i})" for t in self._texts[i % len(self._texts)]]
-        return request_bytes(self._host, orjson.dumps({"texts": texts}), self._path)
+        return request_bytes(self._host, orjson.dumps({"texts": texts}), self._path, self._headers)
 
     def __len__(self) -> int:
         return 1 << 62 if self._unique else len(self._fixed)
@@ -120,14 +155,23 @@ PARTS = {
         "hostile_bench",
         "hostile requests (--grpc: messages): the answer, and /health meanwhile",
     ),
+    "fairness": (
+        "fairness_bench",
+        "one API key floods, another sends steadily: what the steady one gets, alone and not",
+    ),
 }
 
 
-def request_bytes(host: str, body: bytes, path: str = PATH) -> bytes:
+def request_bytes(host: str, body: bytes, path: str = PATH, headers: bytes = b"") -> bytes:
     return (
-        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n\r\n"
-    ).encode() + body
+        (
+            f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n"
+        ).encode()
+        + headers
+        + b"\r\n"
+        + body
+    )
 
 
 class Connection(asyncio.Protocol):
@@ -163,13 +207,18 @@ class Connection(asyncio.Protocol):
                 return
             self.buffer = self.buffer[end + 4 + length :]
             status = int(head[9:12])
-            timing_at = head.find(b"server-timing: total;dur=")
-            server_s = None
-            if timing_at >= 0:
-                stop = head.find(b"\r\n", timing_at)
-                server_s = float(head[timing_at + 25 : stop if stop >= 0 else None]) / 1000
+            timings = server_timings(head)
             if self.due is not None:
-                self.tally.end(Outcome(status, time.perf_counter() - self.due, server_s))
+                client_s = time.perf_counter() - self.due
+                self.tally.end(
+                    Outcome(
+                        status,
+                        client_s,
+                        timings.get(b"total"),
+                        timings.get(b"run"),
+                        timings.get(b"hold", 0.0),
+                    )
+                )
                 self.due = None
             if b"connection: close" in head:
                 return  # the server closes it; connection_lost follows
@@ -271,61 +320,130 @@ async def closed_loop(
     return tally
 
 
-def percentiles_ms(values: list[float]) -> str:
-    if not values:
-        return "- | - | -"
-    p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
-    return f"{p50:.1f} | {p99:.1f} | {max(values) * 1000:.1f}"
+@dataclass
+class Step:
+    """One load step: what was offered, and what came back."""
 
-
-def rows(variant: str, label: str, tally: Tally, seconds: float) -> list[str]:
-    answered = len(tally.outcomes)
-    unanswered = tally.sent - answered - tally.lost
-    lines = []
-    for status in sorted({o.status for o in tally.outcomes}):
-        chosen = [o for o in tally.outcomes if o.status == status]
-        client = [o.client_s for o in chosen]
-        server = [o.server_s for o in chosen if o.server_s is not None]
-        slow = sum(s > SLOW_S for s in server)
-        lines.append(
-            f"| {variant} | {label} | {status} | {len(chosen)} | {len(chosen) / seconds:.0f} | "
-            f"{slow} | {percentiles_ms(server)} | {percentiles_ms(client)} |"
-        )
-    lines.append(
-        f"| {variant} | {label} | sent {tally.sent}: **unanswered {unanswered}**, connection "
-        f"errors {tally.lost} (not accepted {tally.not_accepted}, accepted and closed before "
-        f"the answer {tally.lost - tally.not_accepted}) | | | | | | | | | |"
-    )
-    return lines
+    loop: str
+    offered: str
+    tally: Tally
 
 
 @dataclass
 class Scenario:
-    capacity: float
-    rate: float
-    opened: Tally
-    closed: Tally
+    knee: list[tuple[int, float]]
+    """Goodput (successes a second) at each closed-loop concurrency of the knee's sweep."""
+    steps: list[Step]
+
+    @property
+    def best(self) -> float:
+        return max(goodput for _, goodput in self.knee)
+
+
+def pin(cpus: set[int] | None) -> None:
+    """Runs this process (and what it starts from now on) on `cpus`; None: on every core."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    else:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
 def run_scenario(
     repo: Path, texts: list[list[str]], args: argparse.Namespace, env: dict[str, str]
 ) -> Scenario:
+    pin(args.server_cpus)
     server = Server(repo, *args.serve_arg, env=env)
+    pin(args.client_cpus)
     host, port = server.url.removeprefix("http://").split(":")
     payloads = Payloads(f"{host}:{port}", texts, args.path, args.unique)
     try:
-        probe = run_loop(closed_loop(host, int(port), payloads, 32, 10, 30))
-        capacity = sum(o.status == 200 for o in probe.outcomes) / 10
-        rate = capacity * args.factor
-        print(f"capacity {capacity:.0f} req/s; open loop at {rate:.0f} req/s", flush=True)
-        opened = run_loop(open_loop(host, int(port), payloads, rate, args.seconds, args.grace))
-        print(f"closed loop, {args.connections} connections", flush=True)
-        closed = run_loop(
-            closed_loop(host, int(port), payloads, args.connections, args.seconds, args.grace)
-        )
+        knee = []
+        for connections in args.knee:
+            probe = run_loop(closed_loop(host, int(port), payloads, connections, args.knee_s, 30))
+            knee.append((connections, successes(probe) / args.knee_s))
+            print(f"closed loop {connections}: {knee[-1][1]:.0f} successes/s", flush=True)
+        capacity = max(goodput for _, goodput in knee)
+        steps = []
+        for connections in args.closed:
+            print(f"closed loop, {connections} connections", flush=True)
+            tally = run_loop(
+                closed_loop(host, int(port), payloads, connections, args.seconds, args.grace)
+            )
+            steps.append(Step("closed", f"{connections} clients", tally))
+        for factor in args.open:
+            rate = capacity * factor
+            print(f"open loop at {rate:.0f} req/s ({factor:g}x)", flush=True)
+            tally = run_loop(open_loop(host, int(port), payloads, rate, args.seconds, args.grace))
+            steps.append(Step("open", f"{factor:g}x ({rate:.0f}/s)", tally))
     finally:
+        pin(None)
         server.stop()
-    return Scenario(capacity, rate, opened, closed)
+    return Scenario(knee, steps)
+
+
+def successes(tally: Tally) -> int:
+    return sum(o.status == 200 for o in tally.outcomes)
+
+
+def p99_ms(values: list[float]) -> str:
+    return f"{float(np.percentile(values, 99)) * 1000:.1f}" if values else "-"
+
+
+def curve_row(variant: str, step: Step, seconds: float, best: float) -> str:
+    """A step's goodput against the best at the knee, and the p99s that tell its quality."""
+    tally = step.tally
+    ok = [o for o in tally.outcomes if o.status == 200]
+    refused = [o for o in tally.outcomes if o.status == 429]
+    other = len(tally.outcomes) - len(ok) - len(refused)
+    unanswered = tally.sent - len(tally.outcomes) - tally.lost
+    outside = [o.server_s - o.run_s for o in ok if o.server_s is not None and o.run_s]
+    decided = [o.server_s - o.hold_s for o in refused if o.server_s is not None]
+    paced = sum(o.hold_s > 0 for o in refused)
+    goodput = len(ok) / seconds
+    return (
+        f"| {variant} | {step.loop} | {step.offered} | {goodput:.0f} | "
+        f"**{goodput / best:.2f}** | {len(refused) / seconds:.0f} | "
+        f"{100 * paced / max(len(refused), 1):.0f}% | {other} | "
+        f"{unanswered + tally.lost} | {p99_ms([o.server_s for o in ok if o.server_s])} | "
+        f"{p99_ms(outside)} | {p99_ms([o.client_s for o in ok])} | {p99_ms(decided)} |"
+    )
+
+
+def plot(scenarios: dict[str, Scenario], seconds: float, out: Path) -> None:
+    """Goodput and p99 against the offered load, one line per variant and loop."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, scenario in scenarios.items():
+        for loop in ("closed", "open"):
+            steps = [s for s in scenario.steps if s.loop == loop]
+            if not steps:
+                continue
+            labels = [s.offered.split(" (")[0] for s in steps]
+            goodput = [successes(s.tally) / seconds for s in steps]
+            p99 = [
+                float(
+                    np.percentile(
+                        [o.client_s for o in s.tally.outcomes if o.status == 200] or [0.0], 99
+                    )
+                )
+                * 1000
+                for s in steps
+            ]
+            left.plot(labels, goodput, marker="o", label=f"{name}, {loop} loop")
+            right.plot(labels, p99, marker="o", label=f"{name}, {loop} loop")
+        left.axhline(scenario.best, linestyle=":", color="grey")
+    left.set_title("goodput (successes/s); dotted: best at the knee")
+    right.set_title("client p99 of successes (ms)")
+    right.set_yscale("log")
+    for axis in (left, right):
+        axis.set_xlabel("offered load")
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
 
 
 def lone_latencies(url: str, payloads: list[bytes], seconds: float) -> list[float]:
@@ -353,7 +471,7 @@ def run_loop(coro: object) -> Tally:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-def bound_queue_time(repo: Path, ms: float) -> None:
+def bound_queue_time(repo: Path, ms: float | None) -> None:
     """Sets `dynamic_batching.max_queue_time_ms` in every model of the demo repository."""
     for config_file in repo.glob("*/config.yaml"):
         config = yaml.safe_load(config_file.read_text())
@@ -365,17 +483,50 @@ def queue_time_words(ms: float | None) -> str:
     return "" if ms is None else f", its models' queue-time bound at {ms:g} ms"
 
 
+def numbers(text: str) -> list[float]:
+    return [float(n) for n in text.split(",") if n]
+
+
+def cpus(text: str) -> set[int]:
+    return {int(n) for n in text.split(",") if n}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog=parts_help(PARTS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--seconds", type=float, default=30)
-    parser.add_argument("--factor", type=float, default=8.0)
-    parser.add_argument("--connections", type=int, default=1536)
-    parser.add_argument("--grace", type=float, default=60)
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument(
+        "--knee",
+        type=numbers,
+        default=[16, 32, 64],
+        help="closed-loop steps that find the knee (the best goodput); the open loop's unit",
+    )
+    parser.add_argument("--knee-s", type=float, default=8)
+    parser.add_argument(
+        "--closed",
+        type=numbers,
+        default=[64, 256, 1000],
+        help="closed-loop clients, each sending again as soon as answered",
+    )
+    parser.add_argument(
+        "--open",
+        type=numbers,
+        default=[2, 4, 10],
+        help="open-loop rates, as factors of the best goodput at the knee",
+    )
+    parser.add_argument("--server-cpus", type=cpus, help="the server's cores (taskset), e.g. 0")
+    parser.add_argument("--client-cpus", type=cpus, help="the load generator's cores, e.g. 1")
+    parser.add_argument("--grace", type=float, default=30)
     parser.add_argument("--baseline", help="a git ref to measure first, the same way")
+    parser.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="also measure the same server "
+        "with no queue-time bound (max_queue_time_ms: null), in the same run",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--serve-arg", action="append", default=[], help="passed to inferd serve")
     parser.add_argument("--path", default=PATH, help="the route: /predict or /embed")
@@ -388,53 +539,82 @@ def main() -> int:
         help="the demo models' dynamic_batching.max_queue_time_ms (unset: their configuration's)",
     )
     args = parser.parse_args()
+    args.knee = [int(n) for n in args.knee]
+    args.closed = [int(n) for n in args.closed]
     if args.quick:
-        args.seconds = 8
+        args.seconds, args.knee_s = 5, 4
     scenarios: dict[str, Scenario] = {}
     with tempfile.TemporaryDirectory(prefix="inferd-overload-") as tmp:
-        repo = build_demo(Path(tmp) / "demo")
-        if args.queue_time_ms is not None:
-            bound_queue_time(repo, args.queue_time_ms)
-        tokenizer = Tokenizer.from_file(str(repo / "minilm" / "1" / "tokenizer.json"))
+        demo = build_demo(Path(tmp) / "demo")
+        tokenizer = Tokenizer.from_file(str(demo / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
         bodies = [[t] for t in make_texts(tokenizer, 256)]
+        runs: list[tuple[str, str | None, float | None]] = []
         if args.baseline:
-            with worktree(args.baseline, Path(tmp) / "baseline") as tree:
-                print(f"baseline {args.baseline}", flush=True)
-                env = {"PYTHONPATH": str(tree / "src")}
-                scenarios[args.baseline] = run_scenario(repo, bodies, args, env)
-        print("inferd", flush=True)
-        scenarios["inferd"] = run_scenario(repo, bodies, args, {})
+            runs.append((args.baseline, args.baseline, args.queue_time_ms))
+        runs.append(("inferd", None, args.queue_time_ms))
+        if args.unbounded:
+            runs.append(("inferd, no queue-time bound", None, -1.0))
+        for name, ref, bound_ms in runs:
+            repo = Path(tmp) / f"repo-{len(scenarios)}"
+            shutil.copytree(demo, repo)
+            if bound_ms is not None:
+                bound_queue_time(repo, None if bound_ms < 0 else bound_ms)
+            print(name, flush=True)
+            if ref is None:
+                scenarios[name] = run_scenario(repo, bodies, args, {})
+                continue
+            with worktree(ref, Path(tmp) / "baseline") as tree:
+                scenarios[name] = run_scenario(
+                    repo, bodies, args, {"PYTHONPATH": str(tree / "src")}
+                )
     command = ("python benchmarks/overload_bench.py " + " ".join(sys.argv[1:])).strip()
-    capacities = ", ".join(f"{name} {s.capacity:.0f} req/s" for name, s in scenarios.items())
+    pinned = (
+        f"the server on core(s) {sorted(args.server_cpus)}, the load generator on "
+        f"{sorted(args.client_cpus)} (`sched_setaffinity`)"
+        if args.server_cpus and args.client_cpus
+        else "the load generator on the same cores as the server"
+    )
+    knees = "; ".join(
+        f"{name}: " + ", ".join(f"{c} clients {g:.0f}/s" for c, g in s.knee)
+        for name, s in scenarios.items()
+    )
+    plot_file = RESULTS.parent / "results" / "overload.png"
+    if not args.quick:
+        plot(scenarios, args.seconds, plot_file)
     lines = [
-        f"## Overload: {args.factor:g}x the capacity, open and closed loop",
+        "## Overload: goodput past the knee, closed and open loop",
         "",
-        f"Machine: {machine_description()}.",
+        f"Machine: {machine_description()}; {pinned}.",
         f"Server: `inferd serve` on the demo repository, its default configuration"
         f"{' plus ' + ' '.join(args.serve_arg) if args.serve_arg else ''}"
         f"{queue_time_words(args.queue_time_ms)}; `POST {args.path}`, "
         "one English text of 8-128 tokens per request"
         f"{' (each unique: a counter appended)' if args.unique else ''}, no model named, no "
-        "deadline. Capacity (closed loop, "
-        f"32 connections, 10 s): {capacities}. Open loop: Poisson arrivals at {args.factor:g}x "
-        f"that for {args.seconds:g} s. Closed loop: {args.connections} connections for "
-        f"{args.seconds:g} s, each sending again as soon as answered. Unanswered: sent, and no "
-        f"answer within {args.grace:g} s of the end. Server ms: its `Server-Timing`, from "
-        "parsing the request's first byte to answering (a version without the header shows "
-        "none); client ms: from when the request was due to its answer. The client (raw "
-        "asyncio HTTP/1.1 on uvloop) shares the two cores.",
+        f"deadline. The knee: closed loop for {args.knee_s:g} s at each of "
+        f"{', '.join(map(str, args.knee))} clients ({knees}); its best is each variant's "
+        f"capacity. Closed loop: each client sends again as soon as it is answered, whatever "
+        f"the answer (it ignores `Retry-After`). Open loop: Poisson arrivals at a factor of "
+        f"the capacity. {args.seconds:g} s a step. Goodput: successes a second; **ratio**: "
+        "goodput over the best at the knee. Server p99: `Server-Timing`'s total; outside the "
+        "run: total less `run` (the wait for the batch, parsing, answering); client: from "
+        "when the request was due. Paced: the 429s held back because their connection came "
+        "back before its last `Retry-After` was over; 429 server p99: `Server-Timing`'s "
+        "total less that hold (the time to decide and answer). Lost: sent "
+        f"and not answered within {args.grace:g} s of the end, or its connection failed. "
+        "The client is raw asyncio HTTP/1.1 on uvloop.",
         "",
         f"Command: `{command}`",
         "",
-        "| version | loop | status | answers | per s | over 20 ms in the server "
-        "| server p50 ms | server p99 ms | server max ms | client p50 ms | client p99 ms "
-        "| client max ms |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| server | loop | offered | goodput /s | ratio | 429 /s | other | lost "
+        "| 200 server p99 ms | 200 outside the run p99 ms | 200 client p99 ms "
+        "| 429 server p99 ms | 429 client p99 ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, scenario in scenarios.items():
-        lines += rows(name, "open", scenario.opened, args.seconds)
-        lines += rows(name, "closed", scenario.closed, args.seconds)
+        lines += [curve_row(name, step, args.seconds, scenario.best) for step in scenario.steps]
+    if not args.quick:
+        lines += ["", f"![goodput and p99 against the offered load](results/{plot_file.name})"]
     publish("overload", "\n".join(lines), args.quick)
     return 0
 

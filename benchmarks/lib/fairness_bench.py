@@ -1,0 +1,144 @@
+"""Fairness between clients: one API key floods (closed loop, many clients, each sending
+again as soon as answered, ignoring `Retry-After`) while another sends steadily (open loop,
+Poisson arrivals at a share of the capacity); what the steady key gets, alone and beside the
+flood: its success rate and latency, and what the flood gets.
+
+    python benchmarks/overload_bench.py fairness --server-cpus 0 --client-cpus 1
+    python benchmarks/overload_bench.py fairness --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import Server, machine_description, publish
+from inferd.tools.demo import build_demo
+from overload_bench import (
+    Payloads,
+    Tally,
+    closed_loop,
+    cpus,
+    open_loop,
+    pin,
+    run_loop,
+    successes,
+)
+from texts import make_texts
+
+FLOOD_KEY = "flood-key-0123456789"
+STEADY_KEY = "steady-key-0123456789"
+
+
+def summary(tally: Tally, seconds: float) -> str:
+    """Sent, success rate, refusals and the successes' p50/p99 (client ms)."""
+    ok = [o.client_s for o in tally.outcomes if o.status == 200]
+    refused = sum(o.status == 429 for o in tally.outcomes)
+    other = len(tally.outcomes) - len(ok) - refused
+    rate = 100 * len(ok) / max(tally.sent, 1)
+    p50, p99 = np.percentile(ok, [50, 99]) * 1000 if ok else (float("nan"), float("nan"))
+    return (
+        f"{tally.sent} | {len(ok) / seconds:.1f} | **{rate:.1f}%** | {refused} | "
+        f"{other + tally.lost} | {p50:.0f} | **{p99:.0f}** |"
+    )
+
+
+async def together(
+    host: str, port: int, flood: Payloads, steady: Payloads, args: argparse.Namespace, rate: float
+) -> tuple[Tally, Tally]:
+    flooding = asyncio.ensure_future(
+        closed_loop(host, port, flood, args.flood_clients, args.seconds, args.grace)
+    )
+    await asyncio.sleep(2.0)  # the flood's queue stands before the steady client starts
+    steady_tally = await open_loop(host, port, steady, rate, args.seconds - 2.0, args.grace)
+    return await flooding, steady_tally
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--flood-clients", type=int, default=500)
+    parser.add_argument(
+        "--share",
+        type=float,
+        default=0.2,
+        help="the steady key's rate, as a share of the capacity (closed loop, 32 clients, one key)",
+    )
+    parser.add_argument("--server-cpus", type=cpus)
+    parser.add_argument("--client-cpus", type=cpus)
+    parser.add_argument("--grace", type=float, default=30)
+    parser.add_argument("--path", default="/embed")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds = 8
+    with tempfile.TemporaryDirectory(prefix="inferd-fairness-") as tmp:
+        demo = build_demo(Path(tmp) / "demo")
+        keys = Path(tmp) / "keys"
+        keys.write_text(f"{FLOOD_KEY} name=flood\n{STEADY_KEY} name=steady\n")
+        tokenizer = Tokenizer.from_file(str(demo / "minilm" / "1" / "tokenizer.json"))
+        tokenizer.no_padding()
+        bodies = [[t] for t in make_texts(tokenizer, 256)]
+        pin(args.server_cpus)
+        server = Server(demo, "--api-keys-file", str(keys))
+        pin(args.client_cpus)
+        host, port = server.url.removeprefix("http://").split(":")
+        address = f"{host}:{port}"
+        flood = Payloads(
+            address, bodies, args.path, True, b"authorization: Bearer %s\r\n" % FLOOD_KEY.encode()
+        )
+        steady = Payloads(
+            address, bodies, args.path, True, b"authorization: Bearer %s\r\n" % STEADY_KEY.encode()
+        )
+        try:
+            probe = run_loop(closed_loop(host, int(port), steady, 32, 8, args.grace))
+            capacity = successes(probe) / 8
+            rate = capacity * args.share
+            print(f"capacity {capacity:.0f}/s; the steady key at {rate:.1f}/s", flush=True)
+            alone = run_loop(open_loop(host, int(port), steady, rate, args.seconds, args.grace))
+            print("alone done", flush=True)
+            flooded, beside = run_loop(together(host, int(port), flood, steady, args, rate))
+        finally:
+            pin(None)
+            server.stop()
+        shutil.rmtree(demo, ignore_errors=True)
+    command = ("python benchmarks/overload_bench.py fairness " + " ".join(sys.argv[1:])).strip()
+    pinned = (
+        f"the server on core(s) {sorted(args.server_cpus)}, the load generator on "
+        f"{sorted(args.client_cpus)}"
+        if args.server_cpus and args.client_cpus
+        else "the load generator on the same cores as the server"
+    )
+    lines = [
+        "## Fairness between clients: a flood beside a steady key",
+        "",
+        f"Machine: {machine_description()}; {pinned}.",
+        f"Server: `inferd serve` on the demo repository with two API keys of weight 1; `POST "
+        f"{args.path}`, one unique English text a request. Capacity: closed loop, 32 clients, "
+        f"8 s: {capacity:.0f} successes/s. Steady: the key `steady` in an open loop (Poisson) "
+        f"at {args.share:g} of it ({rate:.1f}/s), {args.seconds:g} s alone, then "
+        f"{args.seconds - 2:g} s beside the flood: the key `flood` in a closed loop of "
+        f"{args.flood_clients} clients that send again as soon as answered (ignoring "
+        f"`Retry-After`), started 2 s before. Latency: the client's, from when the request was "
+        "due.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| key | when | sent | successes /s | success rate | 429 | other | p50 ms | p99 ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| steady | alone | {summary(alone, args.seconds)}",
+        f"| steady | beside the flood | {summary(beside, args.seconds - 2)}",
+        f"| flood | beside the steady key | {summary(flooded, args.seconds)}",
+    ]
+    publish("fairness", "\n".join(lines), args.quick)
+    return 0
