@@ -193,6 +193,10 @@ def test_a_flood_is_answered_or_refused_fast_and_others_keep_serving(
         metrics,
     )
     assert counted and int(counted.group(1)) >= statuses.count(429), metrics[:2000]
+    paced = re.search(
+        r'inferd_refusals_paced_total\{endpoint="/v2/models/\{model\}/infer"\} (\d+)', metrics
+    )
+    assert paced and int(paced.group(1)) >= sum(h for _, _, h in results), metrics[:2000]
     time.sleep(1.2)  # the summary is written once a second
     summed = [
         orjson.loads(line)

@@ -26,17 +26,20 @@ class DynamicBatchingConfig(Section):
         500,
         gt=0,
         description="Longest a request waits in the queue before its batch starts. A request "
-        "the queued work (at the measured cost of a row) says would wait more than half of "
-        "it is refused 429 (code 4290) as it arrives (the half: a margin for the estimate), "
-        "before its body is read where the route allows, with a `Retry-After` from the "
-        "queue's work; one that waited longer all the same is answered 429 then. The bound in "
-        "force is never below 16 measured runs of a request alone, and nothing is shed while "
-        "fewer than 8 requests are queued, so that a slow model, or a burst of large requests, "
-        "is queued rather than shed. 500 by default, as a "
-        "latency-sensitive service would choose: its callers' budget for a whole answer is "
-        "about a second, half of it queued leaves the run and the network the rest, and a "
-        "request refused at once "
-        "can still be retried on another replica within that budget. null: no bound "
+        "the queued work ahead of it (at the queue's measured drain) says would wait more "
+        "than 0.8 of it is refused 429 (code 4290) as it arrives (the rest: a margin for the "
+        "estimate), before its body is read where the route allows, with a `Retry-After` from "
+        "the queue's work; one that waited longer all the same is answered 429 then. The work "
+        "ahead of a request is its client's: while other clients (API keys, or addresses "
+        "without keys) are queued, what the fair order serves before it, so a client that "
+        "floods is refused while one within its share is admitted. A client that comes back "
+        "before its `Retry-After` has its next refusal held back until then (1 s at most). "
+        "The bound in force is never below 16 measured runs of a request alone, and nothing "
+        "is shed while fewer than 8 requests are queued, so that a slow model, or a burst of "
+        "large requests, is queued rather than shed. 500 by default, as a latency-sensitive "
+        "service would choose: its callers' budget for a whole answer is about a second, "
+        "half of it queued leaves the run and the network the rest, and a request refused at "
+        "once can still be retried on another replica within that budget. null: no bound "
         "(max_queue_size and the request's deadline limit the wait).",
     )
     max_batch_tokens: int | None = Field(

@@ -122,6 +122,9 @@ class Metrics(Observer):
     def on_grpc_refused(self, reason: str) -> None:
         self._requests.on_grpc_refused(reason)
 
+    def on_paced(self, endpoint: str) -> None:
+        self._requests.on_paced(endpoint)
+
     def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
         self._requests.on_stages(model, version, stages)
 

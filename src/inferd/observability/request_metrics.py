@@ -75,6 +75,13 @@ class RequestMetrics:
             ["reason"],
             registry=registry,
         )
+        self.paced = Counter(
+            "inferd_refusals_paced",
+            "429s held back until their client's last Retry-After was over (the client came "
+            "back sooner), by endpoint",
+            ["endpoint"],
+            registry=registry,
+        )
 
     def on_request(
         self,
@@ -104,6 +111,9 @@ class RequestMetrics:
 
     def on_grpc_refused(self, reason: str) -> None:
         self.grpc_refused.labels(reason).inc()
+
+    def on_paced(self, endpoint: str) -> None:
+        self.paced.labels(endpoint).inc()
 
     def on_stages(self, model: str, version: str, stages: dict[str, float]) -> None:
         label = self._model_label(model)

@@ -140,6 +140,8 @@ class EarlyRefusal:
         """Counts a refusal written (`_Refusal.render`)."""
         if self._metrics is not None:
             self._metrics.on_request(endpoint, model, status, code, s)
+            if held:
+                self._metrics.on_paced(endpoint)
         self._refused[code] += 1
         self._held += held
         if self._flush is None:
@@ -210,7 +212,9 @@ class _Refusal:
             name + b": " + timing + b"\r\n",
             b"\r\n",
         ]
-        seconds = time.perf_counter() - self._received_at
+        # the latency metrics count the decision, not the hold: a paced flood must not lift
+        # the p99 of the answers (inferd_refusals_paced counts the holds)
+        seconds = time.perf_counter() - self._received_at - held_s
         code = int(self._error.code)
         status = response.status_code
         self._gate.record(self._endpoint, self._model, status, code, seconds, held_s > 0)
