@@ -37,6 +37,8 @@ LOPSIDED_MEMORY_S = 1.0
 """Batches stay cut this long after the queue was last seen lopsided: the light client's
 next item arrives while the heavy client's batch runs, and that batch was formed while the
 heavy client was alone in the queue."""
+EPSILON = 1e-9
+"""Slack on virtual tags, sums of fractions of rows."""
 SLICE_RUNS = 2.0
 """While the queue is lopsided, a batch takes at most this many lone runs' worth of rows."""
 
@@ -114,20 +116,20 @@ class FairShare:
 
     def rows_ahead(self, client: Client) -> int:
         """About how many queued rows would be served before a new item of `client`: those
-        of higher priority, and of each client of its priority the rows whose tags start
-        before the new item's."""
+        of higher priority, and of each client of its priority the rows whose tags start no
+        later than the new item's (a tie goes to the item queued first). A client's queued
+        rows span its tags from `finish - rows / weight` to `finish`."""
         own = self.clients.get(client.name)
         start = self.virtual if own is None else max(self.virtual, own.finish)
         priority = int(client.priority) if own is None else own.priority
         ahead = 0
         for name, state in self.clients.items():
-            if state.priority > priority:
+            if state.priority > priority or name == client.name:
                 ahead += state.rows
             elif state.priority == priority:
-                if name == client.name:
-                    ahead += state.rows
-                else:
-                    ahead += min(state.rows, int((start - self.virtual) * state.weight))
+                first = state.finish - state.rows / state.weight
+                if first <= start:
+                    ahead += min(state.rows, int((start - first) * state.weight + EPSILON) + 1)
         return ahead
 
 

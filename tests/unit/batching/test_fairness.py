@@ -32,8 +32,17 @@ def test_a_client_that_arrives_behind_a_flood_goes_first() -> None:
     flood = [fair.queued(FLOOD, 1) for _ in range(100)]
     polite = fair.queued(POLITE, 1)
     assert fair.mixed and polite < flood[1]  # after the flood's first item at most
-    assert fair.rows_ahead(POLITE) == 1 + 1  # its own queued row and the flood's first
+    assert fair.rows_ahead(POLITE) == 1 + 2  # its own queued row and the flood's first two
     assert fair.rows_ahead(FLOOD) == 100 + 1  # the flood waits behind all its own
+
+
+def test_a_new_client_waits_behind_many_light_clients_queued_before_it() -> None:
+    fair = FairShare()
+    for i in range(50):
+        fair.queued(Client(f"light-{i}"), 1)
+    assert fair.rows_ahead(POLITE) == 50  # each of theirs goes first: the bound still holds
+    fair.queued(POLITE, 1)
+    assert fair.rows_ahead(POLITE) == 51  # its next: after its first and all of theirs
 
 
 def test_weights_split_the_rows_and_priority_comes_first() -> None:
