@@ -90,6 +90,8 @@ class FairOrder:
         self._background: deque[Turn] = deque()
         self._owner: Member | None = None
         self._slice_ends = float("-inf")
+        self._queued = 0
+        """Serving turns waiting, over every model (none: the order has nothing to decide)."""
 
     def member(self, model: str, weight: float = 1.0) -> Member:
         """The model's share (one for all its versions); `weight` replaces its weight."""
@@ -111,7 +113,7 @@ class FairOrder:
 
     def may_start(self, turn: Turn, now: float) -> bool:
         """Whether `turn` would start at once if asked for now."""
-        if any(m.waiting for m in self._members.values()):
+        if self._queued:
             return False
         if turn.background:
             return True
@@ -130,7 +132,16 @@ class FairOrder:
             if not self._recent(member, now):  # (between two runs it is still busy)
                 self._join(member)
             member.width = turn.cores
+            if not self._queued and self.used == member.holding:
+                # alone: nothing to order (what one busy model pays), unless another
+                # model's slice lasts between its runs
+                if self._owner is not member and self._valid_owner(now) is None:
+                    self._owner, self._slice_ends = member, now + SLICE_S
+                if self._owner is member:
+                    self._start(turn)
+                    return [turn]
             member.waiting.append(turn)
+            self._queued += 1
         return self.pump(now)
 
     def end(self, turn: Turn, seconds: float, now: float) -> list[Turn]:
@@ -157,13 +168,14 @@ class FairOrder:
         queue = self._background if turn.background else turn.member.waiting
         if turn in queue:
             queue.remove(turn)
+            self._queued -= not turn.background
         return self.pump(now)
 
     def recheck_at(self, now: float) -> float | None:
         """When the order may change with no run ending: the slice of an idle owner passes
         (the gate calls `pump` then); None when no run waits or nothing is due."""
         owner = self._valid_owner(now)
-        if owner is None or owner.active or not any(m.waiting for m in self._members.values()):
+        if not self._queued or owner is None or owner.active:
             return None
         return min(self._slice_ends, owner.last_end + GRACE_S)
 
@@ -171,7 +183,7 @@ class FairOrder:
         """Starts the waiting turns the order allows: the slice owner's first, then others'
         that fit beside it, by virtual time; background turns when no serving one waits."""
         started: list[Turn] = []
-        while True:
+        while self._queued:
             waiting = [m for m in self._members.values() if m.waiting]
             if not waiting:
                 break
@@ -188,15 +200,17 @@ class FairOrder:
                 if not self._fits_alone(owner, head.cores):
                     break
                 owner.waiting.popleft()
+                self._queued -= 1
             else:
                 first = min(waiting, key=lambda m: m.vtime)
                 head = first.waiting[0]
                 if not self._fits_beside(owner, head.cores):
                     break
                 first.waiting.popleft()
+                self._queued -= 1
             self._start(head)
             started.append(head)
-        if not any(m.waiting for m in self._members.values()):
+        if not self._queued:
             while self._background:
                 turn = self._background.popleft()
                 turn.started = True

@@ -44,11 +44,11 @@ class RuntimeShare:
         return {m.model: m.given_s for m in self._order.members}
 
     async def _enter(self, turn: Turn) -> None:
+        wake = asyncio.get_running_loop().create_future()
+        self._wakes[turn] = wake  # (before asking: the order's timer sees it waiting)
         self._wake(self._order.ask(turn, time.monotonic()))
         if turn.started:
             return
-        wake = asyncio.get_running_loop().create_future()
-        self._wakes[turn] = wake
         try:
             await wake
         except BaseException:  # cancelled while it waited (or as it started)
@@ -76,6 +76,8 @@ class RuntimeShare:
             wake = self._wakes.pop(turn, None)
             if wake is not None and not wake.done():
                 wake.set_result(None)
+        if not self._wakes and self._recheck is None:
+            return  # nothing waits, nothing due (a model alone)
         now = time.monotonic()
         due = self._order.recheck_at(now)
         if self._recheck is not None:
