@@ -11,7 +11,8 @@ When, re-evaluated whenever a request arrives or a batch finishes:
 Which: the oldest live item and those that may share its batch (inferd.batching.formation),
 or, while several clients are queued, the first live item in their fair order
 (inferd.batching.fairness) and those that may share its batch among the next in that order
-(cut to a slice while one client holds most of the queue),
+(cut to a slice while one client holds most of the queue, and then that client's batches
+leave one runtime free for the others'),
 under the batch size limit (inferd.batching.health) and the learned token cap
 (inferd.batching.sizing); background items never share a batch with clients' items.
 """
@@ -106,6 +107,13 @@ class DispatchPolicy:
         cut = backlog.fair.slice_rows(now, self._costs.lone_s, self._costs.row_s)
         if cut is not None and max_rows > 0:
             max_rows = min(max_rows, cut)
+        if (
+            cut is not None
+            and settings.concurrency > 1
+            and backlog.running >= settings.concurrency - 1
+            and backlog.fair.heaviest(candidates[0].client)
+        ):
+            return [], False  # one runtime stays free for a light client's next batch
         measured = (
             settings.learn_batch_tokens
             and max_rows > 0

@@ -14,7 +14,8 @@ cut to a slice of `SLICE_RUNS` runs of a request alone (the dispatch asks `slice
 CPU, whose run time grows with the rows, that costs the heavy client little of its throughput
 (a row costs about the same in a batch of 4 as in one of 32) and spares the light one a
 whole batch's wait; on a GPU, whose batches cost little more than one row, the slice holds
-a full batch anyway.
+a full batch anyway. With several runtimes (instances), the heavy client's batches leave one
+free meanwhile, so a light client's batch never shares the cores with all of the flood's.
 
 The same tags say how much work is ahead of a new item of a given client
 (`rows_ahead`): what admission weighs against the queue-time bound, so that a client that
@@ -113,6 +114,12 @@ class FairShare:
         if now - self.lopsided_at > LOPSIDED_MEMORY_S or not lone_s or not row_s:
             return None
         return max(1, int(SLICE_RUNS * lone_s / row_s))
+
+    def heaviest(self, client: str) -> bool:
+        """Whether `client` holds the most queued rows (the flood, while the queue is
+        lopsided: `slice_rows`)."""
+        state = self.clients.get(client)
+        return state is not None and all(s.rows <= state.rows for s in self.clients.values())
 
     def rows_ahead(self, client: Client) -> int:
         """About how many queued rows would be served before a new item of `client`: those
