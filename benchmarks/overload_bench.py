@@ -606,9 +606,9 @@ def main() -> int:
         "",
         f"Command: `{command}`",
         "",
-        "| server | loop | offered | goodput /s | ratio | 429 /s | other | lost "
+        "| server | loop | offered | goodput /s | ratio | 429 /s | paced | other | lost "
         "| 200 server p99 ms | 200 outside the run p99 ms | 200 client p99 ms "
-        "| 429 server p99 ms | 429 client p99 ms |",
+        "| 429 server p99 ms |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, scenario in scenarios.items():

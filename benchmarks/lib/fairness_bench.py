@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Server, machine_description, publish
+from common import Server, machine_description, publish, worktree
 from inferd.tools.demo import build_demo
 from overload_bench import (
     Payloads,
@@ -64,6 +64,42 @@ async def together(
     return await flooding, steady_tally
 
 
+def measure(
+    name: str,
+    demo: Path,
+    keys: Path,
+    bodies: list[list[str]],
+    args: argparse.Namespace,
+    env: dict[str, str],
+) -> list[str]:
+    """The table's rows for one server: the steady key alone, beside the flood, the flood."""
+    pin(args.server_cpus)
+    server = Server(demo, "--api-keys-file", str(keys), env=env)
+    pin(args.client_cpus)
+    host, port = server.url.removeprefix("http://").split(":")
+    address = f"{host}:{port}"
+    flood = Payloads(address, bodies, args.path, True, bearer(FLOOD_KEY))
+    steady = Payloads(address, bodies, args.path, True, bearer(STEADY_KEY))
+    try:
+        probe = run_loop(closed_loop(host, int(port), steady, 32, 8, args.grace))
+        rate = successes(probe) / 8 * args.share
+        print(f"{name}: the steady key at {rate:.1f}/s", flush=True)
+        alone = run_loop(open_loop(host, int(port), steady, rate, args.seconds, args.grace))
+        flooded, beside = run_loop(together(host, int(port), flood, steady, args, rate))
+    finally:
+        pin(None)
+        server.stop()
+    return [
+        f"| {name} | steady ({rate:.1f}/s) | alone | {summary(alone, args.seconds)}",
+        f"| {name} | steady | beside the flood | {summary(beside, args.seconds - 2)}",
+        f"| {name} | flood | beside the steady key | {summary(flooded, args.seconds)}",
+    ]
+
+
+def bearer(key: str) -> bytes:
+    return b"authorization: Bearer %s\r\n" % key.encode()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20)
@@ -79,38 +115,23 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=30)
     parser.add_argument("--path", default="/embed")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--baseline", help="a git ref to measure first, the same way")
     args = parser.parse_args()
     if args.quick:
         args.seconds = 8
+    rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="inferd-fairness-") as tmp:
         demo = build_demo(Path(tmp) / "demo")
         keys = Path(tmp) / "keys"
-        keys.write_text(f"{FLOOD_KEY} name=flood\n{STEADY_KEY} name=steady\n")
+        keys.write_text(f"{FLOOD_KEY}\n{STEADY_KEY}\n")  # bare: a baseline reads them too
         tokenizer = Tokenizer.from_file(str(demo / "minilm" / "1" / "tokenizer.json"))
         tokenizer.no_padding()
         bodies = [[t] for t in make_texts(tokenizer, 256)]
-        pin(args.server_cpus)
-        server = Server(demo, "--api-keys-file", str(keys))
-        pin(args.client_cpus)
-        host, port = server.url.removeprefix("http://").split(":")
-        address = f"{host}:{port}"
-        flood = Payloads(
-            address, bodies, args.path, True, b"authorization: Bearer %s\r\n" % FLOOD_KEY.encode()
-        )
-        steady = Payloads(
-            address, bodies, args.path, True, b"authorization: Bearer %s\r\n" % STEADY_KEY.encode()
-        )
-        try:
-            probe = run_loop(closed_loop(host, int(port), steady, 32, 8, args.grace))
-            capacity = successes(probe) / 8
-            rate = capacity * args.share
-            print(f"capacity {capacity:.0f}/s; the steady key at {rate:.1f}/s", flush=True)
-            alone = run_loop(open_loop(host, int(port), steady, rate, args.seconds, args.grace))
-            print("alone done", flush=True)
-            flooded, beside = run_loop(together(host, int(port), flood, steady, args, rate))
-        finally:
-            pin(None)
-            server.stop()
+        if args.baseline:
+            with worktree(args.baseline, Path(tmp) / "baseline") as tree:
+                env = {"PYTHONPATH": str(tree / "src")}
+                rows += measure(args.baseline, demo, keys, bodies, args, env)
+        rows += measure("inferd", demo, keys, bodies, args, {})
         shutil.rmtree(demo, ignore_errors=True)
     command = ("python benchmarks/overload_bench.py fairness " + " ".join(sys.argv[1:])).strip()
     pinned = (
@@ -125,8 +146,8 @@ def main() -> int:
         f"Machine: {machine_description()}; {pinned}.",
         f"Server: `inferd serve` on the demo repository with two API keys of weight 1; `POST "
         f"{args.path}`, one unique English text a request. Capacity: closed loop, 32 clients, "
-        f"8 s: {capacity:.0f} successes/s. Steady: the key `steady` in an open loop (Poisson) "
-        f"at {args.share:g} of it ({rate:.1f}/s), {args.seconds:g} s alone, then "
+        f"8 s, measured for each server. Steady: the key `steady` in an open loop (Poisson) "
+        f"at {args.share:g} of it, {args.seconds:g} s alone, then "
         f"{args.seconds - 2:g} s beside the flood: the key `flood` in a closed loop of "
         f"{args.flood_clients} clients that send again as soon as answered (ignoring "
         f"`Retry-After`), started 2 s before. Latency: the client's, from when the request was "
@@ -134,11 +155,10 @@ def main() -> int:
         "",
         f"Command: `{command}`",
         "",
-        "| key | when | sent | successes /s | success rate | 429 | other | p50 ms | p99 ms |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        f"| steady | alone | {summary(alone, args.seconds)}",
-        f"| steady | beside the flood | {summary(beside, args.seconds - 2)}",
-        f"| flood | beside the steady key | {summary(flooded, args.seconds)}",
+        "| server | key | when | sent | successes /s | success rate | 429 | other | p50 ms "
+        "| p99 ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
     ]
     publish("fairness", "\n".join(lines), args.quick)
     return 0
