@@ -3,14 +3,10 @@ weight (inferd.runtime.fair_order holds the order; this module does the waiting)
 
 Without it two busy models each run as if alone: their intra-op threads oversubscribe the
 cores and the one with more runs ready (a generator stepping back to back) takes most of them
-(the demo's encoder beside its generator on 2 cores: 0.19 of its answers alone, p99 266 ms,
-and a cold model's first answer 133 ms; through the gate 0.26, 177 ms and 52 ms, the
-generator keeping its tokens, 0.59 of alone: benchmarks/generate_bench.py share). Through
-it, runs of different models take the cores in turn, each model its weight's share of
-core-seconds while both wait, and a model alone runs as before. What it does not share: the
-event loop's own work (HTTP, tokenizing, the generator's sampling). A GPU instance's run
-passes without a turn (it holds no core); sharing a GPU between models is left to its
-streams.
+(the demo's encoder beside its generator on 2 cores got 0.14 of its answers alone, and the
+generator itself 0.30: benchmarks/generate_bench.py share). Through it, runs of different
+models take the cores in turn, each model its weight's share of core-seconds while both wait,
+and a model alone runs as before.
 
 One per engine (per process); a pool (inferd.runtime.pool) holds its model's `ModelShare`.
 Everything here runs on the event loop's thread: a run on a runtime thread is timed and
