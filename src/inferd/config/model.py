@@ -170,6 +170,15 @@ class ModelConfig(Section):
         "waits for the run, so a request arriving meanwhile is read after it. 0: always on a "
         "runtime thread.",
     )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description="This model's share of the machine's cores beside the other models "
+        "(its runs: encoder batches, a generator's prefills and decode steps): while models "
+        "wait for cores, each gets core-seconds in proportion to its weight (1 and 1: "
+        "equal; 2 and 1: two thirds and one third). A model alone uses every core whatever "
+        "its weight; a model that was idle takes the next turn. Its versions share it.",
+    )
     runtime: RuntimeOptions = RuntimeOptions()
     version_policy: VersionPolicy = VersionPolicy()
     inputs: tuple[TensorOverride, ...] = Field(

@@ -14,7 +14,7 @@ from inferd.engine.decoder_parts import GenerationParts, load_generation, warm_u
 from inferd.engine.specs import apply_overrides, check_batch_axis
 from inferd.engine.text_pipeline import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
-from inferd.runtime.placement import placements, solo_placement
+from inferd.runtime.placement import available_cores, cores_held, placements, solo_placement
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Runtime, TensorSpec
 
@@ -68,10 +68,16 @@ def load_instances(
             if version_folder is None:
                 raise ValueError("a generation model needs its folder to find its tokenizer")
             generation = load_generation(config, inputs, outputs, version_folder, first.providers)
+        every = (*placed, *([solo] if solo else []))
+        cores = available_cores()
         pool = InstancePool(
             instances,
-            placed=[(p.name, p.kind) for p in (*placed, *([solo] if solo else []))],
+            placed=[(p.name, p.kind) for p in every],
             solo=solo is not None,
+            cores=[
+                cores_held(p.options, i.providers, cores)
+                for p, i in zip(every, instances, strict=True)
+            ],
         )
         if generation is not None:
             warm_up_decoder(pool, generation, config, config.warmup_batch_sizes)

@@ -28,8 +28,10 @@ from inferd.errors import InferdError
 from inferd.observability.gpu import device_memory_used
 from inferd.observability.observer import Observer
 from inferd.repository.scan import ModelEntry
+from inferd.runtime.placement import available_cores
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Runtime
+from inferd.runtime.share import RuntimeShare
 
 log = logging.getLogger("inferd.engine.loader")  # (the loader's lines keep its name)
 
@@ -65,6 +67,8 @@ class VersionLoader:
         self._observer = observer
         self._draining = draining
         self._in_flight = in_flight
+        self._share = RuntimeShare(available_cores())
+        """The machine's cores between the models' runs, by their weights."""
 
     def _quiet(self) -> bool:
         """Whether the server holds no request but the caller's."""
@@ -95,6 +99,8 @@ class VersionLoader:
             return
         # a lone request's batch on the loop's own thread (inferd.runtime.pool)
         loaded.pool.inline_when_quiet(config.solo_inline_ms / 1000, self._quiet)
+        # its runs take the model's turns on the cores beside the other models'
+        loaded.pool.share_cores(self._share.model(version.model, config.weight))
         context = BuildContext(
             version.model,
             version.version,

@@ -5,6 +5,7 @@ runtime options its session is made with (providers, device, threads)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferd.config.model import InstanceGroup, ModelConfig, RuntimeOptions
@@ -87,6 +88,16 @@ def solo_placement(config: ModelConfig, cores: int | None = None) -> Placement |
         # core that other work wants, and a lone request does not wait for them to wake
         update["allow_spinning"] = True
     return Placement("solo", "cpu", config.runtime.model_copy(update=update))
+
+
+def cores_held(options: RuntimeOptions, providers: Sequence[str], cores: int) -> int:
+    """The cores a run of an instance holds, of the `cores` this process may use: its
+    intra-op threads (0, ONNX Runtime's choice: every core); none for an instance on a GPU
+    (`providers`: the session's own), whose run waits on its device."""
+    if any(p in GPU_PROVIDERS for p in providers):
+        return 0
+    threads = options.intra_op_threads or cores
+    return min(threads, cores)
 
 
 def available_cores() -> int:

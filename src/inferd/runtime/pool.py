@@ -17,8 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from inferd.errors import OutOfMemoryError
 from inferd.runtime import priority
 from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
+from inferd.runtime.fair_order import Turn
 from inferd.runtime.protocol import Array, Bound, Head, Repeat, Runtime
 from inferd.runtime.reduction import Reduction
+from inferd.runtime.share import ModelShare
 
 
 class InstancePool:
@@ -37,8 +39,11 @@ class InstancePool:
         thread_name: str = "inferd-run",
         placed: Sequence[tuple[str, str]] | None = None,
         solo: bool = False,
+        cores: Sequence[int] | None = None,
     ) -> None:
-        """`placed`: each instance's (name, kind), for its statistics."""
+        """`placed`: each instance's (name, kind), for its statistics; `cores`: the cores
+        each one's run holds (its intra-op threads; 0: none, as a GPU instance's), for the
+        share of the machine between models (`share_cores`)."""
         if len(instances) < (2 if solo else 1):
             raise ValueError("an instance pool needs at least one instance besides its solo one")
         self._instances = list(instances)
@@ -56,6 +61,16 @@ class InstancePool:
         self._turns: list[asyncio.Lock] | None = None
         self._solo_inline_s = 0.0
         self._quiet: Callable[[], bool] = lambda: False
+        self._share: ModelShare | None = None
+        self._cores = list(cores) if cores is not None else [0] * len(self._instances)
+        if len(self._cores) != len(self._instances):
+            raise ValueError("one core count per instance")
+
+    def share_cores(self, share: ModelShare) -> None:
+        """Every run from now on takes its model's turn on the machine's cores through
+        `share` (inferd.runtime.share), holding its instance's cores; a run of an instance
+        that holds none (a GPU instance's) passes without a turn."""
+        self._share = share
 
     def inline_when_quiet(self, bound_s: float, quiet: Callable[[], bool]) -> None:
         """A batch for the solo instance runs on the calling thread (the event loop's) when
@@ -128,30 +143,38 @@ class InstancePool:
         background = priority.in_background()
         index = self._choose(elements, background)
         if index == self._solo and self._solo_runs_here(index, elements):
-            return self._run_here(index, elements, feeds, output_names, into, repeat, head)
+            here = self._run_here(index, elements, feeds, output_names, into, repeat, head)
+            if here is not None:
+                return here
         self._dispatch.given(index, elements)
         if not background:
             self._serving += 1
         ran_s, ok = 0.0, None
         try:
             async with self._instance_turns()[index]:  # (FIFO: batches run in the order given)
+                # then the model's turn on the cores (the instance's lock first: a turn is
+                # never held waiting for an instance)
+                turn = await self._enter(index, background)
                 started = time.perf_counter()
                 self._dispatch.started(index, elements, started)
                 ok = False
-                run = asyncio.get_running_loop().run_in_executor(
-                    self._executor_for_now(),
-                    functools.partial(
-                        _run, self._instances[index], feeds, output_names, into, repeat, head
-                    ),
-                )
                 try:
-                    result = await asyncio.shield(run)
-                    ok = True
-                    return result
+                    run = asyncio.get_running_loop().run_in_executor(
+                        self._executor_for_now(),
+                        functools.partial(
+                            _run, self._instances[index], feeds, output_names, into, repeat, head
+                        ),
+                    )
+                    try:
+                        result = await asyncio.shield(run)
+                        ok = True
+                        return result
+                    finally:
+                        if not run.done():  # cancelled: the instance is busy until its run ends
+                            await asyncio.wait([run])
                 finally:
-                    if not run.done():  # cancelled: the instance is busy until its run ends
-                        await asyncio.wait([run])
                     ran_s = time.perf_counter() - started
+                    self._leave(turn, ran_s)
         finally:
             self._dispatch.finished(index, elements, ran_s, ok)
             if not background:
@@ -176,6 +199,17 @@ class InstancePool:
             return None  # (nothing else runs on the loop meanwhile: no need to take the turn)
         return self._run_here(index, elements, feeds, output_names, into, repeat)
 
+    async def _enter(self, index: int, background: bool) -> Turn | None:
+        """The model's turn on the cores for a run on instance `index` (None: no share, or
+        an instance that holds no cores)."""
+        if self._share is None or not self._cores[index]:
+            return None
+        return await self._share.enter(self._cores[index], background)
+
+    def _leave(self, turn: Turn | None, seconds: float) -> None:
+        if turn is not None and self._share is not None:
+            self._share.leave(turn, seconds)
+
     def _solo_runs_here(self, index: int, elements: int) -> bool:
         """Whether a batch chosen for the solo instance runs on the loop's thread
         (`inline_when_quiet`)."""
@@ -196,8 +230,14 @@ class InstancePool:
         into: Mapping[str, str] | None,
         repeat: Repeat | None,
         head: Head | None = None,
-    ) -> dict[str, Array]:
-        """A serving batch on instance `index`, on the calling thread."""
+    ) -> dict[str, Array] | None:
+        """A serving batch on instance `index`, on the calling thread; None, having run
+        nothing, when its model's turn on the cores would have to wait."""
+        turn = None
+        if self._share is not None and self._cores[index]:
+            turn = self._share.enter_now(self._cores[index])
+            if turn is None:
+                return None
         self._dispatch.given(index, elements)
         self._serving += 1
         started = time.perf_counter()
@@ -208,8 +248,10 @@ class InstancePool:
             ok = True
             return result
         finally:
-            self._dispatch.finished(index, elements, time.perf_counter() - started, ok)
+            ran_s = time.perf_counter() - started
+            self._dispatch.finished(index, elements, ran_s, ok)
             self._serving -= 1
+            self._leave(turn, ran_s)
 
     def _choose(self, elements: int, background: bool) -> int:
         solo = self._solo
