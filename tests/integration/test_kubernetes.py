@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.integration.server import RunningServer, free_port, start_server
+from tests.integration.server import RunningServer, free_ports, start_server
 from tests.models import affine_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def serve_like(deployment: dict[str, Any], repo: Path, log: Path) -> tuple[Runni
     """inferd started with the container's own arguments, on loopback and free ports."""
     args = list(container(deployment)["args"])
     assert args[0] == "serve"
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = free_ports(2)
     replaced = {
         "--repo": str(repo),
         "--host": "127.0.0.1",

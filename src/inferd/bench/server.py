@@ -3,6 +3,7 @@ bench` does when given a repository instead of a URL, and what the tests and ben
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -16,9 +17,17 @@ import httpx
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: all held at once while they are chosen (one after another,
+    a port just closed may be handed out again)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 @dataclass
@@ -49,13 +58,12 @@ def start_server(
     env: dict[str, str] | None = None,
     wait_loaded: bool = True,
 ) -> RunningServer:
-    port = free_port()
+    port, grpc_port = free_ports(2)
     command = [sys.executable, "-m", "inferd", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if repo is not None:
         command += ["--repo", str(repo)]
     grpc_target = None
     if "--grpc-port" not in args:  # each server its own free port (the default is 8001)
-        grpc_port = free_port()
         command += ["--grpc-port", str(grpc_port)]
         grpc_target = f"127.0.0.1:{grpc_port}"
     command += list(args)
