@@ -6,6 +6,7 @@ shares it."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,31 @@ def test_the_response_cache_is_kept_per_key_unless_the_model_shares_it(
     # shared across keys: one tenant's answer is the other's hit
     assert how("shared", "alice-key") == "miss"
     assert how("shared", "bob-key") == "hit"
+
+
+def test_a_client_back_before_its_retry_after_is_paced_for_loads_too(tmp_path: Path) -> None:
+    """A 429 the app makes (4291: the client's loads are spent) is paced as one from the
+    head: on a connection that comes back before its `Retry-After`, it is held back until
+    then (1 s at most), and counted; a client that waits as told is answered at once."""
+    running = start_server(
+        repository(tmp_path / "repo"),
+        tmp_path / "server.log",
+        *("--client-loads-per-minute", "1", "--client-load-burst", "1"),
+    )
+    try:
+        with httpx.Client(base_url=running.url, timeout=60) as http:
+            assert http.post("/v2/models/m0/infer", json=body()).status_code == 200
+            first = http.post("/v2/models/m1/infer", json=body())
+            assert refused_for_loads(first) and "hold;dur=" not in first.headers["server-timing"]
+            started = time.perf_counter()
+            again = http.post("/v2/models/m2/infer", json=body())  # back at once
+            waited = time.perf_counter() - started
+            assert refused_for_loads(again) and "hold;dur=" in again.headers["server-timing"]
+            assert 0.5 <= waited < 5, waited
+            time.sleep(1.1)  # as told (the pace is 1 s at most)
+            polite = http.post("/v2/models/m3/infer", json=body())
+            assert refused_for_loads(polite) and "hold;dur=" not in polite.headers["server-timing"]
+        metrics = httpx.get(running.url + "/metrics", timeout=5).text
+        assert 'inferd_refusals_paced_total{endpoint="/v2/models/{model}/infer"} 1.0' in metrics
+    finally:
+        assert running.stop() == 0, running.log()

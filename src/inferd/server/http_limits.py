@@ -20,7 +20,8 @@ sooner and is refused again has its refusal held back until then (at most `PACE_
 client that retries at once, ignoring the header, is paced to one refusal per `Retry-After`
 at the cost of a timer, instead of a refusal as fast as it can send (each cheap, together
 the whole core the refusals are there to protect). A client that waits as told is answered at
-once, every time.
+once, every time. The connection's `Pacer` is in the request's scope (`PACER`), so that the
+app paces its own 429s alike (inferd.server.observe).
 """
 
 from __future__ import annotations
@@ -79,7 +80,35 @@ the protocol's side, or a token released when the request is answered (or its co
 lost), or None."""
 
 PACE_MAX_S = 1.0
-"""The longest a paced refusal is held back (`BoundedHttpTools`)."""
+"""The longest a paced refusal is held back (`Pacer`)."""
+PACER = "inferd.pacer"
+"""Scope extension: the connection's `Pacer`, for refusals the app makes (its 429s)."""
+
+
+class Pacer:
+    """One connection's pacing: until when its last refusal told its client to wait.
+    `release`: called before the app holds a refusal back (the request stops counting as
+    arriving for its model: inferd.server.shed)."""
+
+    __slots__ = ("quiet_until", "release")
+
+    def __init__(self, release: Callable[[], None] = lambda: None) -> None:
+        self.quiet_until = 0.0
+        self.release = release
+
+    def hold_s(self, pace_s: float, now: float | None = None) -> float:
+        """How long a refusal that tells its client to wait `pace_s` is held back now: until
+        the last refusal's wait is over when the client came back sooner (at most
+        `PACE_MAX_S`), else 0; the client is then told to wait `pace_s` more."""
+        now = time.perf_counter() if now is None else now
+        hold_s = max(min(self.quiet_until - now, PACE_MAX_S), 0.0) if pace_s > 0 else 0.0
+        self.quiet_until = now + hold_s + min(pace_s, PACE_MAX_S)
+        return hold_s
+
+
+def pacer_of(scope: Mapping[str, Any]) -> Pacer | None:
+    pacer = scope.get("extensions", {}).get(PACER)
+    return pacer if isinstance(pacer, Pacer) else None
 
 
 def bounded_protocol(
@@ -107,8 +136,7 @@ def bounded_protocol(
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_at = 0.0
             """When the body's last bytes arrived (while a body is awaited)."""
-            self._quiet_until = 0.0
-            """Until when the last refusal told this connection's client to wait (perf_counter)."""
+            self._pacer = Pacer(self._release)
             self._held: tuple[Refused, bool, float, asyncio.TimerHandle] | None = None
             """A paced refusal not yet written: itself, keep-alive, when it was held, its timer."""
 
@@ -160,7 +188,11 @@ def bounded_protocol(
             # when the server began to read the request: what `Server-Timing` and the latency
             # metrics count from, so time spent waiting for the event loop is counted too
             self._received_at = time.perf_counter()
-            self.scope["extensions"] = {RECEIVED: {"at": self._received_at}}
+            extensions: dict[str, Any] = {
+                RECEIVED: {"at": self._received_at},
+                PACER: self._pacer,
+            }
+            self.scope["extensions"] = extensions
 
         def on_header(self, name: bytes, value: bytes) -> None:
             self._header_count += 1
@@ -217,8 +249,7 @@ def bounded_protocol(
             """Answers a refusal now, or holds it until the client's last `Retry-After` is
             over when it came back sooner (see the module's docstring)."""
             now = time.perf_counter()
-            hold_s = min(self._quiet_until - now, PACE_MAX_S) if refusal.pace_s > 0 else 0.0
-            self._quiet_until = now + max(hold_s, 0.0) + min(refusal.pace_s, PACE_MAX_S)
+            hold_s = self._pacer.hold_s(refusal.pace_s, now)
             if hold_s <= 0 or not keep_alive:
                 self._answer_now(refusal.render(0.0), keep_alive)
                 return

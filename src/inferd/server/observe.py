@@ -2,7 +2,8 @@
 
 Every answer carries `Server-Timing: total;dur=<ms>`: the time from the server parsing the
 request's first byte to the start of its answer (event-loop waits included), the figure the
-latency metrics record.
+latency metrics record. A 429 to a client that came back before its last `Retry-After` was
+over is held back until then (`hold;dur=`; the metrics leave the hold out).
 
 Log lines (written by inferd.front.recording): one JSON object per request, with the request
 id, model, version, HTTP status, error code and per-stage timings; errors always, successes
@@ -12,6 +13,7 @@ and marked). Probe and /metrics requests are counted but not logged.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,7 +23,7 @@ from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.auth import OPEN_PATHS
-from inferd.server.http_limits import received_at
+from inferd.server.http_limits import pacer_of, received_at
 
 QUIET_PATHS = OPEN_PATHS
 """Probes, metrics and the status page: polled all day, not logged per request (the paths that
@@ -67,6 +69,7 @@ class ObserveMiddleware:
         live: LiveWindow | None = None,
     ) -> None:
         self.app = app
+        self.metrics = metrics
         self.recorder = RequestRecorder(metrics, sample_rate, gpu_memory, live, QUIET_PATHS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,12 +87,17 @@ class ObserveMiddleware:
                 trace.route_key = value[:ROUTE_KEY_MAX].decode("latin-1")
                 break
         status = 500
+        held_s = 0.0
 
         async def send_and_watch(message: Message) -> None:
-            nonlocal status
+            nonlocal status, held_s
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                if status == 429:
+                    held_s = await self._pace(scope, message)
                 timing = server_timing(trace.started, trace.load_s, trace.inference_s)
+                if held_s > 0:
+                    timing = (timing[0], timing[1] + b", hold;dur=%.3f" % (held_s * 1000))
                 headers = [*message.get("headers", []), timing]
                 if trace.cache is not None:
                     headers.append((CACHE_HEADER, trace.cache.encode()))
@@ -107,5 +115,20 @@ class ObserveMiddleware:
                 getattr(route, "path", None) or "unmatched",
                 scope.get("path_params", {}).get("model"),
                 status,
-                time.perf_counter() - trace.started,
+                time.perf_counter() - trace.started - held_s,  # the decision, not the hold
             )
+
+    async def _pace(self, scope: Scope, start: Message) -> float:
+        """Holds back a 429 the app made when its client came back before its last
+        `Retry-After` was over (inferd.server.http_limits, `Pacer`); the seconds held."""
+        pacer = pacer_of(scope)
+        retry = next((v for n, v in start.get("headers", []) if n == b"retry-after"), None)
+        if pacer is None or retry is None or not retry.isdigit():
+            return 0.0
+        hold_s = pacer.hold_s(float(retry))
+        if hold_s > 0:
+            pacer.release()  # (held, it no longer counts as arriving for its model)
+            if self.metrics is not None:
+                self.metrics.on_paced(getattr(scope.get("route"), "path", None) or "unmatched")
+            await asyncio.sleep(hold_s)
+        return hold_s
