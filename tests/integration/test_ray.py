@@ -352,6 +352,14 @@ def _tree(process: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _name(process: psutil.Process) -> str:
+    """A process's name; "" once it has ended (Ray's short-lived workers come and go)."""
+    try:
+        return str(process.name())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def test_inferd_ray_serve_on_its_own_cluster_keeps_to_loopback_and_its_token_and_stops_promptly(
     repo: Path, tmp_path: Path
 ) -> None:
@@ -421,7 +429,7 @@ def test_inferd_ray_serve_on_its_own_cluster_keeps_to_loopback_and_its_token_and
             ("haproxy", int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])),
         }
         assert outside <= haproxy_ports, sorted(a for a in listening if not loopback(a[1]))
-        (gcs,) = [p for p in seen if "gcs_server" in p.name()]
+        (gcs,) = [p for p in seen if "gcs_server" in _name(p)]
         assert gcs.environ().get("RAY_AUTH_MODE") == "token"
         assert len(gcs.environ().get("RAY_AUTH_TOKEN", "")) == 64
         assert not (home / ".ray").exists(), list(home.rglob("*"))
