@@ -76,17 +76,7 @@ class DispatchPolicy:
         formed while every other runtime is busy and more items wait."""
         settings = self._settings
         backlog = self._backlog
-        window = max(settings.max_batch_size, 1) * settings.scan_window
-        candidates: list[Entry] = []
-        if backlog.fair.mixed:
-            live = (e for e in backlog.queue if not e.future.done())
-            candidates = heapq.nsmallest(window, live, key=_rank)
-        else:
-            for entry in backlog.queue:
-                if len(candidates) >= window:
-                    break
-                if not entry.future.done():
-                    candidates.append(entry)
+        candidates = self._candidates(max(settings.max_batch_size, 1) * settings.scan_window)
         if not candidates:
             backlog.purge_done()
             return [], False
@@ -132,6 +122,21 @@ class DispatchPolicy:
         backlog.take(batch)
         backlog.fair.served(batch[0].rank)
         return batch, measured
+
+    def _candidates(self, window: int) -> list[Entry]:
+        """Up to `window` live queued items: the first in arrival order, or, while several
+        clients are queued, the first in their fair order."""
+        backlog = self._backlog
+        if backlog.fair.mixed:
+            live = (e for e in backlog.queue if not e.future.done())
+            return heapq.nsmallest(window, live, key=_rank)
+        candidates: list[Entry] = []
+        for entry in backlog.queue:
+            if len(candidates) >= window:
+                break
+            if not entry.future.done():
+                candidates.append(entry)
+        return candidates
 
 
 def _rank(entry: Entry) -> Rank:
