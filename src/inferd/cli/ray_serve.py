@@ -130,7 +130,7 @@ def run_ray_command(args: Any) -> int:
         import ray
         from ray import serve
 
-        from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy
+        from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy, wait_routed
     except ImportError as exc:
         needed = f"inferd ray: needs the ray extra: pip install 'inferd[ray]' ({exc})"
         print(needed, file=sys.stderr)
@@ -155,6 +155,7 @@ def run_ray_command(args: Any) -> int:
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
         deploy(deployment)
+        wait_routed(settings.host, settings.port)
         print(
             f"inferd on Ray Serve: http://{settings.host}:{settings.port} "
             f"({'autoscaling ' + args.autoscale if autoscale else f'{args.replicas} replicas'}"

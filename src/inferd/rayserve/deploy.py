@@ -13,9 +13,11 @@ that fail its health checks (inferd's readiness), and scales them on inferd's qu
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -98,3 +100,26 @@ def deploy(deployment: RayDeployment, route_prefix: str = "/") -> DeploymentHand
     """Runs the application on the connected Ray cluster (ray.init first; Serve starts if it
     has not) and returns once every replica is started, i.e. loaded and ready."""
     return serve.run(application(deployment), name=APP_NAME, route_prefix=route_prefix)
+
+
+def wait_routed(host: str, port: int, route_prefix: str = "/", timeout_s: float = 60.0) -> None:
+    """Returns once Serve's proxy on host:port routes `route_prefix` to the application.
+
+    `serve.run` returns when the replicas are ready; the proxy learns the route a moment
+    later, and until then answers 404 for every path. Raises TimeoutError if it never does."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    url = f"http://{host}:{port}/-/routes"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            routes = httpx.get(url, timeout=5.0).json()
+            if isinstance(routes, dict) and routes.get(route_prefix) == APP_NAME:
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"Serve's proxy at {url} did not route {route_prefix} in {timeout_s:.0f} s"
+            )
+        time.sleep(0.1)
