@@ -8,6 +8,12 @@ instance beside a fast one, or a CPU beside a GPU, takes a batch only when it wo
 first; so instances of unequal speed get batches in proportion to their speed under load, and
 a lone batch goes to the fastest. An instance not yet measured counts as fast as the fastest
 measured one, and wins a tie (so each gets measured). Pure bookkeeping: the pool does the running.
+
+Instances of one device (`cpu-0` and `cpu-1`, `gpu0-0` and `gpu0-1`: one group's, named
+`<device>-<n>`) learn one speed together, as the same session on the same device. Learned
+apart, one slow run (a first run's warm-up, a wait behind its twin on a shared GPU) marked one
+instance slow for good: never chosen again, it was never measured again, and every batch
+queued behind its twin while it stood idle (the device idle between them).
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ class LeastCompletion:
     def __init__(self, instances: Sequence[tuple[str, str]]) -> None:
         """`instances`: each one's (name, kind)."""
         self.loads = [InstanceLoad(name, kind) for name, kind in instances]
+        devices: dict[tuple[str, str], list[InstanceLoad]] = {}
+        for load in self.loads:
+            devices.setdefault((load.kind, device_of(load.name)), []).append(load)
+        self._twins = [devices[(load.kind, device_of(load.name))] for load in self.loads]
+        """Each instance's device's instances (itself included): they share a speed."""
 
     def choose(self, elements: int, now: float | None = None, among: int | None = None) -> int:
         """The instance to give a batch of `elements` to (the caller then calls `given`);
@@ -119,6 +130,12 @@ class LeastCompletion:
         if elements > 0:
             rate = seconds / elements
             previous = load.seconds_per_element
-            load.seconds_per_element = (
-                rate if previous is None else previous + SPEED_WEIGHT * (rate - previous)
-            )
+            speed = rate if previous is None else previous + SPEED_WEIGHT * (rate - previous)
+            for twin in self._twins[index]:
+                twin.seconds_per_element = speed
+
+
+def device_of(name: str) -> str:
+    """The device of an instance named `<device>-<n>` (the name itself otherwise)."""
+    device, dash, number = name.rpartition("-")
+    return device if dash and number.isdigit() else name

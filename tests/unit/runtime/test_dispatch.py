@@ -119,7 +119,7 @@ def test_the_pool_accounts_for_every_batch_its_threads_ran() -> None:
 
 def test_a_lone_batch_goes_to_the_fastest_instance() -> None:
     slow, fast = SleepingRuntime(0.030), SleepingRuntime(0.005)
-    pool = InstancePool([slow, fast])
+    pool = InstancePool([slow, fast], placed=[("cpu-0", "cpu"), ("gpu0-0", "gpu")])
 
     async def measure_then_one_at_a_time() -> None:
         await asyncio.gather(pool.run(_feeds()), pool.run(_feeds()))  # each gets measured
@@ -176,6 +176,29 @@ def test_a_failing_instance_counts_failures_and_does_not_learn_a_speed() -> None
     load = pool.loads[0]
     assert load.failures == 1 and load.batches == 0 and load.seconds_per_element is None
     assert load.as_dict()["kind"] == "gpu"
+
+
+def test_instances_of_one_device_share_their_speed_so_a_slow_first_run_starves_neither() -> None:
+    """Two instances of one GPU: the first run of one was slow (its warm-up, or a wait behind
+    its twin on the device). Learned apart, it would count as 10x slower and never be chosen
+    while its twin ran, so every batch would queue behind the twin with the device idle
+    between them; learned together, a busy instance's next batch goes to the free one."""
+    dispatch = LeastCompletion([("gpu0-0", "gpu"), ("gpu0-1", "gpu"), ("cpu-0", "cpu")])
+    dispatch.given(0, 10)
+    dispatch.started(0, 10, now=0.0)
+    dispatch.finished(0, 10, 0.100)  # 10 ms an element: a slow first run
+    for _ in range(20):
+        dispatch.given(1, 10)
+        dispatch.started(1, 10, now=0.0)
+        dispatch.finished(1, 10, 0.010)  # 1 ms an element, its usual speed
+    gpu0, gpu1, cpu = dispatch.loads
+    assert gpu0.seconds_per_element == gpu1.seconds_per_element == pytest.approx(0.001, rel=0.15)
+    assert cpu.seconds_per_element is None  # another device: its own
+    for busy, free in ((1, 0), (0, 1)):
+        dispatch.given(busy, 10)
+        dispatch.started(busy, 10, now=1.0)
+        assert dispatch.choose(10, now=1.001, among=2) == free
+        dispatch.finished(busy, 10, 0.010)
 
 
 def test_expected_completion_counts_backlog_and_speed() -> None:
