@@ -42,8 +42,9 @@ class InstancePool:
         cores: Sequence[int] | None = None,
     ) -> None:
         """`placed`: each instance's (name, kind), for its statistics; `cores`: the cores
-        each one's run holds (its intra-op threads; 0: none, as a GPU instance's), for the
-        share of the machine between models (`share_cores`)."""
+        each one's run holds (its intra-op threads; 0: none, as a GPU instance's; not given:
+        some), for the share of the machine between models (`share_cores`) and the priority
+        of the threads that run them."""
         if len(instances) < (2 if solo else 1):
             raise ValueError("an instance pool needs at least one instance besides its solo one")
         self._instances = list(instances)
@@ -52,7 +53,15 @@ class InstancePool:
         self._serving = 0
         """Serving (not background) batches given to an instance and not finished."""
         self._thread_name = thread_name
-        self._executor = self._threads(priority.SERVING_NICENESS, thread_name)
+        self._cores = list(cores) if cores is not None else [1] * len(self._instances)
+        if len(self._cores) != len(self._instances):
+            raise ValueError("one core count per instance")
+        # a thread that computes runs below the event loop; one that waits on a device (a GPU
+        # instance's: it holds no cores) at the loop's level: its CPU is a few handoffs a
+        # batch, and niced it waited for the core behind the tokenizer's threads while its
+        # device stood idle (an emulated H200 served 0.72 of its rate niced, 0.83 not)
+        serving = priority.SERVING_NICENESS if any(self._cores) else 0
+        self._executor = self._threads(serving, thread_name)
         self._background: ThreadPoolExecutor | None = None
         names = placed or [(f"instance-{i}", "auto") for i in range(len(self._instances))]
         if len(names) != len(self._instances):
@@ -62,9 +71,6 @@ class InstancePool:
         self._solo_inline_s = 0.0
         self._quiet: Callable[[], bool] = lambda: False
         self._share: ModelShare | None = None
-        self._cores = list(cores) if cores is not None else [0] * len(self._instances)
-        if len(self._cores) != len(self._instances):
-            raise ValueError("one core count per instance")
 
     def share_cores(self, share: ModelShare) -> None:
         """Every run from now on takes its model's turn on the machine's cores through

@@ -102,6 +102,26 @@ async def test_background_batches_run_on_the_lowest_threads() -> None:
         pool.close()
 
 
+async def test_a_gpu_instance_serves_at_the_loop_s_priority_and_a_cpu_one_below_it() -> None:
+    """A thread that waits on its device (a GPU instance holds no cores) is not niced: its
+    CPU is a few handoffs a batch, and below the loop it waited for the core while the
+    device stood idle. A CPU instance's thread computes: below the loop."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for cores, expected in (([0, 0], base), ([1, 1], max(base, priority.SERVING_NICENESS))):
+        pool = InstancePool([NicenessRuntime(), NicenessRuntime()], cores=cores)
+        layout = build_layout([X], [Y], {}, batched=True)
+        batcher = DynamicBatcher(layout, batcher_settings(4, concurrency=2), pool.run)
+        batcher.start()
+        try:
+            assert await niceness_of(batcher, background=False) == expected, cores
+            assert await niceness_of(batcher, background=True) == max(
+                base, priority.BACKGROUND_NICENESS
+            )
+        finally:
+            await batcher.close()
+            pool.close()
+
+
 async def test_background_batches_leave_a_runtime_free_for_clients() -> None:
     started: list[bool] = []  # each run as it starts: background or not
     gate = threading.Event()
