@@ -109,6 +109,10 @@ PARTS = {
         "residency_bench",
         "many models on one box: on-demand loads and evictions under a memory budget",
     ),
+    "device": (
+        "device_bench",
+        "what the serving path delivers in front of a fast device (emulated): served / device",
+    ),
     "churn": (
         "churn_bench",
         "what a pinned model keeps while two clients churn on-demand models, limited or not",

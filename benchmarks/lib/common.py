@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,10 +82,23 @@ class Server:
     every model loaded, /ready answering 200. Response caches are off unless `args` turn them
     on (`--response-cache`): the benchmarks' loads repeat texts, and they measure the models."""
 
-    def __init__(self, repo: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        entry: Sequence[str] = (sys.executable, "-m", "inferd"),
+    ) -> None:
         log = Path(tempfile.mkstemp(prefix="inferd-bench-", suffix=".log")[1])
         self._running = start_server(
-            repo, log, "--log-level", "warning", "--no-response-cache", *args, env=dict(env or {})
+            repo,
+            log,
+            "--log-level",
+            "warning",
+            "--no-response-cache",
+            *args,
+            env=dict(env or {}),
+            entry=entry,
         )
         self.url = self._running.url
         self.grpc_target = self._running.grpc_target

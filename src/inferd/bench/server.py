@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,12 @@ def start_server(
     *args: str,
     env: dict[str, str] | None = None,
     wait_loaded: bool = True,
+    entry: Sequence[str] = (sys.executable, "-m", "inferd"),
 ) -> RunningServer:
+    """`entry serve --repo REPO ARGS` on 127.0.0.1, on free ports; returns once it is live
+    (and its models loaded, with `wait_loaded`)."""
     port, grpc_port = free_ports(2)
-    command = [sys.executable, "-m", "inferd", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command = [*entry, "serve", "--host", "127.0.0.1", "--port", str(port)]
     if repo is not None:
         command += ["--repo", str(repo)]
     grpc_target = None

@@ -10,6 +10,7 @@ import sys
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
+from inferd.engine.version_loader import RuntimeLoader
 from inferd.errors import ConfigError
 from inferd.grpc_v2.server import GrpcServer
 from inferd.observability.live import LiveWindow
@@ -31,7 +32,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family, backlog=2048)
 
 
-def serve(settings: ServerSettings) -> int:
+def serve(settings: ServerSettings, runtime: RuntimeLoader = OnnxSession) -> int:
+    """`runtime` opens each model instance: ONNX Runtime; another only where a benchmark
+    stands a device of known speed in for it (benchmarks/lib/emulated_device.py)."""
     try:
         sock = listening_socket(settings.host, settings.port)
     except OSError as exc:
@@ -43,7 +46,7 @@ def serve(settings: ServerSettings) -> int:
             sock.close()
             return _cannot_listen(settings.host, settings.grpc_port, exc, "--grpc-port")
     try:
-        return _serve_on(settings, sock)
+        return _serve_on(settings, sock, runtime)
     finally:
         sock.close()
 
@@ -58,19 +61,21 @@ def _cannot_listen(host: str, port: int, exc: OSError, flag: str) -> int:
     return 3
 
 
-def _serve_on(settings: ServerSettings, sock: socket.socket) -> int:
+def _serve_on(settings: ServerSettings, sock: socket.socket, runtime: RuntimeLoader) -> int:
     configure_logging(settings.log_level, settings.log_format)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
-    engine, metrics = build_engine(settings)
+    engine, metrics = build_engine(settings, runtime)
     live = LiveWindow()  # HTTP's requests and gRPC's calls, in one window
     grpc = GrpcServer(settings, engine, metrics, live)  # off when grpc_port is 0
     drained = run_server(settings, engine, metrics, sock, live, (grpc,))
     return 0 if drained else 1  # 1: a second signal forced the exit
 
 
-def build_engine(settings: ServerSettings) -> tuple[Engine, Metrics | None]:
+def build_engine(
+    settings: ServerSettings, runtime: RuntimeLoader = OnnxSession
+) -> tuple[Engine, Metrics | None]:
     """The engine of a server (or of a Ray Serve replica) and its metrics: the repository
-    scanned (the demo's, built first, when none is given), ONNX Runtime as the runtime."""
+    scanned (the demo's, built first, when none is given), `runtime` opening its instances."""
     repository = settings.repository
     if repository is None:
         repository = settings.demo_repository.expanduser()
@@ -89,6 +94,5 @@ def build_engine(settings: ServerSettings) -> tuple[Engine, Metrics | None]:
             extra={"repository": str(repository)},
         )
     metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
-    # the composition root: ONNX Runtime sessions are the runtime
-    engine = Engine(settings, entries, OnnxSession, observer=observer, root=repository)
+    engine = Engine(settings, entries, runtime, observer=observer, root=repository)
     return engine, metrics
