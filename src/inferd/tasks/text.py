@@ -80,6 +80,9 @@ class TextEncoder:
         else:
             tokenizer.no_truncation()
         self._tokenizer = tokenizer
+        # without the offsets of each token, which nothing here reads: a fifth less of the
+        # tokenizer's time (tokenizers 0.21 and later)
+        self._encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         self._config = config
         self._max_texts = max_texts
 
@@ -136,7 +139,7 @@ class TextEncoder:
         if len(texts) < BULK:  # few texts: the parallel batch path costs more than it saves
             encodings = [self._tokenizer.encode(text) for text in texts]
         else:
-            encodings = self._tokenizer.encode_batch(list(texts))
+            encodings = self._encode_batch(list(texts))
         return self._items(encodings, pairs=False)
 
     def encode_pairs(self, query: str, texts: Sequence[str]) -> EncodedTexts:
@@ -153,7 +156,7 @@ class TextEncoder:
         if len(pairs) < BULK:
             encodings = [self._tokenizer.encode(q, t) for q, t in pairs]
         else:
-            encodings = self._tokenizer.encode_batch(pairs)
+            encodings = self._encode_batch(pairs)
         return self._items(encodings, pairs=True)
 
     def _cut(self, texts: Sequence[str]) -> list[str]:
