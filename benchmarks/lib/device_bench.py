@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,15 +77,48 @@ class Result:
     profile: str
 
 
+def tokenizer_us(repo: Path, corpus: list[str]) -> float:
+    """Microseconds a text of the tokenizer alone, as the server calls it (`encode_batch_fast`,
+    32 texts a call), on core 0: the share of a text's server CPU no serving path can save."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(repo / MODEL / "1" / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(512)
+    every = set(range(os.cpu_count() or 1))
+    pin({0})
+    try:
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < 3.0:
+            start = (calls * PER_REQUEST) % (len(corpus) - PER_REQUEST)
+            tokenizer.encode_batch_fast(corpus[start : start + PER_REQUEST])
+            calls += 1
+        return (time.perf_counter() - started) * 1e6 / (calls * PER_REQUEST)
+    finally:
+        pin(every)
+
+
 def pin(cpus: set[int]) -> None:
     os.sched_setaffinity(0, cpus)
 
 
 def measure(
-    repo: Path, device: str, corpus: list[str], clients: list[int], seconds: float, processes: int
+    repo: Path,
+    device: str,
+    corpus: list[str],
+    clients: list[int],
+    seconds: float,
+    processes: int,
+    model: str = MODEL,
+    per: int = PER_REQUEST,
+    pinned: bool = True,
 ) -> Result:
+    """The best of `clients` closed-loop loads of `model` on `device`; `pinned`: the server on
+    core 0 and the load generator on the others (else both on every core)."""
     every = set(range(os.cpu_count() or 1))
-    server_cpus, client_cpus = ({0}, every - {0}) if len(every) > 1 else (every, every)
+    server_cpus, client_cpus = (every, every)
+    if pinned and len(every) > 1:
+        server_cpus, client_cpus = {0}, every - {0}
     entry: tuple[str, ...] = (sys.executable, "-m", "inferd")
     rate = None
     if device != "none":
@@ -98,15 +132,13 @@ def measure(
     finally:
         pin(client_cpus)
     try:
-        load = lambda n, s: embed_load(  # noqa: E731
-            server.url, MODEL, corpus, PER_REQUEST, n, s, processes
-        )
+        load = lambda n, s: embed_load(server.url, model, corpus, per, n, s, processes)  # noqa: E731
         load(clients[0], min(3.0, seconds / 3))  # warm: arenas, batch sizes
         best: Result | None = None
         for n in clients:
-            before = snapshot(server.url, server.process.pid, MODEL)
+            before = snapshot(server.url, server.process.pid, model)
             served = load(n, seconds)
-            after = snapshot(server.url, server.process.pid, MODEL)
+            after = snapshot(server.url, server.process.pid, model)
             cpu_s = after.loop_cpu_s + after.other_cpu_s - before.loop_cpu_s - before.other_cpu_s
             texts_served = served.vectors_per_s * served.seconds
             result = Result(
@@ -140,54 +172,76 @@ def main() -> int:
         default=["h200-fp32", "h200-fp16", "2x-h200-fp16", "none"],
         choices=[*CALIBRATIONS, "none"],
     )
-    parser.add_argument("--clients", type=int, nargs="+", default=[16, 32])
+    parser.add_argument("--clients", type=int, nargs="+", default=[16])
     parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--rounds", type=int, default=3, help="each figure the median of")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
-    parser.add_argument("--instances", type=int, default=2, help="the model's instances")
+    parser.add_argument(
+        "--instances",
+        type=int,
+        nargs="+",
+        default=[2, 3],
+        help="the model's instance counts, each measured in every round (three keep a fast "
+        "device fed: one batch runs, one waits on the device, one is formed or answered)",
+    )
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.clients = 4, args.clients[:1]
+        args.seconds, args.clients, args.rounds = 4, args.clients[:1], 1
     corpus = texts()
+    runs: dict[tuple[str, int], list[Result]] = {}
     with tempfile.TemporaryDirectory(prefix="inferd-device-") as tmp:
-        repo = build_repo(Path(tmp), args.instances, args.max_batch)
-        results = [
-            measure(repo, d, corpus, args.clients, args.seconds, args.processes)
-            for d in args.devices
-        ]
+        repos = {n: build_repo(Path(tmp) / f"x{n}", n, args.max_batch) for n in args.instances}
+        tokenizing = tokenizer_us(repos[args.instances[0]], corpus)
+        for _ in range(args.rounds):  # interleaved: the machine's speed drifts between minutes
+            for device in args.devices:
+                for n, repo in repos.items():
+                    result = measure(
+                        repo, device, corpus, args.clients, args.seconds, args.processes
+                    )
+                    runs.setdefault((device, n), []).append(result)
     command = ("python benchmarks/serving_bench.py device " + " ".join(sys.argv[1:])).strip()
-    rows = []
-    for r in results:
+    rows, profiles = [], []
+    for (device, n), results in runs.items():
+        ordered = sorted(results, key=lambda r: r.served)
+        r = ordered[len(ordered) // 2]
         device_rate = f"{r.device_rate:.0f}" if r.device_rate else "-"
         ratio = f"{r.served / r.device_rate:.2f}" if r.device_rate else "-"
+        spread = f"{ordered[0].served:.0f}-{ordered[-1].served:.0f}"
         rows.append(
-            f"| {r.device} | {device_rate} | {r.served:.0f} | {ratio} | {r.cpu_us_per_text:.0f} "
-            f"| {r.clients} | {r.failed} |"
+            f"| {device} | {n} | {device_rate} | {r.served:.0f} ({spread}) | {ratio} "
+            f"| {r.cpu_us_per_text:.0f} | {sum(x.failed for x in results)} |"
         )
+        if n == max(args.instances):
+            profiles.append(f"- {device}: {r.profile}")
     lines = [
         "### In front of a fast device (emulated)",
         "",
         f"Machine: {machine_description()}. The server on core 0, the load generator "
         f"({args.processes} processes of closed-loop httpx clients) on the other.",
         f"A BERT-base-shaped encoder (hidden 768) on the demo's tokenizer; texts of "
-        f"{TEXT_CHARS} characters, {PER_REQUEST} a request to `/embed`; "
-        f"{args.instances} instances, batches of up to {args.max_batch}; {args.seconds:g} s a "
-        "step, the best of the client counts. The device answers a batch after a fixed time a "
+        f"{TEXT_CHARS} characters, {PER_REQUEST} a request to `/embed`; batches of up to "
+        f"{args.max_batch}; {args.seconds:g} s a step at {', '.join(map(str, args.clients))} "
+        f"clients (the best), a fresh server each; {args.rounds} interleaved rounds, the "
+        "median round shown (and the range). The device answers a batch after a fixed time a "
         "row, one batch at a time (`h200-fp32`: 9.7 ms a batch of 32, `h200-fp16`: 6.2 ms, "
         "`2x-h200-fp16`: 3.1 ms); `none`: the encoder with no layers on ONNX Runtime, on the "
         "server's core.",
         "",
         f"Command: `{command}`",
         "",
-        "| device | device texts/s | served texts/s | served / device | server CPU us a text "
-        "| clients | failed |",
+        "| device | instances | device texts/s | served texts/s | served / device "
+        "| server CPU us a text | failed |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "Where the time goes (the best step of each device):",
+        f"The tokenizer alone (`encode_batch_fast`, {PER_REQUEST} texts a call, core 0): "
+        f"{tokenizing:.0f} us a text.",
         "",
-        *(f"- {r.device}: {r.profile}" for r in results),
+        f"Where the time goes ({max(args.instances)} instances, the median round):",
+        "",
+        *profiles,
     ]
     publish("device", "\n".join(lines), args.quick)
     return 0

@@ -34,6 +34,7 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path: Path) -> None:
         "encoder texts/s",
         "encoder-fp16 texts/s",
         "encoder served, where the time goes: ",
+        "emulated h200-fp32 texts/s: device 3299, served ",
         "gen tokens/s at 16 in flight",
         "gen-host tokens/s at 1 in flight",
         "inferd quantize --to fp16 of the in-place decoder",
