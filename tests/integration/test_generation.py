@@ -428,9 +428,13 @@ def test_special_tokens_in_chat_content_are_text(
     )
     as_control = tokenizer.encode(rendered).ids
     assert as_control.count(eos) == 2  # what the content would have been: two ends of text
+    # the template's role markers (special tokens of the demo's tokenizer) stay one token
+    # each; what lies between them, the content included, is text
+    user, assistant = (tokenizer.token_to_id(t) for t in ("<|user|>", "<|assistant|>"))
     tokenizer.encode_special_tokens = True
-    as_text = tokenizer.encode(rendered).ids
-    assert eos not in as_text
+    between = tokenizer.encode(f"\n{content}\n").ids + [assistant] + tokenizer.encode("\n").ids
+    as_text = [user, *between]
+    assert eos not in as_text and as_control[0] == user
     assert answer.json()["usage"]["prompt_tokens"] == len(as_text) != len(as_control)
     raw = generate(http, prompt=EOS * 3, max_length=1)
     assert raw["usage"]["prompt_tokens"] == 3, raw

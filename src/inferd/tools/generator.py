@@ -16,7 +16,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +46,20 @@ class GeneratorShape:
     train_batch: int = 24
 
 
-def train_tokenizer(texts: list[str], vocab: int) -> Tokenizer:
+CHAT_ROLE_TOKENS = ("<|system|>", "<|developer|>", "<|user|>", "<|assistant|>")
+"""The demo chat template's role markers (one per role the chat route accepts): special tokens
+of the demo generator's tokenizer, as a real chat model's are, so that a message writing them
+stays text (inferd.generation.chat_tokens) and cannot forge a turn."""
+
+
+def train_tokenizer(texts: list[str], vocab: int, specials: Sequence[str] = (EOS,)) -> Tokenizer:
+    """A byte-level BPE tokenizer of `vocab` tokens, `specials` among them (their ids first)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
-        special_tokens=[EOS],
+        special_tokens=list(specials),
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
@@ -160,7 +167,7 @@ def build_generator(
     with phase("reading the docstrings of Python's standard library"):
         texts = docstrings(corpus_chars)
     with phase(f"training a {shape.vocab:,}-token BPE tokenizer on them"):
-        tokenizer = train_tokenizer(texts, shape.vocab)
+        tokenizer = train_tokenizer(texts, shape.vocab, (EOS, *CHAT_ROLE_TOKENS))
     eos = tokenizer.token_to_id(EOS)
     if eos is None:
         raise RuntimeError(f"the tokenizer lost its {EOS} token")
