@@ -23,6 +23,7 @@ class ErrorCode(IntEnum):
     UNAVAILABLE = 5030
     DEADLINE_EXCEEDED = 5040
     OUT_OF_MEMORY = 5070
+    MODEL_TOO_LARGE = 5071
     INTERNAL = 5000
 
 
@@ -102,6 +103,12 @@ class DeadlineExceededError(InferdError):
 
 class OutOfMemoryError(InferdError):
     code = ErrorCode.OUT_OF_MEMORY
+
+
+class ModelTooLargeError(InferdError):
+    """An on-demand model that can never load under the configured memory budget."""
+
+    code = ErrorCode.MODEL_TOO_LARGE
 
 
 class InternalError(InferdError):

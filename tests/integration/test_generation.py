@@ -432,8 +432,8 @@ def test_special_tokens_in_chat_content_are_text(
     # each; what lies between them, the content included, is text
     user, assistant = (tokenizer.token_to_id(t) for t in ("<|user|>", "<|assistant|>"))
     tokenizer.encode_special_tokens = True
-    between = tokenizer.encode(f"\n{content}\n").ids + [assistant] + tokenizer.encode("\n").ids
-    as_text = [user, *between]
+    between = tokenizer.encode(f"\n{content}\n").ids
+    as_text = [user, *between, assistant, *tokenizer.encode("\n").ids]
     assert eos not in as_text and as_control[0] == user
     assert answer.json()["usage"]["prompt_tokens"] == len(as_text) != len(as_control)
     raw = generate(http, prompt=EOS * 3, max_length=1)

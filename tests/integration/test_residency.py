@@ -313,3 +313,51 @@ def test_the_memory_budget_holds_the_measured_footprints_of_what_is_loaded(
         assert sum(per_model(seen, "inferd_model_evictions_total").values()) >= 4
     finally:
         assert running.stop() == 0, running.log()
+
+
+def test_a_model_that_can_never_fit_is_said_at_once_and_one_whose_estimate_does_not_loads(
+    tmp_path: Path,
+) -> None:
+    """A memory budget smaller than one model's files: its first request gets 5071 at once
+    (never a 503 to retry for ever), saying the budget it needs, and `/ready` names it. A
+    model whose files fit but whose estimate before any load (twice its files) does not
+    loads alone, is measured, and serves."""
+    root = tmp_path / "repo"
+    big_model(root / "big" / "1" / "model.onnx", 48)
+    write_config(root / "big", ON_DEMAND)
+    affine_model(root / "pinned" / "1" / "model.onnx")
+    write_config(root / "pinned", {"max_batch_size": 8})
+    running = start_server(
+        root, tmp_path / "small.log", "--model-memory-budget-mb", "30", *UNLIMITED
+    )
+    try:
+        # a model that can never load is a reason not to be ready, as a failed one is
+        ready = httpx.get(running.url + "/ready", timeout=10)
+        assert ready.status_code == 503, ready.text
+        body = ready.json()
+        assert "'big' version 1 can never load under the 30.0 MB memory budget" in body["reason"]
+        assert body["models"]["big"]["ready"] is False and body["models"]["pinned"]["ready"]
+        started = time.perf_counter()
+        refused = infer(running.url, "big")
+        assert time.perf_counter() - started < 2.0
+        assert refused.status_code == 507, refused.text
+        answer = refused.json()
+        assert answer["code"] == 5071 and "needs more than 48" in answer["error"], answer
+        # what it needs beside what the pinned model holds (measured at its load)
+        needed = re.search(r"give the budget at least ([\d.]+) MB", answer["error"])
+        assert needed and 48 < float(needed.group(1)) < 80, answer
+        assert refused.headers.get("retry-after") is None
+        assert infer(running.url, "pinned").status_code == 200
+    finally:
+        assert running.stop() == 0, running.log()
+    running = start_server(
+        root, tmp_path / "roomy.log", "--model-memory-budget-mb", "80", *UNLIMITED
+    )
+    try:
+        answer = infer(running.url, "big", 3.0)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == [3.0] * 4
+        footprint = per_model(metrics(running.url), "inferd_model_resident_bytes")["big"]
+        assert 40 * 2**20 <= footprint <= 80 * 2**20, footprint
+    finally:
+        assert running.stop() == 0, running.log()

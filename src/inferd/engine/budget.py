@@ -81,17 +81,55 @@ class Budget:
         self.device = int(device_mb * 2**20)
         self._disk_bytes = disk_bytes
 
-    def need(self, version: Version) -> Need:
+    def need(self, version: Version, kept: int = 0) -> Need:
         """What `version` holds when measured, else its estimate from its files (device
-        memory looked at only under a device budget: the CPU path costs nothing more)."""
+        memory looked at only under a device budget: the CPU path costs nothing more). An
+        estimate over what the budget leaves beside `kept` (the bytes of the versions that
+        stay in memory: pinned ones) is capped there: the version may still fit (its files
+        do, or `never_fits` refuses it), so it loads once every idle version is gone, and
+        from then on counts what it was measured to hold."""
         host = version.footprint_bytes
         devices = version.device_footprint if self.device > 0 else {}
         if host is not None and devices is not None:
             return Need(host, devices)
         estimate = int(UNMEASURED_FACTOR * self._disk_bytes(version))
         if devices is None:  # never measured on its devices (or no NVML to measure with)
-            devices = {gpu: estimate for gpu in placed_gpus(version.config)}
-        return Need(estimate if host is None else host, devices)
+            on_device = min(estimate, self.device) if self.device > 0 else estimate
+            devices = {gpu: on_device for gpu in placed_gpus(version.config)}
+        if host is None:
+            host = min(estimate, max(self.host - kept, 0)) if self.host > 0 else estimate
+        return Need(host, devices)
+
+    def never_fits(self, name: str, version: Version, kept: int = 0) -> str | None:
+        """Why `version` can never load under these budgets, None when it may: what its last
+        load measured, else its files' size alone (a load holds at least its weights), over
+        what a budget leaves beside `kept` (the versions that stay in memory: pinned ones).
+        Says the budget it needs."""
+        disk = self._disk_bytes(version)
+        measured = version.footprint_bytes
+        host = disk if measured is None else measured
+        how = "its files alone" if measured is None else "measured at its last load"
+        if self.host > 0 and host + kept > self.host:
+            beside = f", beside the {mb(kept)} MB that pinned models hold" if kept else ""
+            return (
+                f"{name} can never load under the {mb(self.host)} MB memory budget "
+                f"(model_memory_budget_mb): it needs more than {mb(host)} MB ({how}){beside}; "
+                f"give the budget at least {mb(host + kept)} MB, or pin the model "
+                "(residency: pinned)"
+            )
+        if self.device > 0:
+            measured_devices = version.device_footprint or {}
+            for gpu in sorted(placed_gpus(version.config)):
+                wanted = measured_devices.get(gpu, disk)
+                how = "its files alone" if gpu not in measured_devices else "measured"
+                if wanted > self.device:
+                    return (
+                        f"{name} can never load on GPU {gpu} under the {mb(self.device)} MB "
+                        f"device memory budget (device_memory_budget_mb): it needs more than "
+                        f"{mb(wanted)} MB there ({how}); give the budget at least "
+                        f"{mb(wanted)} MB"
+                    )
+        return None
 
     def shortfall(self, resident: Sequence[Version], coming: Need) -> Shortfall | None:
         """The first budget that the versions `resident` and one more needing `coming` go

@@ -28,7 +28,8 @@ from inferd.engine.load_limits import LoadLimits
 from inferd.engine.loader import Loader
 from inferd.engine.outcomes import Outcomes
 from inferd.engine.registry import Readiness, Registry
-from inferd.engine.residency import Residency, ResidencyFacts
+from inferd.engine.residency import Residency
+from inferd.engine.residency_record import ResidencyFacts
 from inferd.engine.response_cache import ResponseCache
 from inferd.engine.rollout import Rollouts, ServingPolicy
 from inferd.engine.routing import Routing

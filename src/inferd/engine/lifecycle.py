@@ -56,7 +56,9 @@ class Lifecycle:
         would all leave rotation at once; it is reported instead (the detail, the
         `inferd_rollout_failed` metric and its alert, the log, the status page)."""
         loaded = self._loader.done and self._resumed
-        readiness = self._registry.readiness(strict, loaded, self._admission.draining)
+        readiness = self._registry.readiness(
+            strict, loaded, self._admission.draining, self._residency.never_fits
+        )
         failures = self._rollouts.failures()
         if not failures:
             return readiness

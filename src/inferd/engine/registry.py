@@ -8,7 +8,7 @@ nothing else does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
@@ -165,7 +165,15 @@ class Registry:
                 rows.append(row)
         return rows
 
-    def readiness(self, strict: bool, loading_done: bool, draining: bool) -> Readiness:
+    def readiness(
+        self,
+        strict: bool,
+        loading_done: bool,
+        draining: bool,
+        never_fits: Callable[[Version], str | None] = lambda version: None,
+    ) -> Readiness:
+        """`never_fits`: why a version can never load under the memory budgets (a reason of
+        its own, as a failed version's), None when it may."""
         models: dict[str, dict[str, object]] = {}
         problems: list[str] = []
         for name, error in self._errors.items():
@@ -176,11 +184,17 @@ class Registry:
                 str(n): {"state": v.state.value, **({"reason": v.reason} if v.reason else {})}
                 for n, v in versions.items()
             }
-            model_ready = any(v.ready or v.standby for v in versions.values())
+            too_large = {n: why for n, v in versions.items() if (why := never_fits(v))}
+            model_ready = any(
+                v.ready or (v.standby and n not in too_large) for n, v in versions.items()
+            )
             models[name] = {"ready": model_ready, "versions": states}
             for n, v in versions.items():
                 if v.state is VersionState.FAILED and not v.superseded:
                     problems.append(f"model '{name}' version {n} failed: {v.reason}")
+                elif n in too_large:
+                    states[str(n)]["reason"] = too_large[n]
+                    problems.append(too_large[n])
             if not model_ready and loading_done:
                 problems.append(f"model '{name}' has no ready version")
         if draining:

@@ -13,7 +13,8 @@ with a request in flight or queued, nor one of a model in a rollout, nor a pinne
 the idle ones do not suffice, nothing is evicted and the load waits for busy ones to go idle,
 for as long as a request waits for it (each within its deadline, then 5030 with the reason);
 a load that could not fit even with every version that may go gone (on demand, not in a
-rollout) is refused 5030 at once. Nothing serving is touched. An evicted version's footprint
+rollout) is refused 5030 at once, and one that can never fit the budget beside the pinned
+versions (inferd.engine.budget.Budget.never_fits) 5071. Nothing serving is touched. An evicted version's footprint
 is remembered: its next load is budgeted by it. The request that starts a load counts it
 against its client's limit (inferd.engine.load_limits: 4291 over it); one that finds its
 version resident or loading counts nothing.
@@ -27,14 +28,19 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from inferd.clients import current_client
 from inferd.engine.budget import Budget, Need, device_mb, mb
 from inferd.engine.heap import SettleLater
 from inferd.engine.load_limits import LoadLimits
+from inferd.engine.residency_record import Record, ResidencyFacts
 from inferd.engine.version import Version, VersionState
-from inferd.errors import DeadlineExceededError, NotFoundError, UnavailableError
+from inferd.errors import (
+    DeadlineExceededError,
+    ModelTooLargeError,
+    NotFoundError,
+    UnavailableError,
+)
 from inferd.observability.trace import current_trace
 
 log = logging.getLogger(__name__)
@@ -44,33 +50,6 @@ NOT_RESIDENT = "on demand: loads on its first request"
 ROOM_RECHECK_S = 0.25
 """A load waiting for a busy version to go idle looks again at least this often (a version
 going idle wakes it at once; this catches a rollout's end and its last waiter's deadline)."""
-
-
-@dataclass(frozen=True)
-class ResidencyFacts:
-    """One version's residency, as the metrics and the status page show it."""
-
-    model: str
-    version: str
-    on_demand: bool
-    resident: bool
-    footprint_bytes: int | None
-    device_footprint: dict[int, int] | None
-    loads: int
-    evictions: int
-    cold_waits: int
-    cold_wait_s: float
-
-
-@dataclass
-class _Record:
-    version: Version
-    last_used: float = 0.0
-    in_use: int = 0
-    loads: int = 0
-    evictions: int = 0
-    cold_waits: int = 0
-    cold_wait_s: float = 0.0
 
 
 Load = Callable[[Version], Awaitable[None]]
@@ -105,7 +84,7 @@ class Residency:
         self._versions = versions
         self._in_rollout = in_rollout
         self._pinned_anyway = pinned_anyway
-        self._records: dict[tuple[str, int], _Record] = {}
+        self._records: dict[tuple[str, int], Record] = {}
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
@@ -123,12 +102,24 @@ class Residency:
     def on_demand(self, version: Version) -> bool:
         return version.config.residency == "on_demand" and not self._pinned_anyway(version)
 
-    def _record(self, version: Version) -> _Record:
+    def never_fits(self, version: Version) -> str | None:
+        """Why an on-demand `version` not in memory can never load under the budgets (5071,
+        and a reason of `/ready`), None when it may."""
+        if version.ready or not self.on_demand(version):
+            return None
+        return self._budget.never_fits(_named(version), version, self._kept(version))
+
+    def _kept(self, coming: Version) -> int:
+        """The bytes held by the versions in memory never evicted (pinned ones)."""
+        stay = [v for v in self._versions() if v.ready and v is not coming and not self._may_go(v)]
+        return sum(v.footprint_bytes or 0 for v in stay)
+
+    def _record(self, version: Version) -> Record:
         key = (version.model, version.version)
         record = self._records.get(key)
         if record is None or record.version is not version:
             kept = record
-            record = _Record(version)
+            record = Record(version)
             if kept is not None:  # (the same version registered again: its counts go on)
                 record.loads, record.evictions = kept.loads, kept.evictions
                 record.cold_waits, record.cold_wait_s = kept.cold_waits, kept.cold_wait_s
@@ -159,7 +150,7 @@ class Residency:
     def leave(self, version: Version) -> None:
         self._release(self._record(version))
 
-    def _release(self, record: _Record) -> None:
+    def _release(self, record: Record) -> None:
         record.in_use = max(record.in_use - 1, 0)
         record.last_used = time.monotonic()
         if record.in_use == 0 and self._wakes and self._may_go(record.version):
@@ -174,11 +165,14 @@ class Residency:
             wake.set()
 
     async def _wait_for_load(
-        self, version: Version, record: _Record, deadline: float | None
+        self, version: Version, record: Record, deadline: float | None
     ) -> None:
         key = (version.model, version.version)
         task = self._loading.get(key)
         if task is None:
+            never = self.never_fits(version)
+            if never is not None:  # said at once, costing the client none of its loads
+                raise ModelTooLargeError(never)
             if self._load_limits is not None:  # (a load already under way costs no one)
                 self._load_limits.take(current_client(), _named(version))
             task = asyncio.get_running_loop().create_task(
@@ -246,7 +240,8 @@ class Residency:
             if version.ready:
                 return True
             self._still_wanted(version)
-            if not await self._make_room(version, self._budget.need(version)):
+            need = self._budget.need(version, self._kept(version))
+            if not await self._make_room(version, need):
                 return False
             self._room.pop((version.model, version.version), None)
             record = self._record(version)
@@ -299,6 +294,9 @@ class Residency:
         and the idle ones go until it fits, the budget exceeded until then."""
         key = (coming.model, coming.version)
         name = _named(coming)
+        never = None if loaded else self._budget.never_fits(name, coming, self._kept(coming))
+        if never is not None:
+            raise ModelTooLargeError(never)
         while True:
             resident = [v for v in self._versions() if v.ready and v is not coming]
             short = self._budget.shortfall(resident, need)
@@ -355,24 +353,10 @@ class Residency:
         )
 
     def facts(self) -> list[ResidencyFacts]:
-        rows = []
-        for version in self._versions():
-            record = self._records.get((version.model, version.version))
-            rows.append(
-                ResidencyFacts(
-                    version.model,
-                    str(version.version),
-                    self.on_demand(version),
-                    version.ready,
-                    version.footprint_bytes,
-                    version.device_footprint,
-                    record.loads if record else 0,
-                    record.evictions if record else 0,
-                    record.cold_waits if record else 0,
-                    record.cold_wait_s if record else 0.0,
-                )
-            )
-        return rows
+        return [
+            ResidencyFacts.of(v, self.on_demand(v), self._records.get((v.model, v.version)))
+            for v in self._versions()
+        ]
 
 
 def _named(version: Version) -> str:

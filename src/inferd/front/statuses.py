@@ -20,6 +20,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.OUT_OF_MEMORY: 507,
+    ErrorCode.MODEL_TOO_LARGE: 507,
     ErrorCode.INTERNAL: 500,
 }
 

@@ -24,5 +24,6 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.OUT_OF_MEMORY: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.MODEL_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
