@@ -14,10 +14,10 @@ the idle ones do not suffice, nothing is evicted and the load waits for busy one
 for as long as a request waits for it (each within its deadline, then 5030 with the reason);
 a load that could not fit even with every version that may go gone (on demand, not in a
 rollout) is refused 5030 at once, and one that can never fit the budget beside the pinned
-versions (inferd.engine.budget.Budget.never_fits) 5071. Nothing serving is touched. An evicted version's footprint
-is remembered: its next load is budgeted by it. The request that starts a load counts it
-against its client's limit (inferd.engine.load_limits: 4291 over it); one that finds its
-version resident or loading counts nothing.
+versions (inferd.engine.budget.Budget.never_fits) 5071. Nothing serving is touched. An
+evicted version's footprint is remembered: its next load is budgeted by it. The request
+that starts a load counts it against its client's limit (inferd.engine.load_limits: 4291
+over it); one that finds its version resident or loading counts nothing.
 """
 
 from __future__ import annotations
