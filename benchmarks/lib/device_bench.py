@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import Server, machine_description, publish
 from emulated_device import CALIBRATIONS
 from inferd.tools.corpus import docstrings
+from overload_bench import pin
 from served_profile import embed_load, snapshot, where_the_time_goes
 
 MODEL = "bert-base"
@@ -96,10 +97,6 @@ def tokenizer_us(repo: Path, corpus: list[str]) -> float:
         return (time.perf_counter() - started) * 1e6 / (calls * PER_REQUEST)
     finally:
         pin(every)
-
-
-def pin(cpus: set[int]) -> None:
-    os.sched_setaffinity(0, cpus)
 
 
 def measure(
