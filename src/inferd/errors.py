@@ -15,6 +15,7 @@ class ErrorCode(IntEnum):
     ENCODING = 4003
     INVALID_INPUT = 4004
     TOO_MANY_ITEMS = 4005
+    INVALID_GRAMMAR = 4006
     UNAUTHORIZED = 4010
     FORBIDDEN = 4030
     NOT_FOUND = 4040
@@ -60,6 +61,13 @@ class InvalidInputError(InferdError):
 
 class TooManyItemsError(InferdError):
     code = ErrorCode.TOO_MANY_ITEMS
+
+
+class InvalidGrammarError(InferdError):
+    """A constraint on the answer (a JSON schema, a regex, a choice list, a tool's parameters)
+    that is invalid, unsupported, or too large or slow to compile."""
+
+    code = ErrorCode.INVALID_GRAMMAR
 
 
 class UnauthorizedError(InferdError):

@@ -16,6 +16,7 @@ from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Messages
 from inferd.generation.chat_tokens import ChatEncoder
+from inferd.generation.constraint import Grammars
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
@@ -109,6 +110,7 @@ class GeneratorServable(Servable):
         self._pool = loaded.pool
         self._chat = parts.chat
         self._chat_encoder = ChatEncoder(parts.tokenizer)
+        self._grammars = Grammars(parts.tokenizer, parts.eos_id)
         self._scheduler = Scheduler(
             loaded.pool.run,
             parts.shape,
@@ -133,8 +135,9 @@ class GeneratorServable(Servable):
 
     async def generate(self, prompt: Prompt, sampling: SamplingRequest) -> Seq:
         """Tokenizes and queues a generation (4002 over the character cap or the window, 4290
-        when full); chat messages are rendered through the model's chat template first. A
-        long prompt is tokenized on a worker thread, off the event loop."""
+        when full, 4006 for a constraint that does not compile); chat messages are rendered
+        through the model's chat template first. A long prompt is tokenized on a worker
+        thread, off the event loop."""
         params = sampling.resolve(self.config.generation)
         encode: Callable[[], list[int]]
         if isinstance(prompt, str):
@@ -151,8 +154,11 @@ class GeneratorServable(Servable):
         if len(text) > limit:
             raise InputTooLongError(f"the prompt has {len(text)} characters; the limit is {limit}")
         self._scheduler.refuse_when_full()  # before the prompt is tokenized
+        constraint = None
+        if sampling.grammar is not None:  # (compiled off the loop, or taken from the cache)
+            constraint = await self._grammars.constraint(sampling.grammar)
         ids = await asyncio.to_thread(encode) if len(text) > OFF_LOOP_CHARS else encode()
-        return self._scheduler.submit(ids, params)
+        return self._scheduler.submit(ids, params, constraint)
 
     @property
     def queued_items(self) -> int:
@@ -182,6 +188,7 @@ class GeneratorServable(Servable):
 
     async def close(self) -> None:
         await self._scheduler.close()
+        self._grammars.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await close_off_loop(pool)

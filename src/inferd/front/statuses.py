@@ -12,6 +12,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.ENCODING: 400,
     ErrorCode.INVALID_INPUT: 400,
     ErrorCode.TOO_MANY_ITEMS: 400,
+    ErrorCode.INVALID_GRAMMAR: 400,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,

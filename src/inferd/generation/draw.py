@@ -12,11 +12,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.config.model import GenerationConfig
+from inferd.generation.constraint import Masks, PendingMasks, apply_masks
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.params import SamplingParams
 from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.protocol import Array
+
+Masked = dict[int, Array]
+"""Constrained rows' token masks, by the sequence's id (inferd.generation.constraint)."""
 
 GREEDY = SamplingParams(1, temperature=0.0)
 """What a row that draws nothing (finished, cancelled) is given for the graph's draw."""
@@ -33,12 +37,24 @@ class Draw:
         self._graph_names = (NEXT_IDS, *shape.present_names)
         self._ranked_names = tuple(shape.ranked_names)
         self._output_names = tuple(shape.output_names)
+        self._masks = Masks()
+
+    def masks(self, seqs: list[Seq]) -> PendingMasks | None:
+        """Starts the token masks of the constrained rows of `seqs` (None when there are
+        none), before the step whose tokens they hold to their grammars."""
+        return self._masks.start(seqs)
+
+    def close(self) -> None:
+        self._masks.close()
 
     def ranked(self, seqs: list[Seq]) -> bool:
         """Whether the next tokens of `seqs` can all be drawn from the graph's ranked
-        candidates (a decoder exported by inferd), not the whole vocabulary's logits."""
+        candidates (a decoder exported by inferd), not the whole vocabulary's logits (which
+        a constrained row needs: its mask may allow none of the candidates)."""
         width = self._shape.top_width
-        return width > 0 and all(fits_ranked(s.params, width) for s in seqs)
+        return width > 0 and all(
+            s.constraint is None and fits_ranked(s.params, width) for s in seqs
+        )
 
     def blocks(self, rows: list[Seq], live: list[int], advances: bool) -> bool:
         """Whether the next steps draw in the graph, each step's tokens fed straight to the
@@ -54,7 +70,13 @@ class Draw:
         return self._ranked_names if ranked else self._output_names
 
     def decoded(
-        self, out: dict[str, Array], live: list[int], seqs: list[Seq], ranked: bool, in_graph: bool
+        self,
+        out: dict[str, Array],
+        live: list[int],
+        seqs: list[Seq],
+        ranked: bool,
+        in_graph: bool,
+        masks: Masked | None = None,
     ) -> list[int]:
         """The next tokens of the `live` rows (`seqs`) after a decode step, by its path."""
         if in_graph:
@@ -62,7 +84,7 @@ class Draw:
             return chosen
         if ranked:
             return self.sample_ranked(out, live, seqs)
-        return self.sample(out[LOGITS][live, -1, :], seqs)
+        return self.sample(out[LOGITS][live, -1, :], seqs, masks)
 
     def feed(self, feeds: dict[str, Array], rows: list[Seq], live: set[int], steps: int) -> Array:
         """Puts the graph's draw inputs for `rows` in `feeds` (rows not `live`: greedy, drawing
@@ -90,7 +112,11 @@ class Draw:
             [s.rng for s in seqs],
         )
 
-    def sample(self, logits: Array, seqs: list[Seq]) -> list[int]:
+    def sample(self, logits: Array, seqs: list[Seq], masks: Masked | None = None) -> list[int]:
+        """From the whole vocabulary's logits; a constrained row's only among the tokens its
+        mask allows (`masks`, by the sequence's id)."""
+        if masks:
+            logits = apply_masks(logits, seqs, masks)
         return sample_batch(
             logits,
             [s.params for s in seqs],

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from inferd.config.model import GenerationConfig
 from inferd.errors import InputTooLongError, InvalidInputError
+from inferd.generation.grammar import GrammarRequest
 
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_CHARS = 200
@@ -107,9 +108,16 @@ class SamplingRequest:
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
+    grammar: GrammarRequest | None = None
+    """What the answer must match (compiled for the model: inferd.generation.constraint)."""
 
     @classmethod
-    def of(cls, fields: SamplingFields, max_new_tokens: int | None) -> SamplingRequest:
+    def of(
+        cls,
+        fields: SamplingFields,
+        max_new_tokens: int | None,
+        grammar: GrammarRequest | None = None,
+    ) -> SamplingRequest:
         """What a request's fields ask; the engine checks them against the model's
         generation limits once the model is known."""
         return cls(
@@ -121,6 +129,7 @@ class SamplingRequest:
             seed=fields.seed,
             stop=fields.stop,
             ignore_eos=fields.ignore_eos,
+            grammar=grammar,
         )
 
     def resolve(self, config: GenerationConfig) -> SamplingParams:

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from inferd.config.model import GenerationConfig
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.generation.batch import RunningBatch
+from inferd.generation.constraint import Constraint, taken
 from inferd.generation.decoder import DRAW_UNIFORM, NEXT_IDS, TOKENS, DecoderShape
 from inferd.generation.draw import Draw
 from inferd.generation.kvstore import kv_store
@@ -66,6 +67,7 @@ class Scheduler:
         self._draw = Draw(shape, config)
         self._tokenizer = tokenizer
         self._config = config
+        self._context = config.context_length
         self._eos = eos_id
         self._pad = pad_id
         self._model, self._version = model, version
@@ -110,13 +112,16 @@ class Scheduler:
     def encode(self, prompt: str) -> list[int]:
         return list(self._tokenizer.encode(prompt).ids)
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Seq:
-        """Queues a sequence (4002 when it cannot fit, 4290 when the queue is full)."""
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams, constraint: Constraint | None = None
+    ) -> Seq:
+        """Queues a sequence (4002 when it cannot fit, 4290 when the queue is full), its answer
+        held to `constraint` when there is one."""
         if self._closing:
             raise UnavailableError("the model is shutting down; not taking new generations")
         params = self._waiting.fit(len(prompt_ids), params)
         self.refuse_when_full()
-        seq = Seq(prompt_ids, params, self._tokenizer, self._eos, self._config.context_length)
+        seq = Seq(prompt_ids, params, self._tokenizer, self._eos, self._context, constraint)
         self._waiting.append(seq)
         self._idle.clear()
         self._wake.set()
@@ -148,6 +153,7 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._draw.close()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -209,6 +215,7 @@ class Scheduler:
         draw = self._draw
         ranked = step.last_aligned and draw.ranked(seqs)
         computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
+        masks = draw.masks(seqs)  # (made while the step runs, when they take long)
         started = time.perf_counter()
         out = await self._steps.run(
             step.inputs, draw.names(ranked), step.into, self._steps.prefill_s(computed)
@@ -219,7 +226,7 @@ class Scheduler:
             self._kv.take_prefill(step, out)
             tokens = draw.sample_ranked(out, slice(None), seqs)
         else:
-            tokens = draw.sample(self._kv.after_prefill(step, out), seqs)
+            tokens = draw.sample(self._kv.after_prefill(step, out), seqs, await taken(masks))
         self._batch.join(slots, seqs)
         firsts = []
         for seq, token in zip(seqs, tokens, strict=True):
@@ -249,6 +256,7 @@ class Scheduler:
         step = self._kv.decode(tokens, positions)
         if in_graph:
             draw.feed(step.feeds, rows, set(live), 1)
+        masks = draw.masks([rows[r] for r in live])
         started = time.perf_counter()
         out = await self._steps.run(
             step.inputs, draw.names(ranked, in_graph), step.into, self._steps.decode_s
@@ -259,11 +267,12 @@ class Scheduler:
         for seq in rows:
             seq.cached += 1
         live = [r for r in live if not rows[r].cancelled]  # (a client may have left meanwhile)
+        masked = await taken(masks)
         gaps = []
         if live:
             seqs = [rows[r] for r in live]
             for seq, token in zip(
-                seqs, draw.decoded(out, live, seqs, ranked, in_graph), strict=True
+                seqs, draw.decoded(out, live, seqs, ranked, in_graph, masked), strict=True
             ):
                 since = seq.accept(token, now)
                 if since is not None:

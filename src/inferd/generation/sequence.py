@@ -12,6 +12,8 @@ from itertools import pairwise
 import numpy as np
 from tokenizers import Tokenizer
 
+from inferd.errors import InferdError
+from inferd.generation.constraint import Constraint
 from inferd.generation.params import SamplingParams
 from inferd.generation.text import IncrementalText
 
@@ -42,9 +44,12 @@ class Sequence:
         tokenizer: Tokenizer,
         eos_id: int | None,
         context_length: int,
+        constraint: Constraint | None = None,
     ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
+        self.constraint = constraint
+        """What its answer must match (inferd.generation.constraint), when anything."""
         self.generated: list[int] = []
         self.cached = 0
         """Real tokens of this sequence in the KV cache."""
@@ -96,11 +101,18 @@ class Sequence:
         if self.first_token_at is None:
             self.first_token_at = now
         self.last_token_at = now
-        if token == self._eos:
+        if token == self._eos or (self.constraint is not None and self.constraint.ends(token)):
             self.finish("stop", now)
             return since
         self.generated.append(token)
         self.seen.add(token)
+        whole = False
+        if self.constraint is not None:
+            try:
+                whole = self.constraint.consume(token)
+            except InferdError as error:
+                self.fail(error)
+                return since
         if self.params.stop:  # the text decides where it ends: decoded here, token by token
             delta = self._text.push(token)
             if delta and not self._whole:
@@ -112,7 +124,7 @@ class Sequence:
             if not self._whole and not self._pending:
                 self._pending = True
                 self.events.put_nowait(PENDING)
-        if self._text.stopped:
+        if self._text.stopped or whole:
             self.finish("stop", now)
         else:
             total = len(self.prompt_ids) + len(self.generated)

@@ -16,6 +16,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.ENCODING: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.TOO_MANY_ITEMS: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_GRAMMAR: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.UNAUTHORIZED: grpc.StatusCode.UNAUTHENTICATED,
     ErrorCode.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,

@@ -2,9 +2,11 @@
 objects, then `data: [DONE]`), with `usage`; the `openai` Python client works unchanged.
 
 The messages become a prompt through the model's chat template (inferd.generation.chat); the
-assistant's answer is generated from it like any prompt. One choice per request: `n` > 1,
-`logprobs`, tools and functions, a `response_format` other than text, and non-zero presence or
-frequency penalties are refused with 4004 rather than silently ignored.
+assistant's answer is generated from it like any prompt, held to a form when the request
+asks (`response_format` with `json_object` or `json_schema`, or vLLM's `guided_*` fields:
+inferd.server.routes.guided). One choice per request: `n` > 1, `logprobs`, tools and
+functions, and non-zero presence or frequency penalties are refused with 4004 rather than
+silently ignored.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ class ChatRequest(OpenAIGeneration):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     functions: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
 
 
 def _refuse_unsupported(body: ChatRequest) -> None:
@@ -69,7 +70,6 @@ def _refuse_unsupported(body: ChatRequest) -> None:
             "logprobs": bool(body.logprobs) or body.top_logprobs is not None,
             "tools": bool(body.tools) or body.tool_choice not in (None, "none"),
             "functions": bool(body.functions),
-            "response_format": body.response_format not in (None, {"type": "text"}),
         }
     )
 
@@ -94,7 +94,7 @@ async def chat_completions(request: Request) -> Response:
     messages = _messages(body)
     max_tokens = body.max_completion_tokens or body.max_tokens
     generation = await engine_of(request).start_generation(
-        body.model, messages, sampling_of(body, max_tokens)
+        body.model, messages, sampling_of(body, max_tokens, body.grammar())
     )
     head = {
         "id": f"chatcmpl-{request_id_of(request) or int(time.time() * 1000)}",

@@ -1,9 +1,11 @@
 """OpenAI-compatible `POST /v1/completions`, whole or streamed (`data: {...}` chunks, then
 `data: [DONE]`), with `usage`; the `openai` Python client works against it unchanged.
 
-Several prompts in one request are generated side by side (one choice each, by index);
-`n` > 1, `best_of` > 1, `echo`, `logprobs`, `suffix` and non-zero presence or frequency
-penalties are refused with 4004 rather than silently ignored.
+Several prompts in one request are generated side by side (one choice each, by index); a
+form the answer is held to (`response_format`, `guided_json`, `guided_regex`,
+`guided_choice`: inferd.server.routes.guided) holds for each. `n` > 1, `best_of` > 1, `echo`,
+`logprobs`, `suffix` and non-zero presence or frequency penalties are refused with 4004 rather
+than silently ignored.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.responses import json_response
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
+from inferd.server.routes.guided import GuidedFields
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -35,7 +38,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class OpenAIGeneration(BaseModel):
+class OpenAIGeneration(GuidedFields):
     """The fields OpenAI's completions and chat completions share (and those open servers
     add to them)."""
 
@@ -113,7 +116,7 @@ async def completions(request: Request) -> Response:
     body = await read_json(request, CompletionRequest, "generate")
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
-    sampling = sampling_of(body, body.max_tokens)
+    sampling = sampling_of(body, body.max_tokens, body.grammar())
 
     engine = engine_of(request)
     generations: list[Generation] = []

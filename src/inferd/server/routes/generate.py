@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -19,6 +20,7 @@ from starlette.responses import Response
 from inferd.engine import Generation
 from inferd.errors import EmptyInputError, EncodingError, InferdError, InternalError
 from inferd.front.statuses import http_status
+from inferd.generation.grammar import GrammarRequest, choice, json_schema, one_of, regex
 from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
@@ -47,6 +49,23 @@ class GenerateRequest(BaseModel):
     seed: int | None = Field(None, description="Same seed, same prompt: same text.")
     stream: bool = Field(False, description="Server-sent events instead of one answer.")
     ignore_eos: bool = Field(False, description="Keep going past EOS (fixed-length output).")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="The answer is JSON valid against this schema."
+    )
+    regex: str | None = Field(None, description="The whole answer matches this regex.")
+    choice: list[str] | None = Field(None, description="The answer is one of these strings.")
+
+    def grammar(self) -> GrammarRequest | None:
+        """The form the answer is held to (inferd.generation.grammar), when one is set."""
+        return one_of(
+            {
+                "json_schema": None
+                if self.json_schema is None
+                else json_schema(self.json_schema, "json_schema"),
+                "regex": None if self.regex is None else regex(self.regex, "regex"),
+                "choice": None if self.choice is None else choice(self.choice, "choice"),
+            }
+        )
 
 
 def check_prompt_text(prompt: str, where: str = "prompt") -> None:
@@ -58,9 +77,11 @@ def check_prompt_text(prompt: str, where: str = "prompt") -> None:
         raise EncodingError(f"{where} holds an unpaired surrogate") from None
 
 
-def sampling_of(body: SamplingFields, max_new_tokens: int | None) -> SamplingRequest:
+def sampling_of(
+    body: SamplingFields, max_new_tokens: int | None, grammar: GrammarRequest | None = None
+) -> SamplingRequest:
     """The request's sampling fields (/generate, /v1/completions, /v1/chat/completions)."""
-    return SamplingRequest.of(body, max_new_tokens)
+    return SamplingRequest.of(body, max_new_tokens, grammar)
 
 
 def usage(done: Finished) -> dict[str, int]:
@@ -83,7 +104,7 @@ async def generate(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, GenerateRequest, "generate")
     check_prompt_text(body.prompt)
-    sampling = sampling_of(body, body.max_length)
+    sampling = sampling_of(body, body.max_length, body.grammar())
     generation = await engine_of(request).start_generation(
         body.model, body.prompt, sampling, body.version
     )

@@ -1,0 +1,242 @@
+"""Constrained decoding with llguidance: a generator's grammars compiled and cached, each
+constrained sequence's matcher, and the token masks a step's draw applies.
+
+Why llguidance: it computes a mask over the whole vocabulary in microseconds from a lazy
+lexer and an Earley parser (no per-schema precompilation over the vocabulary), takes JSON
+schemas, regexes and Lark grammars, bounds its own work with fuel limits (a pathological
+schema fails to compile or errs, it does not hang), and releases the GIL while it computes;
+onnxruntime-genai, vLLM and llama.cpp use it too. On the demo generator's vocabulary a mask
+takes about 7 us (`python benchmarks/generate_bench.py constrained` measures what it costs
+served).
+
+A grammar compiles on a compile thread, never on the event loop, within `COMPILE_TIMEOUT_S`
+(4006 past it); what compiled, and what was refused, is cached under the grammar's hash, at
+most `CACHE_GRAMMARS` of them and `CACHE_BYTES` of grammar text, oldest out first. A
+sequence's matcher is a copy of the compiled one (copying is much cheaper than compiling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import llguidance
+import numpy as np
+from tokenizers import Tokenizer
+
+from inferd.errors import InternalError, InvalidGrammarError
+from inferd.generation.grammar import GrammarRequest
+
+COMPILE_TIMEOUT_S = 2.0
+COMPILE_THREADS = 2
+CACHE_GRAMMARS = 256
+CACHE_BYTES = 64 * 1024 * 1024
+MAX_ERROR_CHARS = 400
+INLINE_MASK_S = 50e-6
+"""Masks expected under this are computed when the draw needs them, on the loop's thread;
+costlier ones on a mask thread while the model's step runs."""
+
+LIMITS = llguidance.LLParserLimits(verbose_errors=False)
+"""llguidance's own bounds (lexer fuel, Earley items a step, grammar size), its defaults;
+errors without the parser's state (they reach the client)."""
+
+Compiled = llguidance.LLMatcher | InvalidGrammarError
+"""A grammar compiled, or why it was refused."""
+
+
+class Constraint:
+    """One sequence's matcher: the tokens its answer may take next, and whether it is whole."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, eos: int, words: int) -> None:
+        self._matcher = matcher
+        self._eos = eos
+        self.words = words
+        """32-bit words in its token mask."""
+
+    def ends(self, token: int) -> bool:
+        """Whether `token` ends the answer (the grammar allows it only where the answer is
+        whole)."""
+        return token == self._eos
+
+    def consume(self, token: int) -> bool:
+        """Takes the drawn token; returns whether the answer is now whole and can take no
+        more (a closed JSON object, a choice made). InternalError for a token its mask did
+        not allow (a bug, never the client's)."""
+        matcher = self._matcher
+        if not matcher.consume_token(token):
+            raise InternalError(f"a constrained draw broke its grammar: {matcher.get_error()}")
+        return bool(matcher.is_stopped())
+
+    def mask(self) -> np.ndarray[Any, Any]:
+        """The tokens allowed next (int32 words, a bit a token)."""
+        row = np.zeros(self.words, dtype=np.int32)
+        self._matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+        return row
+
+
+class Grammars:
+    """A generator's grammar compiler and cache."""
+
+    def __init__(self, tokenizer: Tokenizer, eos_id: int | None) -> None:
+        self._tokenizer = tokenizer
+        self._eos_id = eos_id
+        self._ll: llguidance.LLTokenizer | None = None
+        self._ll_lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[Compiled, int]] = OrderedDict()
+        """Compiled grammars (or their refusals) and their grammar's size, by its hash."""
+        self._cached_bytes = 0
+        self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="inferd-grammar")
+
+    async def constraint(self, request: GrammarRequest) -> Constraint:
+        """A fresh matcher for `request` (4006 when it does not compile, or not in time)."""
+        key = request.key
+        cached = self._cache.get(key)
+        if cached is None:
+            future = asyncio.wrap_future(self._pool.submit(self._compile, request))
+            try:
+                compiled = await asyncio.wait_for(future, COMPILE_TIMEOUT_S)
+            except TimeoutError:
+                raise InvalidGrammarError(
+                    f"{request.field} did not compile within {COMPILE_TIMEOUT_S:g} s",
+                    param=request.field,
+                ) from None
+            self._keep(key, compiled, len(request.grammar))
+        else:
+            self._cache.move_to_end(key)
+            compiled = cached[0]
+        if isinstance(compiled, InvalidGrammarError):
+            raise InvalidGrammarError(compiled.message, param=compiled.param)
+        tokenizer = self._llt()
+        return Constraint(compiled.deep_copy(), tokenizer.eos_token, _words(tokenizer))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _llt(self) -> llguidance.LLTokenizer:
+        with self._ll_lock:
+            if self._ll is None:
+                vocab = self._tokenizer.get_vocab_size(with_added_tokens=True)
+                self._ll = llguidance.LLTokenizer(
+                    self._tokenizer.to_str(), n_vocab=vocab, eos_token=self._eos_id
+                )
+            return self._ll
+
+    def _compile(self, request: GrammarRequest) -> Compiled:
+        """On a compile thread: the matcher at the grammar's start, or the refusal. Its first
+        mask is computed too, so that a grammar that allows nothing (a `$ref` loop) is
+        refused now, not at the first token."""
+        tokenizer = self._llt()
+        matcher = llguidance.LLMatcher(tokenizer, request.grammar, log_level=0, limits=LIMITS)
+        if matcher.is_error():
+            return InvalidGrammarError(
+                f"{request.field}: {_reason(matcher.get_error())}", param=request.field
+            )
+        mask = np.zeros(_words(tokenizer), dtype=np.int32)
+        matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+        if matcher.is_error() or not mask.any():  # (a `$ref` that refers only to itself)
+            return InvalidGrammarError(
+                f"{request.field} allows no answer at all: nothing satisfies it",
+                param=request.field,
+            )
+        return matcher
+
+    def _keep(self, key: str, compiled: Compiled, size: int) -> None:
+        if key in self._cache:  # (compiled twice at once)
+            return
+        self._cache[key] = (compiled, size)
+        self._cached_bytes += size
+        while len(self._cache) > CACHE_GRAMMARS or self._cached_bytes > CACHE_BYTES:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_bytes -= dropped
+
+
+def _reason(error: str) -> str:
+    """llguidance's error, on one line, without its drawings of the source (the lines that
+    point with `^`, the grammar's own lines)."""
+    lines = [line.strip() for line in error.splitlines()]
+    kept = [line for line in lines if line and not re.match(r"^(\^+|\d+ \|)", line)]
+    return " ".join(kept)[:MAX_ERROR_CHARS]
+
+
+def _words(tokenizer: llguidance.LLTokenizer) -> int:
+    return (tokenizer.vocab_size + 31) // 32
+
+
+class Masks:
+    """The token masks of a step's constrained rows: started before the step runs, taken
+    when its tokens are drawn. A mask that takes long (a large vocabulary, a hard grammar) is
+    computed on a mask thread while the model's step runs; a quick one when the draw needs
+    it (handing it to a thread would cost more than it does)."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._mask_s: float | None = None
+        """The last masks' time per row (a moving average)."""
+
+    def start(self, seqs: Sequence[Any]) -> PendingMasks | None:
+        """None when no row of `seqs` is constrained."""
+        rows = [s for s in seqs if s.constraint is not None]
+        if not rows:
+            return None
+        pending = PendingMasks(rows, self)
+        if self._mask_s is None or self._mask_s >= INLINE_MASK_S:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="inferd-mask")
+            pending.future = asyncio.wrap_future(self._pool.submit(pending.compute))
+        return pending
+
+    def learn(self, seconds: float, rows: int) -> None:
+        per_row = seconds / rows
+        self._mask_s = per_row if self._mask_s is None else 0.8 * self._mask_s + 0.2 * per_row
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class PendingMasks:
+    def __init__(self, rows: list[Any], masks: Masks) -> None:
+        self._rows = rows
+        self._masks = masks
+        self.future: asyncio.Future[dict[int, np.ndarray[Any, Any]]] | None = None
+
+    def compute(self) -> dict[int, np.ndarray[Any, Any]]:
+        """Each constrained row's mask, by the sequence's id."""
+        started = time.perf_counter()
+        out = {id(seq): seq.constraint.mask() for seq in self._rows}
+        self._masks.learn(time.perf_counter() - started, len(self._rows))
+        return out
+
+    async def result(self) -> dict[int, np.ndarray[Any, Any]]:
+        if self.future is not None:
+            return await self.future
+        return self.compute()
+
+
+async def taken(pending: PendingMasks | None) -> dict[int, np.ndarray[Any, Any]] | None:
+    """The masks started, once made (None when none were)."""
+    return None if pending is None else await pending.result()
+
+
+def apply_masks(
+    logits: np.ndarray[Any, Any], seqs: Sequence[Any], masks: dict[int, np.ndarray[Any, Any]]
+) -> np.ndarray[Any, Any]:
+    """`logits` [rows, vocab] with every token a row's mask disallows at -inf (a copy: the
+    model's output stays as it came); tokens past the mask's width are disallowed too."""
+    out = np.array(logits, dtype=np.float32)
+    vocab = out.shape[1]
+    for r, seq in enumerate(seqs):
+        mask = masks.get(id(seq))
+        if mask is None:
+            continue
+        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab].astype(bool)
+        row = out[r]
+        row[: allowed.size][~allowed] = -np.inf
+        row[allowed.size :] = -np.inf
+    return out

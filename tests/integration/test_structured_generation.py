@@ -1,0 +1,251 @@
+"""Answers held to a form, served by a real inferd on 127.0.0.1 over a random-weight GPT-2
+(exported by `inferd export`, KV cache in place): with random weights only the constraint
+makes an answer valid JSON, so every answer that parses and validates is the constraint's
+doing. JSON schemas, regexes and choice lists on /generate; `response_format` and vLLM's
+`guided_*` fields through the stock `openai` client (its pydantic `parse` too), whole and
+streamed; constrained and free sequences in one batch; bad schemas refused with 4006 while
+the server stays responsive."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.generator_model import MODEL, build_generator_repo
+from tests.integration.server import RunningServer, start_server
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "colour": {"enum": ["red", "green", "blue"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "active": {"type": "boolean"},
+    },
+    "required": ["name", "age", "colour", "tags", "active"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    repo = build_generator_repo(tmp_path_factory.mktemp("structured-repo"), kv_cache="inplace")
+    running = start_server(repo, tmp_path_factory.mktemp("structured-logs") / "server.log")
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+@pytest.fixture
+def http(server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+
+
+def generate(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = http.post("/generate", json={"prompt": "The answer:", **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_sampled_answers_to_a_schema_all_parse_and_validate_beside_free_ones(
+    http: httpx.Client,
+) -> None:
+    """40 constrained answers with random weights (and temperature 1: the model's choice is
+    noise), sent 16 at a time with free ones among them so both kinds share batches."""
+    free = {"max_length": 24, "temperature": 0.9, "seed": 77, "ignore_eos": True}
+    alone = generate(http, **free)["text"]
+
+    def one(i: int) -> dict[str, Any]:
+        if i % 4 == 3:
+            return generate(http, **free)
+        return generate(http, json_schema=SCHEMA, max_length=300, temperature=1.0, seed=i)
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(53)))
+    constrained = [a for i, a in enumerate(answers) if i % 4 != 3]
+    assert len(constrained) == 40
+    for answer in constrained:
+        assert answer["finish_reason"] == "stop", answer
+        jsonschema.validate(json.loads(answer["text"]), SCHEMA)
+    # a free sequence's text does not depend on what shares its batch
+    assert {a["text"] for i, a in enumerate(answers) if i % 4 == 3} == {alone}
+
+
+def test_a_greedy_constrained_answer_is_the_same_every_time(http: httpx.Client) -> None:
+    texts = {
+        generate(http, json_schema=SCHEMA, temperature=0.0, max_length=300)["text"]
+        for _ in range(3)
+    }
+    assert len(texts) == 1
+    jsonschema.validate(json.loads(texts.pop()), SCHEMA)
+
+
+def test_a_regex_and_a_choice_on_generate(http: httpx.Client) -> None:
+    pattern = r"[a-z]{2,8}@[a-z]{2,6}\.(com|org)"
+    for seed in range(8):
+        answer = generate(http, regex=pattern, max_length=60, seed=seed)
+        assert re.fullmatch(pattern, answer["text"]), answer
+        picked = generate(http, choice=["yes", "no", "maybe not"], seed=seed)
+        assert picked["text"] in ("yes", "no", "maybe not") and picked["finish_reason"] == "stop"
+
+
+def test_a_constrained_stream_joins_into_the_whole_answer(http: httpx.Client) -> None:
+    body = {"prompt": "x", "json_schema": SCHEMA, "max_length": 300, "seed": 5, "stream": True}
+    whole = generate(http, **{**body, "stream": False})["text"]
+    parts = []
+    with http.stream("POST", "/generate", json=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                parts.append(json.loads(line[6:]))
+    assert "".join(p["text"] for p in parts[:-1]) == parts[-1]["text"] == whole
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=12)
+    age: int = Field(ge=0, le=120)
+    colour: str = Field(pattern="^(red|green|blue)$")
+
+
+def test_the_openai_clients_parse_with_a_pydantic_model(client: openai.OpenAI) -> None:
+    for seed in range(5):
+        completion = client.chat.completions.parse(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Who is it?"}],
+            response_format=Person,
+            max_tokens=200,
+            seed=seed,
+        )
+        person = completion.choices[0].message.parsed
+        assert isinstance(person, Person), completion
+        assert completion.choices[0].finish_reason == "stop"
+
+
+def test_json_object_and_guided_fields_on_chat_and_completions(client: openai.OpenAI) -> None:
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Any object"}],
+        response_format={"type": "json_object"},
+        max_tokens=200,
+        seed=3,
+    )
+    assert chat.choices[0].message.content is not None
+    assert isinstance(json.loads(chat.choices[0].message.content), dict)
+    completion = client.completions.create(
+        model=MODEL,
+        prompt=["one", "two"],
+        max_tokens=300,
+        seed=1,
+        extra_body={"guided_json": SCHEMA},
+    )
+    for choice in completion.choices:
+        jsonschema.validate(json.loads(choice.text), SCHEMA)
+    picked = client.completions.create(
+        model=MODEL, prompt="p", max_tokens=10, extra_body={"guided_choice": ["left", "right"]}
+    )
+    assert picked.choices[0].text in ("left", "right")
+
+
+def test_a_streamed_chat_answer_to_a_schema(client: openai.OpenAI) -> None:
+    schema = {"name": "person", "schema": SCHEMA, "strict": True}
+    chunks = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Who?"}],
+        response_format={"type": "json_schema", "json_schema": schema},
+        max_tokens=300,
+        seed=9,
+        stream=True,
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"json_schema": {"type": "foo"}}, "json_schema", "Invalid type: foo"),
+        ({"json_schema": {"$ref": "#/$defs/nowhere"}}, "json_schema", "does not exist"),
+        ({"regex": "(unclosed"}, "regex", "unclosed group"),
+        ({"choice": []}, "choice", "non-empty list"),
+        ({"regex": "a", "choice": ["a"]}, None, "one constraint at a time"),
+    ],
+)
+def test_bad_constraints_on_generate_are_4006(
+    http: httpx.Client, body: dict[str, Any], param: str | None, words: str
+) -> None:
+    response = http.post("/generate", json={"prompt": "x", **body})
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["code"] == 4006 and words in error["error"], error
+
+
+def test_bad_schemas_on_the_openai_routes_name_their_field(client: openai.OpenAI) -> None:
+    cases = [
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}},
+            "response_format.json_schema.schema",
+        ),
+        ({"type": "xml"}, "response_format"),
+    ]
+    for response_format, param in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "x"}],
+                response_format=response_format,  # type: ignore[arg-type]
+            )
+        error = refused.value.body
+        assert isinstance(error, dict) and error["code"] == 4006 and error["param"] == param
+
+
+def test_fifty_bad_schemas_at_once_leave_health_quick(
+    server: RunningServer, http: httpx.Client
+) -> None:
+    """Each a different schema (no cache helps): deep `$ref` chains that go nowhere, huge
+    enums, recursive definitions; compiled off the event loop, so /health answers on time."""
+
+    def bad(i: int) -> dict[str, Any]:
+        kind = i % 3
+        if kind == 0:  # a large enum, then a type that does not exist
+            return {"anyOf": [{"enum": [f"v-{i}-{j}" for j in range(2500)]}, {"type": "nope"}]}
+        if kind == 1:
+            defs = {f"d{j}": {"$ref": f"#/$defs/d{j + 1}"} for j in range(200)}
+            return {"$ref": "#/$defs/d0", "$defs": {**defs, "d200": {"$ref": "#/$defs/d0"}}}
+        return {"type": "string", "pattern": f"(a|aa|{i})+(b|bb)*" * 20 + "{1000}"}
+
+    def send(i: int) -> httpx.Response:
+        with httpx.Client(base_url=server.url, timeout=60) as own:
+            return own.post("/generate", json={"prompt": "x", "json_schema": bad(i)})
+
+    health: list[float] = []
+    with ThreadPoolExecutor(50) as pool:
+        sent = [pool.submit(send, i) for i in range(50)]
+        while not all(f.done() for f in sent):
+            started = time.perf_counter()
+            assert http.get("/health").status_code == 200
+            health.append(time.perf_counter() - started)
+            time.sleep(0.02)
+        answers = [f.result() for f in sent]
+    assert max(health) < 0.1, health
+    for i, answer in enumerate(answers):
+        if i % 3 < 2:  # (the regexes may compile: then they are answered)
+            assert answer.status_code == 400 and answer.json()["code"] == 4006, answer.text
+        else:
+            assert answer.status_code in (200, 400), answer.text

@@ -1,0 +1,250 @@
+"""Constraints on an answer, from the request's fields to the token masks a draw applies: the
+bounds checked before the grammar engine runs, the refusals it gives (4006, naming the
+field), its cache, and masked draws that can only produce what the grammar allows (a real
+byte-level BPE tokenizer, llguidance)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import jsonschema
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from inferd.errors import ErrorCode, InternalError, InvalidGrammarError
+from inferd.generation import constraint, grammar
+from inferd.generation.constraint import Grammars, Masks, apply_masks
+from inferd.generation.grammar import GrammarRequest
+from inferd.generation.params import SamplingParams
+from inferd.generation.sampling import sample_batch
+from inferd.tools.generator import train_tokenizer
+
+CORPUS = ['{"name": "Ada", "age": 36, "tags": ["x", "y"]} the quick brown fox 0123456789 ' * 60]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"enum": ["x", "y", "z"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "tags"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_tokenizer(CORPUS, 300)
+
+
+class Row:
+    """What the masks read of a sequence."""
+
+    def __init__(self, c: constraint.Constraint | None) -> None:
+        self.constraint = c
+
+
+def compile_one(tokenizer: Tokenizer, request: GrammarRequest) -> constraint.Constraint:
+    async def go() -> constraint.Constraint:
+        grammars = Grammars(tokenizer, 0)
+        try:
+            return await grammars.constraint(request)
+        finally:
+            grammars.close()
+
+    return asyncio.run(go())
+
+
+def draw_answer(
+    tokenizer: Tokenizer, request: GrammarRequest, seed: int, limit: int = 300
+) -> tuple[str, bool]:
+    """Random logits, masked: the answer the constraint alone makes, and whether it ended
+    (EOS, or a grammar that takes nothing more) within `limit` tokens."""
+    c = compile_one(tokenizer, request)
+    rng = np.random.default_rng(seed)
+    params = [SamplingParams(1, temperature=1.0)]
+    vocab = tokenizer.get_vocab_size()
+    ids: list[int] = []
+    for _ in range(limit):
+        logits = rng.standard_normal((1, vocab)).astype(np.float32) * 3
+        row = Row(c)
+        masked = apply_masks(logits, [row], {id(row): c.mask()})
+        token = sample_batch(masked, params, [rng], [set()])[0]
+        if c.ends(token):
+            return tokenizer.decode(ids), True
+        ids.append(token)
+        if c.consume(token):
+            return tokenizer.decode(ids), True
+    return tokenizer.decode(ids), False
+
+
+def test_a_schema_with_random_logits_always_gives_valid_json(tokenizer: Tokenizer) -> None:
+    request = grammar.json_schema(SCHEMA, "json_schema")
+    for seed in range(20):
+        text, ended = draw_answer(tokenizer, request, seed)
+        assert ended, text
+        jsonschema.validate(json.loads(text), SCHEMA)
+        assert text.startswith('{"name":"')  # compact, in the schema's order
+
+
+def test_a_regex_and_a_choice_hold_whole(tokenizer: Tokenizer) -> None:
+    for seed in range(10):
+        text, ended = draw_answer(tokenizer, grammar.regex(r"[0-9]{3}-[a-z]{2,4}", "regex"), seed)
+        assert ended and re.fullmatch(r"[0-9]{3}-[a-z]{2,4}", text), text
+        text, ended = draw_answer(tokenizer, grammar.choice(["fox", "brown fox"], "c"), seed)
+        assert ended and text in ("fox", "brown fox"), text
+
+
+def test_masks_leave_unconstrained_rows_and_the_models_logits_as_they_were(
+    tokenizer: Tokenizer,
+) -> None:
+    c = compile_one(tokenizer, grammar.choice(["fox"], "choice"))
+    free, held = Row(None), Row(c)
+    logits = np.arange(2 * 320, dtype=np.float32).reshape(2, 320)  # wider than the vocabulary
+    before = logits.copy()
+    out = apply_masks(logits, [free, held], {id(held): c.mask()})
+    assert np.array_equal(logits, before)
+    assert np.array_equal(out[0], before[0])
+    allowed = np.isfinite(out[1])
+    assert 0 < allowed.sum() < tokenizer.get_vocab_size()
+    assert not allowed[tokenizer.get_vocab_size() :].any()  # past the mask: never drawn
+    first = int(np.argmax(out[1]))
+    assert "fox".startswith(tokenizer.decode([first]))
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "words"),
+    [
+        (lambda: grammar.json_schema([1], "json_schema"), "json_schema", "JSON object"),
+        (
+            lambda: grammar.json_schema({"enum": ["v" * 50] * 2000}, "guided_json"),
+            "guided_json",
+            "the limit is 65536",
+        ),
+        (lambda: grammar.json_schema(_nested(40), "json_schema"), "json_schema", "deeper than"),
+        (lambda: grammar.regex("", "regex"), "regex", "non-empty"),
+        (lambda: grammar.regex("a" * 3000, "regex"), "regex", "the limit is 2048"),
+        (lambda: grammar.choice([], "choice"), "choice", "non-empty list"),
+        (lambda: grammar.choice(["a", 3], "choice"), "choice", "choice[1]"),
+        (lambda: grammar.choice(["a"] * 2000, "choice"), "choice", "the limit is 1024"),
+        (
+            lambda: grammar.one_of(
+                {"regex": grammar.regex("a", "regex"), "choice": grammar.choice(["a"], "choice")}
+            ),
+            None,
+            "one constraint at a time",
+        ),
+    ],
+)
+def test_requests_past_the_bounds_are_refused_before_the_engine_runs(
+    build: object, field: str | None, words: str
+) -> None:
+    with pytest.raises(InvalidGrammarError) as refused:
+        build()  # type: ignore[operator]
+    assert refused.value.code == ErrorCode.INVALID_GRAMMAR
+    assert refused.value.param == field and words in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "foo"}, "Invalid type: foo"),
+        ({"type": "string", "format": "no-such-format"}, "Unknown format"),
+        ({"$ref": "#/$defs/missing"}, "does not exist"),
+        ({"type": "integer", "minimum": 10, "maximum": 5}, "Unsatisfiable"),
+        ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "allows no answer"),
+    ],
+)
+def test_what_the_engine_refuses_is_a_4006_in_its_words(
+    tokenizer: Tokenizer, schema: dict[str, object], words: str
+) -> None:
+    with pytest.raises(InvalidGrammarError) as refused:
+        compile_one(tokenizer, grammar.json_schema(schema, "response_format.json_schema.schema"))
+    assert refused.value.param == "response_format.json_schema.schema"
+    assert words in refused.value.message and "\n" not in refused.value.message
+
+
+def test_a_regex_that_does_not_parse_names_why(tokenizer: Tokenizer) -> None:
+    with pytest.raises(InvalidGrammarError, match=r"^regex: .*unclosed group"):
+        compile_one(tokenizer, grammar.regex("(ab", "regex"))
+
+
+def test_compiled_grammars_and_refusals_are_cached_and_bounded(
+    tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(constraint, "CACHE_GRAMMARS", 3)
+
+    async def go() -> None:
+        grammars = Grammars(tokenizer, 0)
+        compiled = 0
+        real = grammars._compile
+
+        def counting(request: GrammarRequest) -> constraint.Compiled:
+            nonlocal compiled
+            compiled += 1
+            return real(request)
+
+        grammars._compile = counting  # type: ignore[method-assign]
+        try:
+            bad = grammar.json_schema({"type": "foo"}, "json_schema")
+            for _ in range(3):
+                with pytest.raises(InvalidGrammarError):
+                    await grammars.constraint(bad)
+            first = await grammars.constraint(grammar.regex("[a-z]+", "regex"))
+            second = await grammars.constraint(grammar.regex("[a-z]+", "regex"))
+            assert compiled == 2  # the refusal once, the regex once
+            assert first is not second  # each sequence its own matcher
+            first.consume(tokenizer.token_to_id("a"))
+            assert not np.array_equal(first.mask(), second.mask())  # (EOS now allowed)
+            for i in range(4):
+                await grammars.constraint(grammar.regex(f"x{i}", "regex"))
+            assert len(grammars._cache) == 3  # the oldest out
+        finally:
+            grammars.close()
+
+    asyncio.run(go())
+
+
+def test_a_token_its_mask_forbids_is_an_internal_error_not_a_crash(tokenizer: Tokenizer) -> None:
+    c = compile_one(tokenizer, grammar.choice(["fox"], "choice"))
+    bits = np.unpackbits(c.mask().view(np.uint8), bitorder="little")
+    forbidden = int(np.flatnonzero(bits == 0)[0])
+    with pytest.raises(InternalError, match="broke its grammar"):
+        c.consume(forbidden)
+
+
+def test_quick_masks_are_made_at_the_draw_and_slow_ones_while_the_step_runs(
+    tokenizer: Tokenizer,
+) -> None:
+    c = compile_one(tokenizer, grammar.regex("[a-z]+", "regex"))
+
+    async def go() -> None:
+        masks = Masks()
+        try:
+            assert masks.start([Row(None)]) is None
+            first = masks.start([Row(c)])
+            assert first is not None and first.future is not None  # unknown cost: a thread
+            assert len(await first.result()) == 1
+            quick = masks.start([Row(c)])
+            assert quick is not None and quick.future is None  # microseconds: at the draw
+            masks.learn(1.0, 1)
+            slow = masks.start([Row(c)])
+            assert slow is not None and slow.future is not None
+            started = time.perf_counter()
+            await slow.result()
+            assert time.perf_counter() - started < 1.0
+        finally:
+            masks.close()
+
+    asyncio.run(go())
+
+
+def _nested(depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
