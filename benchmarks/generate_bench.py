@@ -92,6 +92,11 @@ PARTS = {
         "a prefill with the last token's logits only against every position's",
     ),
     "block": ("block_bench", "a decode block of steps against a call a step"),
+    "constrained": (
+        "constrained_bench",
+        "answers held to a JSON schema against free ones of the same lengths; every answer "
+        "validated",
+    ),
     "share": (
         "share_bench",
         "an encoder beside a generating decoder on the same cores: what each gets, alone and "

@@ -224,19 +224,7 @@ async def taken(pending: PendingMasks | None) -> dict[int, np.ndarray[Any, Any]]
     return None if pending is None else await pending.result()
 
 
-def apply_masks(
-    logits: np.ndarray[Any, Any], seqs: Sequence[Any], masks: dict[int, np.ndarray[Any, Any]]
-) -> np.ndarray[Any, Any]:
-    """`logits` [rows, vocab] with every token a row's mask disallows at -inf (a copy: the
-    model's output stays as it came); tokens past the mask's width are disallowed too."""
-    out = np.array(logits, dtype=np.float32)
-    vocab = out.shape[1]
-    for r, seq in enumerate(seqs):
-        mask = masks.get(id(seq))
-        if mask is None:
-            continue
-        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab].astype(bool)
-        row = out[r]
-        row[: allowed.size][~allowed] = -np.inf
-        row[allowed.size :] = -np.inf
-    return out
+def allowed_ids(mask: np.ndarray[Any, Any], vocab: int) -> np.ndarray[Any, Any]:
+    """The token ids a mask allows (ascending), below `vocab` (the model's logits' width)."""
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab]
+    return np.flatnonzero(bits)

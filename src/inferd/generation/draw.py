@@ -12,10 +12,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.config.model import GenerationConfig
-from inferd.generation.constraint import Masks, PendingMasks, apply_masks
+from inferd.generation.constraint import Masks, PendingMasks, allowed_ids
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.params import SamplingParams
-from inferd.generation.sampling import draw_inputs, fits_ranked, sample_batch, sample_ranked
+from inferd.generation.sampling import (
+    draw_inputs,
+    fits_ranked,
+    sample_allowed,
+    sample_batch,
+    sample_ranked,
+)
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.protocol import Array
 
@@ -115,11 +121,28 @@ class Draw:
     def sample(self, logits: Array, seqs: list[Seq], masks: Masked | None = None) -> list[int]:
         """From the whole vocabulary's logits; a constrained row's only among the tokens its
         mask allows (`masks`, by the sequence's id)."""
-        if masks:
-            logits = apply_masks(logits, seqs, masks)
-        return sample_batch(
-            logits,
-            [s.params for s in seqs],
-            [s.rng for s in seqs],
-            [s.seen for s in seqs],
+        masks = masks or {}
+        held = [r for r, s in enumerate(seqs) if id(s) in masks]
+        if not held:
+            return _sample(logits, seqs)
+        free = [r for r, s in enumerate(seqs) if id(s) not in masks]
+        rows = [seqs[r] for r in held]
+        tokens = sample_allowed(
+            [logits[r] for r in held],
+            [allowed_ids(masks[id(s)], logits.shape[1]) for s in rows],
+            [s.params for s in rows],
+            [s.rng for s in rows],
+            [s.seen for s in rows],
         )
+        if free:
+            tokens += _sample(logits[free], [seqs[r] for r in free])
+        out = [0] * len(seqs)
+        for r, token in zip(held + free, tokens, strict=True):
+            out[r] = token
+        return out
+
+
+def _sample(logits: Array, seqs: list[Seq]) -> list[int]:
+    return sample_batch(
+        logits, [s.params for s in seqs], [s.rng for s in seqs], [s.seen for s in seqs]
+    )

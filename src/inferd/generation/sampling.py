@@ -66,6 +66,53 @@ def sample_batch(
     return out.tolist()
 
 
+def sample_allowed(
+    logits: Sequence[Array],
+    allowed: Sequence[Array],
+    params: Sequence[SamplingParams],
+    rngs: Sequence[np.random.Generator],
+    seen: Sequence[Collection[int]],
+) -> list[int]:
+    """One token per row, drawn only among its `allowed` token ids (ascending; a constrained
+    row's, inferd.generation.constraint): the same draw as `sample_batch` on logits where
+    every other token is -inf, but over the allowed tokens alone, which are often a handful
+    (and a partition over thousands of tied -inf scores is ten times slower than over
+    distinct ones)."""
+    out = [0] * len(logits)
+    drawn: list[int] = []
+    values: list[Array] = []
+    ids: list[Array] = []
+    for r, (row, tokens, p) in enumerate(zip(logits, allowed, params, strict=True)):
+        scores: Floats = np.asarray(row, dtype=np.float32)[tokens]
+        if p.repetition_penalty != 1.0 and seen[r]:
+            repeated = np.isin(tokens, np.fromiter(seen[r], dtype=np.int64))
+            scores = np.where(
+                repeated,
+                np.where(scores > 0, scores / p.repetition_penalty, scores * p.repetition_penalty),
+                scores,
+            )
+        if p.greedy:
+            out[r] = int(tokens[int(np.argmax(scores))])  # (ties: the lowest id, as argmax)
+            continue
+        best, order = top_candidates(scores[None, :], _widest_cut([p], len(tokens)))
+        drawn.append(r)
+        values.append(best[0])
+        ids.append(tokens[order[0]])
+    if drawn:
+        width = max(len(v) for v in values)
+        padded_values = np.full((len(drawn), width), -np.inf, dtype=np.float32)
+        padded_ids = np.zeros((len(drawn), width), dtype=np.int64)
+        for i, (v, t) in enumerate(zip(values, ids, strict=True)):
+            padded_values[i, : len(v)] = v  # (past its own: weight 0, never drawn)
+            padded_ids[i, : len(t)] = t
+        chosen = _draw(
+            padded_values, padded_ids, [params[r] for r in drawn], [rngs[r] for r in drawn], None
+        )
+        for r, token in zip(drawn, chosen.tolist(), strict=True):
+            out[r] = int(token)
+    return out
+
+
 def fits_ranked(params: SamplingParams, width: int) -> bool:
     """Whether a row's next token can be drawn from the model's `width` best candidates
     alone: greedy, or a top-k cut within them, without a repetition penalty (which changes

@@ -17,10 +17,10 @@ from tokenizers import Tokenizer
 
 from inferd.errors import ErrorCode, InternalError, InvalidGrammarError
 from inferd.generation import constraint, grammar
-from inferd.generation.constraint import Grammars, Masks, apply_masks
+from inferd.generation.constraint import Grammars, Masks, allowed_ids
 from inferd.generation.grammar import GrammarRequest
 from inferd.generation.params import SamplingParams
-from inferd.generation.sampling import sample_batch
+from inferd.generation.sampling import sample_allowed, sample_batch
 from inferd.tools.generator import train_tokenizer
 
 CORPUS = ['{"name": "Ada", "age": 36, "tags": ["x", "y"]} the quick brown fox 0123456789 ' * 60]
@@ -71,9 +71,7 @@ def draw_answer(
     ids: list[int] = []
     for _ in range(limit):
         logits = rng.standard_normal((1, vocab)).astype(np.float32) * 3
-        row = Row(c)
-        masked = apply_masks(logits, [row], {id(row): c.mask()})
-        token = sample_batch(masked, params, [rng], [set()])[0]
+        token = sample_allowed(logits, [allowed_ids(c.mask(), vocab)], params, [rng], [set()])[0]
         if c.ends(token):
             return tokenizer.decode(ids), True
         ids.append(token)
@@ -99,21 +97,37 @@ def test_a_regex_and_a_choice_hold_whole(tokenizer: Tokenizer) -> None:
         assert ended and text in ("fox", "brown fox"), text
 
 
-def test_masks_leave_unconstrained_rows_and_the_models_logits_as_they_were(
-    tokenizer: Tokenizer,
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(1, temperature=0.0),
+        SamplingParams(1, temperature=0.7, top_k=5),
+        SamplingParams(1, temperature=1.3, top_p=0.8),
+        SamplingParams(1, temperature=1.0, repetition_penalty=1.5),
+    ],
+)
+def test_a_draw_among_the_allowed_is_the_draw_on_logits_masked_to_minus_infinity(
+    params: SamplingParams,
 ) -> None:
-    c = compile_one(tokenizer, grammar.choice(["fox"], "choice"))
-    free, held = Row(None), Row(c)
-    logits = np.arange(2 * 320, dtype=np.float32).reshape(2, 320)  # wider than the vocabulary
-    before = logits.copy()
-    out = apply_masks(logits, [free, held], {id(held): c.mask()})
-    assert np.array_equal(logits, before)
-    assert np.array_equal(out[0], before[0])
-    allowed = np.isfinite(out[1])
-    assert 0 < allowed.sum() < tokenizer.get_vocab_size()
-    assert not allowed[tokenizer.get_vocab_size() :].any()  # past the mask: never drawn
-    first = int(np.argmax(out[1]))
-    assert "fox".startswith(tokenizer.decode([first]))
+    vocab = 300
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        logits = rng.standard_normal((1, vocab)).astype(np.float32)
+        allowed = np.flatnonzero(rng.random(vocab) < (0.02 if seed % 2 else 0.6))
+        masked = np.full_like(logits, -np.inf)
+        masked[0, allowed] = logits[0, allowed]
+        seen = {int(allowed[0]), 7}
+        among = sample_allowed(logits, [allowed], [params], [np.random.default_rng(seed)], [seen])
+        whole = sample_batch(masked, [params], [np.random.default_rng(seed)], [seen])
+        assert among == whole and among[0] in allowed
+
+
+def test_a_mask_allows_nothing_past_the_logits_width(tokenizer: Tokenizer) -> None:
+    c = compile_one(tokenizer, grammar.regex("[a-z ]+", "regex"))
+    everything = allowed_ids(c.mask(), 10_000)
+    assert everything.max() < tokenizer.get_vocab_size()
+    narrow = allowed_ids(c.mask(), 50)
+    assert np.array_equal(narrow, everything[everything < 50])
 
 
 @pytest.mark.parametrize(
