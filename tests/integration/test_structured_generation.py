@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import jsonschema
 import openai
+import orjson
 import pytest
 from pydantic import BaseModel, Field
 
@@ -230,12 +231,17 @@ def test_fifty_bad_schemas_at_once_leave_health_quick(
             return {"$ref": "#/$defs/d0", "$defs": {**defs, "d200": {"$ref": "#/$defs/d0"}}}
         return {"type": "string", "pattern": f"(a|aa|{i})+(b|bb)*" * 20 + "{1000}"}
 
-    def send(i: int) -> httpx.Response:
-        with httpx.Client(base_url=server.url, timeout=60) as own:
-            return own.post("/generate", json={"prompt": "x", "json_schema": bad(i)})
+    bodies = [orjson.dumps({"prompt": "x", "json_schema": bad(i)}) for i in range(50)]
+    headers = {"content-type": "application/json"}
+
+    limits = httpx.Limits(max_connections=64)
+    senders = httpx.Client(base_url=server.url, timeout=60, limits=limits)
+
+    def send(i: int) -> httpx.Response:  # (all made before: the probe's process is quiet)
+        return senders.post("/generate", content=bodies[i], headers=headers)
 
     health: list[float] = []
-    with ThreadPoolExecutor(50) as pool:
+    with senders, ThreadPoolExecutor(50) as pool:
         sent = [pool.submit(send, i) for i in range(50)]
         while not all(f.done() for f in sent):
             started = time.perf_counter()
@@ -249,3 +255,147 @@ def test_fifty_bad_schemas_at_once_leave_health_quick(
             assert answer.status_code == 400 and answer.json()["code"] == 4006, answer.text
         else:
             assert answer.status_code in (200, 400), answer.text
+
+
+WEATHER_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": WEATHER_PARAMETERS,
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {
+                "type": "object",
+                "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                "required": ["zone"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_required_and_named_tool_calls_always_parse_and_validate(client: openai.OpenAI) -> None:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for seed in range(6):
+        for choice in ("required", named):
+            completion = client.chat.completions.create(
+                model=MODEL,
+                messages=ASK,  # type: ignore[arg-type]
+                tools=TOOLS,
+                tool_choice=choice,  # type: ignore[arg-type]
+                max_tokens=120,
+                seed=seed,
+            )
+            (only,) = completion.choices
+            assert only.finish_reason == "tool_calls" and only.message.content is None
+            (call,) = only.message.tool_calls or []
+            assert call.id.startswith("call_") and call.type == "function"
+            name = call.function.name  # type: ignore[union-attr]
+            assert name in schemas and (choice == "required" or name == "get_weather")
+            jsonschema.validate(json.loads(call.function.arguments), schemas[name])  # type: ignore[union-attr]
+
+
+def test_a_streamed_call_is_the_whole_answers_call(client: openai.OpenAI) -> None:
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": ASK,
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "max_tokens": 120,
+        "seed": 11,
+    }
+    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
+    assert whole is not None
+    name, arguments, ids, reasons = "", "", set(), []
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        if not chunk.choices:
+            continue
+        reasons.append(chunk.choices[0].finish_reason)
+        for call in chunk.choices[0].delta.tool_calls or []:
+            assert call.index == 0
+            ids.add(call.id) if call.id else None
+            name += (call.function.name or "") if call.function else ""
+            arguments += (call.function.arguments or "") if call.function else ""
+    assert len(ids) == 1 and reasons[-1] == "tool_calls"
+    assert name == whole[0].function.name  # type: ignore[union-attr]
+    assert arguments == whole[0].function.arguments  # type: ignore[union-attr]
+
+
+def test_auto_answers_text_or_a_valid_call_and_results_go_back_through_the_template(
+    client: openai.OpenAI,
+) -> None:
+    for seed in range(6):
+        choice = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=TOOLS,
+            max_tokens=60,
+            seed=seed,  # type: ignore[arg-type]
+        ).choices[0]
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+            json.loads(choice.message.tool_calls[0].function.arguments)  # type: ignore[union-attr]
+        else:
+            assert choice.message.content and not choice.message.content.startswith("{")
+    arguments = '{"city":"Paris","unit":"celsius"}'
+    follow_up: list[Any] = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees and sunny"},
+    ]
+    answered = client.chat.completions.create(
+        model=MODEL, messages=follow_up, tools=TOOLS, tool_choice="none", max_tokens=8
+    )
+    first = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1)  # type: ignore[arg-type]
+    assert answered.choices[0].message.content is not None
+    assert answered.usage is not None and first.usage is not None
+    assert answered.usage.prompt_tokens > first.usage.prompt_tokens + 5  # the result, read
+
+
+def test_tool_refusals_are_clear(client: openai.OpenAI) -> None:
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"tool_choice": "required"}, 4004, "needs tools"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            4004,
+            "not one of the tools",
+        ),
+        (
+            {"tools": TOOLS, "response_format": {"type": "json_object"}},
+            4006,
+            "one constraint at a time",
+        ),
+    ]
+    for extra, code, words in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=MODEL, messages=ASK, **extra)  # type: ignore[arg-type]
+        error = refused.value.body
+        assert isinstance(error, dict) and error["code"] == code and words in error["message"]

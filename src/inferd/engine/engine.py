@@ -37,7 +37,7 @@ from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
 from inferd.engine.version import Version
 from inferd.engine.version_loader import RuntimeLoader
 from inferd.errors import InferdError
-from inferd.generation.chat import Messages
+from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
@@ -215,7 +215,7 @@ class Engine:
     async def start_generation(
         self,
         model: str | None,
-        prompt: str | Messages,
+        prompt: Prompt,
         sampling: SamplingRequest,
         version: str | None = None,
     ) -> Generation:
@@ -252,7 +252,7 @@ class Engine:
         served: Version,
         seq: Seq,
         route: str | None,
-        prompt: str | Messages,
+        prompt: Prompt,
         sampling: SamplingRequest,
     ) -> None:
         """Releases the generation's slot; then its outcome counts (`Outcomes`)."""

@@ -14,7 +14,7 @@ from inferd.engine.build import BuildContext
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import InputTooLongError, InvalidInputError
-from inferd.generation.chat import Messages
+from inferd.generation.chat import Conversation, Prompt
 from inferd.generation.chat_tokens import ChatEncoder
 from inferd.generation.constraint import Grammars
 from inferd.generation.decoder import DecoderShape
@@ -26,9 +26,6 @@ from inferd.runtime.memory import HostMemory
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime, TensorSpec
 from inferd.tasks.text import OFF_LOOP_CHARS
-
-Prompt = str | Messages
-"""A prompt, or chat messages to render into one."""
 
 TEXT_INPUT = "text_input"
 TEXT_OUTPUT = "text_output"
@@ -139,17 +136,7 @@ class GeneratorServable(Servable):
         through the model's chat template first. A long prompt is tokenized on a worker
         thread, off the event loop."""
         params = sampling.resolve(self.config.generation)
-        encode: Callable[[], list[int]]
-        if isinstance(prompt, str):
-            text = prompt
-            encode = functools.partial(self._scheduler.encode, text)
-        elif self.config.generation.chat_content_special_tokens:
-            text = self._chat.render(prompt)
-            encode = functools.partial(self._scheduler.encode, text)
-        else:  # the content's special tokens are text (inferd.generation.chat_tokens)
-            parts = self._chat.render_parts(prompt)
-            text = "".join(piece for piece, _ in parts)
-            encode = functools.partial(self._chat_encoder.encode, parts)
+        text, encode = self._encoder(prompt)
         limit = self.config.tokenizer.max_chars
         if len(text) > limit:
             raise InputTooLongError(f"the prompt has {len(text)} characters; the limit is {limit}")
@@ -159,6 +146,20 @@ class GeneratorServable(Servable):
             constraint = await self._grammars.constraint(sampling.grammar)
         ids = await asyncio.to_thread(encode) if len(text) > OFF_LOOP_CHARS else encode()
         return self._scheduler.submit(ids, params, constraint)
+
+    def _encoder(self, prompt: Prompt) -> tuple[str, Callable[[], list[int]]]:
+        """The prompt's text, and what makes its token ids: chat messages rendered through
+        the model's chat template, their content's special tokens kept as text unless the
+        config says otherwise (inferd.generation.chat_tokens)."""
+        if isinstance(prompt, str):
+            return prompt, functools.partial(self._scheduler.encode, prompt)
+        chat = prompt if isinstance(prompt, Conversation) else Conversation(prompt)
+        if self.config.generation.chat_content_special_tokens:
+            text = self._chat.render(chat.messages, chat.tools)
+            return text, functools.partial(self._scheduler.encode, text)
+        parts = self._chat.render_parts(chat.messages, chat.tools)
+        text = "".join(piece for piece, _ in parts)
+        return text, functools.partial(self._chat_encoder.encode, parts)
 
     @property
     def queued_items(self) -> int:

@@ -14,7 +14,7 @@ from inferd.engine import agreement
 from inferd.engine.rollout import Rollouts
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError
-from inferd.generation.chat import Messages
+from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.trace import current_trace
@@ -77,7 +77,7 @@ class Outcomes:
         served: Version,
         seq: Seq,
         route: str | None,
-        prompt: str | Messages,
+        prompt: Prompt,
         sampling: SamplingRequest,
     ) -> None:
         """A finished generation counts in a rollout (its latency is the time per generated

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from inferd.config.model import ModelConfig
 from inferd.errors import InferdError, InvalidInputError
-from inferd.generation.chat import Messages
+from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, TextsServed, notify
@@ -161,7 +161,7 @@ class Servable:
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not classify texts")
 
-    async def generate(self, prompt: str | Messages, sampling: SamplingRequest) -> Seq:
+    async def generate(self, prompt: Prompt, sampling: SamplingRequest) -> Seq:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
 
     async def rerank(

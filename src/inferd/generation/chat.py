@@ -6,7 +6,10 @@ model's config, which wins. It is rendered in Jinja's sandbox with what Hugging 
 `messages` (each a `role` and a `content`), `add_generation_prompt` (true: the prompt ends
 where the assistant's answer begins), `bos_token`, `eos_token`, and `raise_exception(message)`,
 which refuses the conversation (4004) as a template asks. A model without a template gets
-`DEFAULT_TEMPLATE`: one `role: content` line per message, then `assistant:`.
+`DEFAULT_TEMPLATE`: the tools as JSON on a first line when there are any, one `role: content`
+line per message (an earlier call's `tool_calls` as JSON after its content), then
+`assistant:`. The tools a request offers are passed as `tools`, and earlier calls and their
+results as the messages' `tool_calls` and `tool_call_id`, as Hugging Face passes them.
 """
 
 from __future__ import annotations
@@ -26,15 +29,30 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from inferd.errors import InvalidInputError
 
 DEFAULT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% if tools %}tools: {{ tools | tojson }}\n{% endif %}"
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}"
+    "{% if message['tool_calls'] %}{{ message['tool_calls'] | tojson }}{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 )
 CONFIG_FILE = "tokenizer_config.json"
 MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
 """Around the marker that stands for a message's content while the template renders."""
 
-Messages = Sequence[Mapping[str, str]]
-"""Chat messages: each a `role` and a `content`."""
+Messages = Sequence[Mapping[str, Any]]
+"""Chat messages: each a `role` and a `content` (and, for a call or its result, what the
+template reads of it: `tool_calls`, `tool_call_id`)."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Chat messages and the tools the assistant may call, both for the chat template."""
+
+    messages: Messages
+    tools: tuple[Mapping[str, Any], ...] = ()
+
+
+Prompt = str | Messages | Conversation
+"""A prompt, or chat messages to render into one."""
 
 
 class ChatTemplateError(ValueError):
@@ -69,11 +87,13 @@ class ChatTemplate:
         """Compiles the template now (a model with a broken one does not load)."""
         self._compiled  # noqa: B018  (compiling is the point)
 
-    def render(self, messages: Messages) -> str:
+    def render(self, messages: Messages, tools: Sequence[Mapping[str, Any]] = ()) -> str:
+        """The prompt; `tools` reach the template as Hugging Face passes them (none: None)."""
         try:
             return str(
                 self._compiled.render(
                     messages=[dict(m) for m in messages],
+                    tools=[dict(t) for t in tools] or None,
                     add_generation_prompt=True,
                     bos_token=self.bos_token,
                     eos_token=self.eos_token,
@@ -84,7 +104,9 @@ class ChatTemplate:
         except TemplateError as exc:
             raise InvalidInputError(f"the chat template failed on these messages: {exc}") from None
 
-    def render_parts(self, messages: Messages) -> list[tuple[str, bool]]:
+    def render_parts(
+        self, messages: Messages, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[tuple[str, bool]]:
         """The prompt `render` gives, in pieces: each the template's text (False) or a
         message's content (True), so that content can be tokenized apart from the control
         tokens the template writes (inferd.generation.chat_tokens). Each content is rendered
@@ -96,7 +118,7 @@ class ChatTemplate:
             {**m, "content": f"{MARK_OPEN}{nonce}.{i}{MARK_CLOSE}"} if "content" in m else m
             for i, m in enumerate(messages)
         ]
-        rendered = self.render(marked)
+        rendered = self.render(marked, tools)
         parts: list[tuple[str, bool]] = []
         at = 0
         for found in re.finditer(f"{MARK_OPEN}{nonce}\\.(\\d+){MARK_CLOSE}", rendered):

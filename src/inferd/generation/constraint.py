@@ -106,7 +106,7 @@ class Grammars:
                     f"{request.field} did not compile within {COMPILE_TIMEOUT_S:g} s",
                     param=request.field,
                 ) from None
-            self._keep(key, compiled, len(request.grammar))
+            self._keep(key, compiled, len(request.source))
         else:
             self._cache.move_to_end(key)
             compiled = cached[0]
@@ -132,7 +132,11 @@ class Grammars:
         mask is computed too, so that a grammar that allows nothing (a `$ref` loop) is
         refused now, not at the first token."""
         tokenizer = self._llt()
-        matcher = llguidance.LLMatcher(tokenizer, request.grammar, log_level=0, limits=LIMITS)
+        try:
+            grammar = request.grammar()
+        except InvalidGrammarError as refused:
+            return refused
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=LIMITS)
         if matcher.is_error():
             return InvalidGrammarError(
                 f"{request.field}: {_reason(matcher.get_error())}", param=request.field

@@ -39,52 +39,66 @@ tokens to spare does not spend them on spaces, and a sampled one cannot wander i
 @dataclass(frozen=True)
 class GrammarRequest:
     """One request's constraint: its kind, where it came from (the field named in refusals)
-    and the grammar llguidance compiles."""
+    and its source: a JSON schema's text, a regex, or a Lark grammar. The grammar llguidance
+    compiles is made from it on the compile thread (`grammar`): for a large schema that takes
+    a millisecond, which the event loop does not spend."""
 
     kind: str
-    """"json_schema", "json_object", "regex" or "choice"."""
+    """"json_schema", "regex" or "lark"."""
     field: str
-    grammar: str
+    source: str
 
     @property
     def key(self) -> str:
         """What a compiled grammar is cached under."""
-        return hashlib.sha256(self.grammar.encode()).hexdigest()
+        return hashlib.sha256(f"{self.kind}\0{self.source}".encode()).hexdigest()
+
+    def grammar(self) -> str:
+        """llguidance's grammar (InvalidGrammarError for a schema past the bounds)."""
+        if self.kind == "regex":
+            return llguidance.LLMatcher.grammar_from_regex(self.source)
+        if self.kind == "lark":
+            return llguidance.LLMatcher.grammar_from_lark(self.source)
+        where = _too_deep(orjson.loads(self.source), MAX_SCHEMA_DEPTH)
+        if where is not None:
+            raise InvalidGrammarError(
+                f"{self.field} nests deeper than {MAX_SCHEMA_DEPTH} levels at {where}",
+                param=self.field,
+            )
+        try:
+            return llguidance.LLMatcher.grammar_from_json_schema(
+                self.source, overrides=JSON_OPTIONS
+            )
+        except ValueError as exc:
+            raise InvalidGrammarError(f"{self.field}: {exc}", param=self.field) from exc
 
 
 def json_schema(schema: Any, field: str) -> GrammarRequest:
     """An answer that is JSON valid against `schema` (a JSON object)."""
     if not isinstance(schema, dict):
         raise InvalidGrammarError(f"{field} must be a JSON object (a JSON schema)", param=field)
-    where = _too_deep(schema, MAX_SCHEMA_DEPTH)  # (first: a deep one does not serialize)
-    if where is not None:
+    try:
+        text = orjson.dumps(schema)
+    except orjson.JSONEncodeError:  # (nested past orjson's own limit, 255 levels)
         raise InvalidGrammarError(
-            f"{field} nests deeper than {MAX_SCHEMA_DEPTH} levels at {where}", param=field
-        )
-    text = orjson.dumps(schema)
+            f"{field} nests deeper than {MAX_SCHEMA_DEPTH} levels", param=field
+        ) from None
     if len(text) > MAX_SCHEMA_BYTES:
         raise InvalidGrammarError(
             f"{field} has {len(text)} bytes; the limit is {MAX_SCHEMA_BYTES}", param=field
         )
-    try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            text.decode(), overrides=JSON_OPTIONS
-        )
-    except ValueError as exc:
-        raise InvalidGrammarError(f"{field}: {exc}", param=field) from exc
-    return GrammarRequest("json_schema", field, grammar)
+    return GrammarRequest("json_schema", field, text.decode())
 
 
 def json_object(field: str) -> GrammarRequest:
     """An answer that is any JSON object (OpenAI's `json_object` response format)."""
-    grammar = llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', JSON_OPTIONS)
-    return GrammarRequest("json_object", field, grammar)
+    return GrammarRequest("json_schema", field, '{"type":"object"}')
 
 
 def regex(pattern: Any, field: str) -> GrammarRequest:
     """An answer that the regular expression matches, whole."""
     _sized(pattern, str, "string", "characters", MAX_REGEX_CHARS, field)
-    return GrammarRequest("regex", field, llguidance.LLMatcher.grammar_from_regex(pattern))
+    return GrammarRequest("regex", field, pattern)
 
 
 def choice(options: Any, field: str) -> GrammarRequest:
@@ -97,7 +111,7 @@ def choice(options: Any, field: str) -> GrammarRequest:
                 param=field,
             )
     lark = "start: " + " | ".join(orjson.dumps(o).decode() for o in dict.fromkeys(options))
-    return GrammarRequest("choice", field, llguidance.LLMatcher.grammar_from_lark(lark))
+    return GrammarRequest("lark", field, lark)
 
 
 def _sized(

@@ -36,6 +36,13 @@ SCHEMA = {
 }
 
 
+def _nested(depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     return train_tokenizer(CORPUS, 300)
@@ -139,7 +146,7 @@ def test_a_mask_allows_nothing_past_the_logits_width(tokenizer: Tokenizer) -> No
             "guided_json",
             "the limit is 65536",
         ),
-        (lambda: grammar.json_schema(_nested(40), "json_schema"), "json_schema", "deeper than"),
+        (lambda: grammar.json_schema(_nested(300), "json_schema"), "json_schema", "deeper than"),
         (lambda: grammar.regex("", "regex"), "regex", "non-empty"),
         (lambda: grammar.regex("a" * 3000, "regex"), "regex", "the limit is 2048"),
         (lambda: grammar.choice([], "choice"), "choice", "non-empty list"),
@@ -171,6 +178,7 @@ def test_requests_past_the_bounds_are_refused_before_the_engine_runs(
         ({"$ref": "#/$defs/missing"}, "does not exist"),
         ({"type": "integer", "minimum": 10, "maximum": 5}, "Unsatisfiable"),
         ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "allows no answer"),
+        (_nested(40), "nests deeper than 32 levels at #/properties/a/properties/a"),
     ],
 )
 def test_what_the_engine_refuses_is_a_4006_in_its_words(
@@ -237,28 +245,24 @@ def test_quick_masks_are_made_at_the_draw_and_slow_ones_while_the_step_runs(
     c = compile_one(tokenizer, grammar.regex("[a-z]+", "regex"))
 
     async def go() -> None:
-        masks = Masks()
+        unknown, quick, slow = Masks(), Masks(), Masks()
+        quick.learn(1e-6, 1)  # a mask's time a row, as measured
+        slow.learn(1e-3, 1)
         try:
-            assert masks.start([Row(None)]) is None
-            first = masks.start([Row(c)])
-            assert first is not None and first.future is not None  # unknown cost: a thread
+            assert unknown.start([Row(None)]) is None  # nothing constrained: nothing to do
+            first = unknown.start([Row(c)])
+            assert first is not None and first.future is not None  # cost unknown: a thread
             assert len(await first.result()) == 1
-            quick = masks.start([Row(c)])
-            assert quick is not None and quick.future is None  # microseconds: at the draw
-            masks.learn(1.0, 1)
-            slow = masks.start([Row(c)])
-            assert slow is not None and slow.future is not None
+            at_draw = quick.start([Row(c), Row(None)])
+            assert at_draw is not None and at_draw.future is None  # made when asked
+            assert list(await at_draw.result()) == [id(at_draw._rows[0])]
+            overlapped = slow.start([Row(c)])
+            assert overlapped is not None and overlapped.future is not None
             started = time.perf_counter()
-            await slow.result()
+            await overlapped.result()
             assert time.perf_counter() - started < 1.0
         finally:
-            masks.close()
+            for masks in (unknown, quick, slow):
+                masks.close()
 
     asyncio.run(go())
-
-
-def _nested(depth: int) -> dict[str, object]:
-    schema: dict[str, object] = {"type": "string"}
-    for _ in range(depth):
-        schema = {"type": "object", "properties": {"a": schema}}
-    return schema

@@ -4,8 +4,9 @@ objects, then `data: [DONE]`), with `usage`; the `openai` Python client works un
 The messages become a prompt through the model's chat template (inferd.generation.chat); the
 assistant's answer is generated from it like any prompt, held to a form when the request
 asks (`response_format` with `json_object` or `json_schema`, or vLLM's `guided_*` fields:
-inferd.server.routes.guided). One choice per request: `n` > 1, `logprobs`, tools and
-functions, and non-zero presence or frequency penalties are refused with 4004 rather than
+inferd.server.routes.guided), or a tool call (`tools`, `tool_choice`:
+inferd.server.routes.tools). One choice per request: `n` > 1, `logprobs`, the deprecated
+`functions`, and non-zero presence or frequency penalties are refused with 4004 rather than
 silently ignored.
 """
 
@@ -21,6 +22,8 @@ from starlette.responses import Response
 
 from inferd.engine import Generation
 from inferd.errors import EmptyInputError, TooManyItemsError
+from inferd.generation.chat import Conversation
+from inferd.generation.grammar import one_of
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
@@ -28,6 +31,7 @@ from inferd.server.errors import request_id_of
 from inferd.server.responses import json_response
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
+from inferd.server.routes.tools import CallStream, Tool, ToolPlan, answer, plan, template_message
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -40,17 +44,41 @@ class TextPart(BaseModel):
     text: str
 
 
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: str = Field(description="JSON text, as OpenAI sends it.")
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] = Field(description="Text, or text parts (images are not read).")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = Field(
+        None, description="Text, or text parts (images are not read); none for a call."
+    )
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(None, description="An assistant's calls.")
+    tool_call_id: str | None = Field(None, description="The call a tool message answers.")
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
         return "".join(part.text for part in self.content)
+
+    def for_template(self) -> dict[str, Any]:
+        calls = [c.model_dump() for c in self.tool_calls or ()]
+        message = template_message(self.role, self.text(), calls)
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatRequest(OpenAIGeneration):
@@ -58,8 +86,11 @@ class ChatRequest(OpenAIGeneration):
     max_completion_tokens: int | None = Field(None, description="Wins over max_tokens.")
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = None
+    tool_choice: Any = Field(
+        None, description='"none", "auto" (with tools, the default), "required", or a function.'
+    )
+    parallel_tool_calls: bool | None = Field(None, description="Taken; one call an answer.")
     functions: list[dict[str, Any]] | None = None
 
 
@@ -68,13 +99,12 @@ def _refuse_unsupported(body: ChatRequest) -> None:
         {
             **body.unsupported(),
             "logprobs": bool(body.logprobs) or body.top_logprobs is not None,
-            "tools": bool(body.tools) or body.tool_choice not in (None, "none"),
             "functions": bool(body.functions),
         }
     )
 
 
-def _messages(body: ChatRequest) -> list[dict[str, str]]:
+def _messages(body: ChatRequest) -> list[dict[str, Any]]:
     if not body.messages:
         raise EmptyInputError("messages is an empty list")
     if len(body.messages) > MAX_MESSAGES:
@@ -84,17 +114,18 @@ def _messages(body: ChatRequest) -> list[dict[str, str]]:
         text = message.text()
         if text:
             check_prompt_text(text, f"message {i}")
-        messages.append({"role": message.role, "content": text})
+        messages.append(message.for_template())
     return messages
 
 
 async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
     _refuse_unsupported(body)
-    messages = _messages(body)
+    conversation, tool_plan = _conversation(body)
     max_tokens = body.max_completion_tokens or body.max_tokens
+    grammar = one_of({"response_format": body.grammar(), "tools": tool_plan.grammar})
     generation = await engine_of(request).start_generation(
-        body.model, messages, sampling_of(body, max_tokens, body.grammar())
+        body.model, conversation, sampling_of(body, max_tokens, grammar)
     )
     head = {
         "id": f"chatcmpl-{request_id_of(request) or int(time.time() * 1000)}",
@@ -103,47 +134,57 @@ async def chat_completions(request: Request) -> Response:
         "system_fingerprint": f"{generation.model}-v{generation.version}",
     }
     if body.stream:
-        return sse_response(_chunks(generation, head, body.with_usage(), request_id_of(request)))
+        stream = CallStream(tool_plan)
+        return sse_response(
+            _chunks(generation, head, body.with_usage(), request_id_of(request), stream)
+        )
     try:
         async with cancel_on_disconnect(request.receive):
             done = await generation.result()
     finally:
         generation.close()
+    message, reason = answer(tool_plan, done.text, finish_reason(done))
     payload = {
         **head,
         "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": done.text},
-                "logprobs": None,
-                "finish_reason": finish_reason(done),
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
         "usage": usage(done),
     }
     return json_response(payload)
 
 
-def _chunk(head: dict[str, object], delta: dict[str, str], reason: str | None) -> bytes:
+def _conversation(body: ChatRequest) -> tuple[Conversation, ToolPlan]:
+    """The messages and tools for the chat template, and what the answer may be."""
+    tool_plan = plan(body.tools, body.tool_choice)
+    return Conversation(_messages(body), tool_plan.tools), tool_plan
+
+
+def _chunk(head: dict[str, object], delta: dict[str, Any], reason: str | None) -> bytes:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
     return sse({**head, "object": "chat.completion.chunk", "choices": [choice]})
 
 
 async def _chunks(
-    generation: Generation, head: dict[str, object], with_usage: bool, request_id: str
+    generation: Generation,
+    head: dict[str, object],
+    with_usage: bool,
+    request_id: str,
+    stream: CallStream,
 ) -> AsyncIterator[bytes]:
-    """The assistant's role first, then its text as it comes, then the finish reason (and
-    the usage, when asked)."""
+    """The assistant's role first, then its text (or its call) as it comes, then the finish
+    reason (and the usage, when asked)."""
     try:
         yield _chunk(head, {"role": "assistant", "content": ""}, None)
         done: Finished | None = None
         async for event in generation.stream():
             if isinstance(event, Finished):
                 done = event
-                yield _chunk(head, {}, finish_reason(event))
+                for delta in stream.finish(finish_reason(event)):
+                    yield _chunk(head, delta, None)
+                yield _chunk(head, {}, stream.finish_reason(finish_reason(event)))
             else:
-                yield _chunk(head, {"content": event}, None)
+                for delta in stream.push(event):
+                    yield _chunk(head, delta, None)
         if with_usage and done is not None:
             yield sse(
                 {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(done)}
