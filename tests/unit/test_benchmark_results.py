@@ -39,7 +39,7 @@ def sections() -> dict[str, str]:
 
 
 def test_results_stay_short() -> None:
-    assert RESULTS.count("\n") < 575
+    assert RESULTS.count("\n") < 595
 
 
 def test_at_most_ten_entry_points_each_in_the_readme() -> None:
