@@ -265,8 +265,8 @@ def test_chat_refuses_what_it_does_not_do(http: httpx.Client) -> None:
     one = [{"role": "user", "content": "x"}]
     message = error(http.post("/v1/chat/completions", json={"messages": one, "n": 2}), 400, 4004)
     assert message == "not supported here: n"
-    tools = {"messages": one, "tools": [{"type": "function", "function": {"name": "f"}}]}
-    assert "tools" in error(http.post("/v1/chat/completions", json=tools), 400, 4004)
+    functions = {"messages": one, "functions": [{"name": "f"}]}
+    assert "functions" in error(http.post("/v1/chat/completions", json=functions), 400, 4004)
     assert "messages" in error(http.post("/v1/chat/completions", json={"messages": []}), 400, 4001)
     odd = {"messages": [{"role": "wizard", "content": "x"}]}
     assert "role" in error(http.post("/v1/chat/completions", json=odd), 400, 4004)
@@ -298,11 +298,21 @@ def test_bad_parameters_get_their_codes(
 def test_openai_parameters_we_do_not_support_are_refused(http: httpx.Client) -> None:
     message = error(http.post("/v1/completions", json={"prompt": "x", "n": 2}), 400, 4004)
     assert message == "not supported here: n"  # no hint that does not fit
-    penalty = {"prompt": "x", "presence_penalty": 0.5}
-    assert "repetition_penalty" in error(http.post("/v1/completions", json=penalty), 400, 4004)
+    penalty = {"prompt": "x", "presence_penalty": 2.5}
+    assert "presence_penalty" in error(http.post("/v1/completions", json=penalty), 400, 4004)
     response = http.post("/v1/completions", json={"prompt": "x", "logprobs": 2})
     assert "logprobs" in error(response, 400, 4004)
     assert "4001" not in error(http.post("/v1/completions", json={"prompt": []}), 400, 4001)
+
+
+def test_presence_and_frequency_penalties_change_a_greedy_answer(http: httpx.Client) -> None:
+    body = {"prompt": "The file", "max_length": 40, "temperature": 0.0, "ignore_eos": True}
+    plain = generate(http, **body)["text"]
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        assert generate(http, **body, **{penalty: 2.0})["text"] != plain
+    sent = {"prompt": "The file", "frequency_penalty": 1.0, "presence_penalty": -0.5}
+    client = http.post("/v1/completions", json={**sent, "max_tokens": 5})
+    assert client.status_code == 200, client.text
 
 
 def test_v2_infer_points_to_the_generation_endpoints(http: httpx.Client) -> None:

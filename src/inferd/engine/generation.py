@@ -43,6 +43,8 @@ GENERATION_PARAMETERS = (
             ("top_k", "int64"),
             ("top_p", "double"),
             ("repetition_penalty", "double"),
+            ("presence_penalty", "double"),
+            ("frequency_penalty", "double"),
             ("seed", "int64"),
             ("stop", "string"),
             ("ignore_eos", "bool"),

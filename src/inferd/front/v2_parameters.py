@@ -37,6 +37,8 @@ class GenerationParameters(BaseModel):
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False

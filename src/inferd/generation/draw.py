@@ -133,6 +133,7 @@ class Draw:
             [s.params for s in rows],
             [s.rng for s in rows],
             [s.seen for s in rows],
+            [s.counts for s in rows],
         )
         if free:
             tokens += _sample(logits[free], [seqs[r] for r in free])
@@ -144,5 +145,9 @@ class Draw:
 
 def _sample(logits: Array, seqs: list[Seq]) -> list[int]:
     return sample_batch(
-        logits, [s.params for s in seqs], [s.rng for s in seqs], [s.seen for s in seqs]
+        logits,
+        [s.params for s in seqs],
+        [s.rng for s in seqs],
+        [s.seen for s in seqs],
+        [s.counts for s in seqs],
     )

@@ -26,10 +26,23 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    """OpenAI's: subtracted from the logit of every token the answer already holds."""
+    frequency_penalty: float = 0.0
+    """OpenAI's: subtracted once for each time the answer already holds the token."""
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a penalty changes the model's scores before the draw."""
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )
 
 
 def build_params(
@@ -43,6 +56,8 @@ def build_params(
     seed: int | None,
     stop: str | list[str] | None,
     ignore_eos: bool = False,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
 ) -> SamplingParams:
     """Defaults filled in, every value range-checked (InvalidInputError names the field)."""
     new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -70,7 +85,18 @@ def build_params(
     for i, s in enumerate(stops):
         if not s or len(s) > MAX_STOP_CHARS:
             raise InvalidInputError(f"stop sequence {i} must have 1 to {MAX_STOP_CHARS} characters")
-    return SamplingParams(new, t, k, p, r, seed, stops, ignore_eos)
+    presence = _penalty(presence_penalty, "presence_penalty")
+    frequency = _penalty(frequency_penalty, "frequency_penalty")
+    return SamplingParams(new, t, k, p, r, seed, stops, ignore_eos, presence, frequency)
+
+
+def _penalty(value: float | None, name: str) -> float:
+    """An OpenAI penalty: between -2 and 2 (0 when unset)."""
+    if value is None:
+        return 0.0
+    if not -2.0 <= value <= 2.0:
+        raise InvalidInputError(f"{name} must be between -2 and 2; got {value}", param=name)
+    return float(value)
 
 
 def check_prompt(prompt_tokens: int, context_length: int) -> None:
@@ -93,6 +119,8 @@ class SamplingFields(Protocol):
     seed: int | None
     stop: str | list[str] | None
     ignore_eos: bool
+    presence_penalty: float | None
+    frequency_penalty: float | None
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,8 @@ class SamplingRequest:
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     grammar: GrammarRequest | None = None
     """What the answer must match (compiled for the model: inferd.generation.constraint)."""
 
@@ -129,6 +159,8 @@ class SamplingRequest:
             seed=fields.seed,
             stop=fields.stop,
             ignore_eos=fields.ignore_eos,
+            presence_penalty=fields.presence_penalty,
+            frequency_penalty=fields.frequency_penalty,
             grammar=grammar,
         )
 
@@ -143,4 +175,6 @@ class SamplingRequest:
             seed=self.seed,
             stop=self.stop,
             ignore_eos=self.ignore_eos,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
         )

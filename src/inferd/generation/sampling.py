@@ -15,7 +15,7 @@ same run): `sample_ranked` draws from its candidates, and gives the same token a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,20 +39,37 @@ def apply_repetition_penalty(logits: Floats, seen: Collection[int], penalty: flo
     return out
 
 
+def apply_penalties(
+    logits: Floats, params: SamplingParams, seen: Collection[int], counts: Mapping[int, int]
+) -> Floats:
+    """A row's scores with its penalties: the repetition penalty over the tokens `seen`
+    (prompt and answer), then OpenAI's presence and frequency penalties over the answer's
+    tokens (`counts`: how often each came). A copy when one applies."""
+    out = apply_repetition_penalty(logits, seen, params.repetition_penalty)
+    if counts and (params.presence_penalty or params.frequency_penalty):
+        ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        times = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        out = out.copy() if out is logits else out
+        out[ids] -= params.presence_penalty + params.frequency_penalty * times
+    return out
+
+
 def sample_batch(
     logits: Array,
     params: Sequence[SamplingParams],
     rngs: Sequence[np.random.Generator],
     seen: Sequence[Collection[int]],
+    counts: Sequence[Mapping[int, int]] = (),
 ) -> list[int]:
-    """One token per row of `logits` [rows, vocab]."""
+    """One token per row of `logits` [rows, vocab] (`counts`: each row's answer's tokens,
+    for the presence and frequency penalties)."""
     rows, vocab = logits.shape
     scores: Floats = np.asarray(logits, dtype=np.float32)
-    penalized = [r for r, p in enumerate(params) if p.repetition_penalty != 1.0]
+    penalized = [r for r, p in enumerate(params) if p.penalized]
     if penalized:
         scores = scores.copy()  # the model's output stays as it came
         for r in penalized:
-            scores[r] = apply_repetition_penalty(scores[r], seen[r], params[r].repetition_penalty)
+            scores[r] = apply_penalties(scores[r], params[r], seen[r], counts[r] if counts else {})
     out = np.zeros(rows, dtype=np.int64)
     greedy = [r for r, p in enumerate(params) if p.greedy]
     if greedy:
@@ -72,6 +89,7 @@ def sample_allowed(
     params: Sequence[SamplingParams],
     rngs: Sequence[np.random.Generator],
     seen: Sequence[Collection[int]],
+    counts: Sequence[Mapping[int, int]] = (),
 ) -> list[int]:
     """One token per row, drawn only among its `allowed` token ids (ascending; a constrained
     row's, inferd.generation.constraint): the same draw as `sample_batch` on logits where
@@ -83,14 +101,10 @@ def sample_allowed(
     values: list[Array] = []
     ids: list[Array] = []
     for r, (row, tokens, p) in enumerate(zip(logits, allowed, params, strict=True)):
-        scores: Floats = np.asarray(row, dtype=np.float32)[tokens]
-        if p.repetition_penalty != 1.0 and seen[r]:
-            repeated = np.isin(tokens, np.fromiter(seen[r], dtype=np.int64))
-            scores = np.where(
-                repeated,
-                np.where(scores > 0, scores / p.repetition_penalty, scores * p.repetition_penalty),
-                scores,
-            )
+        scores: Floats = np.asarray(row, dtype=np.float32)
+        if p.penalized:
+            scores = apply_penalties(scores, p, seen[r], counts[r] if counts else {})
+        scores = scores[tokens]
         if p.greedy:
             out[r] = int(tokens[int(np.argmax(scores))])  # (ties: the lowest id, as argmax)
             continue
@@ -115,9 +129,9 @@ def sample_allowed(
 
 def fits_ranked(params: SamplingParams, width: int) -> bool:
     """Whether a row's next token can be drawn from the model's `width` best candidates
-    alone: greedy, or a top-k cut within them, without a repetition penalty (which changes
-    the scores before the cut)."""
-    return params.repetition_penalty == 1.0 and (params.greedy or 0 < params.top_k <= width)
+    alone: greedy, or a top-k cut within them, without a penalty (which changes the scores
+    before the cut)."""
+    return not params.penalized and (params.greedy or 0 < params.top_k <= width)
 
 
 def sample_ranked(

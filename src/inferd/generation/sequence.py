@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -55,6 +56,8 @@ class Sequence:
         """Real tokens of this sequence in the KV cache."""
         self.seen = set(prompt_ids)
         """Token ids the repetition penalty applies to."""
+        self.counts: Counter[int] = Counter()
+        """How often each token came in the answer (the presence and frequency penalties)."""
         self._bits = np.random.PCG64(params.seed)
         self.rng = np.random.Generator(self._bits)  # (what default_rng(seed) makes)
         self._text = IncrementalText(tokenizer, params.stop)
@@ -106,6 +109,7 @@ class Sequence:
             return since
         self.generated.append(token)
         self.seen.add(token)
+        self.counts[token] += 1
         whole = False
         if self.constraint is not None:
             try:
@@ -165,6 +169,7 @@ class Sequence:
         self.last_token_at = times[-1]
         self.generated.extend(taken)
         self.seen.update(taken)
+        self.counts.update(taken)
         self._text.extend(taken)
         if taken and not self._whole and not self._pending:
             self._pending = True

@@ -10,6 +10,7 @@ from inferd.config.model import GenerationConfig
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.params import SamplingParams, build_params, check_prompt
 from inferd.generation.sampling import (
+    apply_penalties,
     apply_repetition_penalty,
     fits_ranked,
     sample_batch,
@@ -199,3 +200,35 @@ def test_nan_scores_still_give_a_token() -> None:
     params = [SamplingParams(5, temperature=0.8, top_k=5, seed=1)] * 2
     tokens = sample_batch(logits, params, [np.random.default_rng(1)] * 2, [(), ()])
     assert all(0 <= t < 50 for t in tokens)
+
+
+def test_presence_and_frequency_penalties_are_openais_on_the_answers_tokens() -> None:
+    params = SamplingParams(1, temperature=0.0, presence_penalty=0.5, frequency_penalty=0.75)
+    counts = {1: 2, 3: 1}  # token 1 came twice in the answer, token 3 once
+    out = apply_penalties(LOGITS, params, {0, 1, 3}, counts)
+    assert out[1] == pytest.approx(3.0 - 0.5 - 2 * 0.75)
+    assert out[3] == pytest.approx(0.5 - 0.5 - 0.75)
+    assert out[0] == LOGITS[0] and out[2] == LOGITS[2]  # seen in the prompt only: untouched
+    assert LOGITS[1] == 3.0  # the model's scores stay as they came
+    # token 1 (best) loses to token 2 once penalized
+    rng = np.random.default_rng(0)
+    assert sample_batch(LOGITS[None, :], [params], [rng], [set()], [counts]) == [2]
+    assert params.penalized and not fits_ranked(params, 64)
+    assert apply_penalties(LOGITS, SamplingParams(1), {1}, counts) is LOGITS  # none: no copy
+
+
+@pytest.mark.parametrize("name", ["presence_penalty", "frequency_penalty"])
+def test_penalties_out_of_range_are_refused_by_name(name: str) -> None:
+    with pytest.raises(InvalidInputError, match=name) as refused:
+        build_params(
+            GenerationConfig(),
+            max_new_tokens=None,
+            temperature=None,
+            top_k=None,
+            top_p=None,
+            repetition_penalty=None,
+            seed=None,
+            stop=None,
+            **{name: 2.5},  # type: ignore[arg-type]
+        )
+    assert refused.value.param == name

@@ -5,9 +5,8 @@ The messages become a prompt through the model's chat template (inferd.generatio
 assistant's answer is generated from it like any prompt, held to a form when the request
 asks (`response_format` with `json_object` or `json_schema`, or vLLM's `guided_*` fields:
 inferd.server.routes.guided), or a tool call (`tools`, `tool_choice`:
-inferd.server.routes.tools). One choice per request: `n` > 1, `logprobs`, the deprecated
-`functions`, and non-zero presence or frequency penalties are refused with 4004 rather than
-silently ignored.
+inferd.server.routes.tools). One choice per request: `n` > 1, `logprobs` and the deprecated
+`functions` are refused with 4004 rather than silently ignored.
 """
 
 from __future__ import annotations

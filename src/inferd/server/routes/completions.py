@@ -4,8 +4,7 @@
 Several prompts in one request are generated side by side (one choice each, by index); a
 form the answer is held to (`response_format`, `guided_json`, `guided_regex`,
 `guided_choice`: inferd.server.routes.guided) holds for each. `n` > 1, `best_of` > 1, `echo`,
-`logprobs`, `suffix` and non-zero presence or frequency penalties are refused with 4004 rather
-than silently ignored.
+`logprobs`, and `suffix` are refused with 4004 rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -63,11 +62,7 @@ class OpenAIGeneration(GuidedFields):
 
     def unsupported(self) -> dict[str, bool]:
         """The shared fields set to what inferd does not do (refused, never ignored)."""
-        return {
-            "n": self.n not in (None, 1),
-            "presence_penalty": self.presence_penalty not in (None, 0, 0.0),
-            "frequency_penalty": self.frequency_penalty not in (None, 0, 0.0),
-        }
+        return {"n": self.n not in (None, 1)}
 
     def with_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
@@ -76,9 +71,7 @@ class OpenAIGeneration(GuidedFields):
 def refuse(unsupported: dict[str, bool]) -> None:
     named = [k for k, v in unsupported.items() if v]
     if named:
-        penalties = {"presence_penalty", "frequency_penalty"} & set(named)
-        hint = " (repetition_penalty curbs repeats)" if penalties else ""
-        raise InvalidInputError(f"not supported here: {', '.join(named)}{hint}")
+        raise InvalidInputError(f"not supported here: {', '.join(named)}", param=named[0])
 
 
 class CompletionRequest(OpenAIGeneration):

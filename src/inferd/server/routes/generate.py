@@ -45,6 +45,12 @@ class GenerateRequest(BaseModel):
     top_p: float | None = Field(None, description="Nucleus sampling mass, (0, 1].")
     top_k: int | None = Field(None, description="Sample among the k most likely; 0 is off.")
     repetition_penalty: float | None = Field(None, description="Above 1 discourages repeats.")
+    presence_penalty: float | None = Field(
+        None, description="OpenAI's, -2 to 2: off each token the answer holds."
+    )
+    frequency_penalty: float | None = Field(
+        None, description="OpenAI's, -2 to 2: off each token, per time the answer holds it."
+    )
     stop: str | list[str] | None = Field(None, description="Text that ends the generation.")
     seed: int | None = Field(None, description="Same seed, same prompt: same text.")
     stream: bool = Field(False, description="Server-sent events instead of one answer.")
