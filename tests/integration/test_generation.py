@@ -263,8 +263,13 @@ def test_the_openai_client_on_chat_completions(server: RunningServer, http: http
 
 def test_chat_refuses_what_it_does_not_do(http: httpx.Client) -> None:
     one = [{"role": "user", "content": "x"}]
-    message = error(http.post("/v1/chat/completions", json={"messages": one, "n": 2}), 400, 4004)
-    assert message == "not supported here: n"
+    message = error(http.post("/v1/chat/completions", json={"messages": one, "n": 0}), 400, 4004)
+    assert message == "n must be at least 1; got 0"
+    assert "limit is 16" in error(
+        http.post("/v1/chat/completions", json={"messages": one, "n": 17}), 400, 4005
+    )
+    alone = {"messages": one, "top_logprobs": 2}
+    assert "needs logprobs" in error(http.post("/v1/chat/completions", json=alone), 400, 4004)
     functions = {"messages": one, "functions": [{"name": "f"}]}
     assert "functions" in error(http.post("/v1/chat/completions", json=functions), 400, 4004)
     assert "messages" in error(http.post("/v1/chat/completions", json={"messages": []}), 400, 4001)
@@ -296,11 +301,11 @@ def test_bad_parameters_get_their_codes(
 
 
 def test_openai_parameters_we_do_not_support_are_refused(http: httpx.Client) -> None:
-    message = error(http.post("/v1/completions", json={"prompt": "x", "n": 2}), 400, 4004)
-    assert message == "not supported here: n"  # no hint that does not fit
+    message = error(http.post("/v1/completions", json={"prompt": "x", "best_of": 2}), 400, 4004)
+    assert message == "not supported here: best_of"
     penalty = {"prompt": "x", "presence_penalty": 2.5}
     assert "presence_penalty" in error(http.post("/v1/completions", json=penalty), 400, 4004)
-    response = http.post("/v1/completions", json={"prompt": "x", "logprobs": 2})
+    response = http.post("/v1/completions", json={"prompt": "x", "logprobs": 21})
     assert "logprobs" in error(response, 400, 4004)
     assert "4001" not in error(http.post("/v1/completions", json={"prompt": []}), 400, 4001)
 
@@ -448,3 +453,85 @@ def test_special_tokens_in_chat_content_are_text(
     assert answer.json()["usage"]["prompt_tokens"] == len(as_text) != len(as_control)
     raw = generate(http, prompt=EOS * 3, max_length=1)
     assert raw["usage"]["prompt_tokens"] == 3, raw
+
+
+def test_n_answers_share_a_prefill_and_each_is_its_seeds_answer_alone(
+    server: RunningServer,
+) -> None:
+    """Four answers to one prompt: the prompt is prefilled once and each answer takes a copy
+    of its cache; answer i draws from seed + i, so each equals the answer asked alone."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "List the files"}],
+        "max_tokens": 24,
+        "temperature": 0.9,
+        "extra_body": {"ignore_eos": True},
+    }
+    together = client.chat.completions.create(**kwargs, n=4, seed=40)
+    assert [c.index for c in together.choices] == [0, 1, 2, 3]
+    alone = [
+        client.chat.completions.create(**kwargs, seed=40 + i).choices[0].message.content
+        for i in range(4)
+    ]
+    assert [c.message.content for c in together.choices] == alone
+    assert len(set(alone)) == 4
+    single = client.chat.completions.create(**kwargs, seed=40)
+    assert together.usage is not None and single.usage is not None
+    assert together.usage.prompt_tokens == single.usage.prompt_tokens  # counted once
+    assert together.usage.completion_tokens == 4 * 24
+    chunks = client.chat.completions.create(**kwargs, n=2, seed=40, stream=True)
+    texts = ["", ""]
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == alone[:2]
+
+
+def test_completions_take_n_for_each_prompt(http: httpx.Client) -> None:
+    body = {"prompt": ["Open the", "Close the"], "n": 2, "max_tokens": 8, "seed": 5}
+    response = http.post("/v1/completions", json={**body, "ignore_eos": True})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [c["index"] for c in answer["choices"]] == [0, 1, 2, 3]
+    one = {"prompt": "Close the", "max_tokens": 8, "seed": 6, "ignore_eos": True}
+    alone = http.post("/v1/completions", json=one).json()["choices"][0]["text"]
+    assert answer["choices"][3]["text"] == alone  # prompt 1, its second answer: seed + 1
+    assert answer["usage"]["completion_tokens"] == 32
+
+
+def test_logprobs_on_chat_completions_and_generate(
+    server: RunningServer, http: httpx.Client
+) -> None:
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    greedy = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=12,
+        temperature=0.0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
+    content = greedy.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 12
+    for entry in content:
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and tops[0] <= 0
+        assert entry.logprob == pytest.approx(tops[0])  # greedy: the best
+        assert entry.bytes == list(entry.token.encode())
+    sampled = http.post(
+        "/v1/completions",
+        json={"prompt": "x", "max_tokens": 10, "logprobs": 2, "seed": 3, "ignore_eos": True},
+    ).json()["choices"][0]["logprobs"]
+    assert len(sampled["tokens"]) == len(sampled["token_logprobs"]) == 10
+    assert all(len(t) == 2 for t in sampled["top_logprobs"])
+    assert sampled["text_offset"] == sorted(sampled["text_offset"])
+    assert all(lp <= 0 for lp in sampled["token_logprobs"])
+    body = {"prompt": "x", "max_length": 6, "logprobs": 0, "ignore_eos": True, "seed": 1}
+    plain = generate(http, **body)
+    assert len(plain["logprobs"]) == 6 and all(e["top_logprobs"] == [] for e in plain["logprobs"])
+    events = stream_events(http, **body)
+    streamed = [e for name, data in events if name == "token" for e in data["logprobs"]]
+    assert [e["token"] for e in streamed] == [e["token"] for e in plain["logprobs"]]
+    assert "logprobs" not in generate(http, prompt="x", max_length=2)

@@ -23,6 +23,7 @@ from inferd.engine.admission import Admission
 from inferd.engine.cached import Answer
 from inferd.engine.early_refusal import refusal_before_reading
 from inferd.engine.generation import Generation
+from inferd.engine.generation_start import GenerationStart
 from inferd.engine.lifecycle import Lifecycle
 from inferd.engine.load_limits import LoadLimits
 from inferd.engine.loader import Loader
@@ -39,7 +40,6 @@ from inferd.engine.version_loader import RuntimeLoader
 from inferd.errors import InferdError
 from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
-from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.repository.scan import ModelEntry
@@ -90,6 +90,9 @@ class Engine:
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
         self._routing = Routing(self.registry, self.rollouts)
         self._outcomes = Outcomes(self.rollouts)
+        self._starts = GenerationStart(
+            self.admission, self._routing, self.residency, self._outcomes
+        )
         self._life = Lifecycle(
             settings, self.registry, self.admission, self.residency, self.loader, self.rollouts
         )
@@ -219,46 +222,16 @@ class Engine:
         sampling: SamplingRequest,
         version: str | None = None,
     ) -> Generation:
-        """Admits and queues a generation (of a prompt, or of chat messages, which the
-        model's chat template renders). The returned handle holds an in-flight slot (what a
-        drain waits for) until its stream ends or it is closed; then its outcome counts in a
-        rollout, and a greedy one may be mirrored to the candidate."""
-        self.admission.enter()
-        try:
-            served = Routing.named(self._routing.task_model(model, "generate", version))
-        except BaseException:
-            self.admission.leave()
-            raise
-        try:
-            # an on-demand model's load (and its wait for room) within the request timeout
-            waits_until = self.admission.deadline_for(served.config, None)
-            with self._outcomes.recorded(served, finished_only=True):
-                async with self.residency.hold(served, waits_until):
-                    seq = await served.servable.generate(prompt, sampling)
-                    self.residency.enter(served)  # (held until its stream ends)
-        except BaseException:
-            self.admission.leave()
-            raise
-        route = current_trace().route
-        return Generation(
-            seq,
-            served.model,
-            served.version,
-            lambda: self._generation_ended(served, seq, route, prompt, sampling),
-        )
+        """Admits and queues a generation (inferd.engine.generation_start). The handle holds
+        an in-flight slot until its stream ends or it is closed."""
+        (generation,) = await self._starts.start(model, prompt, sampling, version)
+        return generation
 
-    def _generation_ended(
-        self,
-        served: Version,
-        seq: Seq,
-        route: str | None,
-        prompt: Prompt,
-        sampling: SamplingRequest,
-    ) -> None:
-        """Releases the generation's slot; then its outcome counts (`Outcomes`)."""
-        self.admission.leave()
-        self.residency.leave(served)
-        self._outcomes.generation_ended(served, seq, route, prompt, sampling)
+    async def start_generations(
+        self, model: str | None, prompt: Prompt, sampling: SamplingRequest, n: int
+    ) -> list[Generation]:
+        """`n` answers to one prompt, which share its prefill (all admitted, or none)."""
+        return await self._starts.start(model, prompt, sampling, None, n)
 
     def refusal_before_reading(
         self,

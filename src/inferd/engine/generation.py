@@ -4,6 +4,7 @@ scheduler) and the handle a route holds while a generation runs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
 
@@ -16,7 +17,7 @@ from inferd.engine.servable import ParameterSpec, Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Conversation, Prompt
 from inferd.generation.chat_tokens import ChatEncoder
-from inferd.generation.constraint import Grammars
+from inferd.generation.constraint import Constraint, Grammars
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.params import SamplingRequest
 from inferd.generation.scheduler import Scheduler
@@ -132,22 +133,28 @@ class GeneratorServable(Servable):
             raise ValueError(f"model '{ctx.model}' is a decoder without its generation parts")
         return cls(ctx, parts)
 
-    async def generate(self, prompt: Prompt, sampling: SamplingRequest) -> Seq:
-        """Tokenizes and queues a generation (4002 over the character cap or the window, 4290
-        when full, 4006 for a constraint that does not compile); chat messages are rendered
-        through the model's chat template first. A long prompt is tokenized on a worker
-        thread, off the event loop."""
+    async def generate(self, prompt: Prompt, sampling: SamplingRequest, n: int = 1) -> list[Seq]:
+        """Tokenizes and queues `n` generations of one prompt, which share its prefill (4002
+        over the character cap or the window, 4290 when full, 4006 for a constraint that
+        does not compile); chat messages are rendered through the model's chat template
+        first. A long prompt is tokenized on a worker thread, off the event loop. With a
+        seed, answer i draws from seed + i: each is the same on its own as in the set."""
         params = sampling.resolve(self.config.generation)
         text, encode = self._encoder(prompt)
         limit = self.config.tokenizer.max_chars
         if len(text) > limit:
             raise InputTooLongError(f"the prompt has {len(text)} characters; the limit is {limit}")
-        self._scheduler.refuse_when_full()  # before the prompt is tokenized
-        constraint = None
+        self._scheduler.refuse_when_full(n)  # before the prompt is tokenized
+        constraints: list[Constraint | None] = [None] * n
         if sampling.grammar is not None:  # (compiled off the loop, or taken from the cache)
-            constraint = await self._grammars.constraint(sampling.grammar)
+            constraints = [await self._grammars.constraint(sampling.grammar) for _ in range(n)]
         ids = await asyncio.to_thread(encode) if len(text) > OFF_LOOP_CHARS else encode()
-        return self._scheduler.submit(ids, params, constraint)
+        seeds = [None if params.seed is None else (params.seed + i) % 2**63 for i in range(n)]
+        return self._scheduler.submit_twins(
+            ids,
+            [dataclasses.replace(params, seed=seed) for seed in seeds],
+            constraints,
+        )
 
     def _encoder(self, prompt: Prompt) -> tuple[str, Callable[[], list[int]]]:
         """The prompt's text, and what makes its token ids: chat messages rendered through

@@ -100,7 +100,7 @@ class Outcomes:
         stable_tokens = list(seq.generated)
 
         async def shadow() -> list[int]:
-            mirrored = await candidate.servable.generate(prompt, sampling)
+            (mirrored,) = await candidate.servable.generate(prompt, sampling)
             await mirrored.result()
             return list(mirrored.generated)
 

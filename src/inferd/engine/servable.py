@@ -161,7 +161,7 @@ class Servable:
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not classify texts")
 
-    async def generate(self, prompt: Prompt, sampling: SamplingRequest) -> Seq:
+    async def generate(self, prompt: Prompt, sampling: SamplingRequest, n: int = 1) -> list[Seq]:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
 
     async def rerank(

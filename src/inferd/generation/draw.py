@@ -14,6 +14,7 @@ import numpy as np
 from inferd.config.model import GenerationConfig
 from inferd.generation.constraint import Masks, PendingMasks, allowed_ids
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
+from inferd.generation.logprobs import score
 from inferd.generation.params import SamplingParams
 from inferd.generation.sampling import (
     draw_inputs,
@@ -121,7 +122,13 @@ class Draw:
     def sample(self, logits: Array, seqs: list[Seq], masks: Masked | None = None) -> list[int]:
         """From the whole vocabulary's logits; a constrained row's only among the tokens its
         mask allows (`masks`, by the sequence's id)."""
-        masks = masks or {}
+        tokens = self._drawn(logits, seqs, masks or {})
+        for r, seq in enumerate(seqs):
+            if seq.params.logprobs is not None:  # (from the model's logits, as they came)
+                seq.offer(score(logits[r], tokens[r], seq.params.logprobs))
+        return tokens
+
+    def _drawn(self, logits: Array, seqs: list[Seq], masks: Masked) -> list[int]:
         held = [r for r, s in enumerate(seqs) if id(s) in masks]
         if not held:
             return _sample(logits, seqs)

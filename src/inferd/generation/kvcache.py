@@ -54,6 +54,14 @@ class KVBatch:
             for k, array in enumerate(self.cache):
                 array[slot, :, length - width :] = cache[k][i]
 
+    def fork(self, source: int, target: int) -> None:
+        """Row `target` (an existing one, or the next new one) becomes a copy of `source`."""
+        if target >= self.rows:
+            self._resize(list(range(self.rows)), target + 1, self.length)
+        self.mask[target] = self.mask[source]
+        for array in self.cache:
+            array[target] = array[source]
+
     def advance(self, cache: Sequence[Array], mask: Array) -> None:
         """After a decode step: the model's present cache and the step's mask (the old one
         with a column for the new token), one column longer."""
@@ -120,6 +128,9 @@ class PaddedKV:
     def after_prefill(self, step: Step, out: dict[str, Array]) -> Array:
         self.take_prefill(step, out)
         return out[LOGITS][:, -1, :]
+
+    def fork(self, source: int, target: int, length: int) -> None:
+        self.batch.fork(source, target)
 
     def decode(self, tokens: Array, positions: Array) -> Step:
         batch = self.batch

@@ -64,6 +64,11 @@ class KVStore(Protocol):
         """`take_prefill`, then each prompt's last-token logits [rows, vocab]."""
         ...
 
+    def fork(self, source: int, target: int, length: int) -> None:
+        """After a prefill: row `target` takes a copy of row `source`'s first `length`
+        positions (a prompt prefilled once for several answers to it)."""
+        ...
+
     def decode(self, tokens: Array, positions: Array) -> Step:
         """One token a row at its own position (the row's real tokens so far)."""
         ...

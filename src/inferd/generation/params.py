@@ -9,6 +9,7 @@ from typing import Protocol
 from inferd.config.model import GenerationConfig
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.grammar import GrammarRequest
+from inferd.generation.logprobs import MAX_TOP_LOGPROBS
 
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_CHARS = 200
@@ -30,6 +31,8 @@ class SamplingParams:
     """OpenAI's: subtracted from the logit of every token the answer already holds."""
     frequency_penalty: float = 0.0
     """OpenAI's: subtracted once for each time the answer already holds the token."""
+    logprobs: int | None = None
+    """When set, each token's log-probability and that many alternatives are kept."""
 
     @property
     def greedy(self) -> bool:
@@ -58,6 +61,7 @@ def build_params(
     ignore_eos: bool = False,
     presence_penalty: float | None = None,
     frequency_penalty: float | None = None,
+    logprobs: int | None = None,
 ) -> SamplingParams:
     """Defaults filled in, every value range-checked (InvalidInputError names the field)."""
     new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -87,7 +91,12 @@ def build_params(
             raise InvalidInputError(f"stop sequence {i} must have 1 to {MAX_STOP_CHARS} characters")
     presence = _penalty(presence_penalty, "presence_penalty")
     frequency = _penalty(frequency_penalty, "frequency_penalty")
-    return SamplingParams(new, t, k, p, r, seed, stops, ignore_eos, presence, frequency)
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidInputError(
+            f"logprobs asks for 0 to {MAX_TOP_LOGPROBS} alternatives; got {logprobs}",
+            param="logprobs",
+        )
+    return SamplingParams(new, t, k, p, r, seed, stops, ignore_eos, presence, frequency, logprobs)
 
 
 def _penalty(value: float | None, name: str) -> float:
@@ -138,6 +147,8 @@ class SamplingRequest:
     ignore_eos: bool = False
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    logprobs: int | None = None
+    """Alternatives a token to report with its log-probability (None: none reported)."""
     grammar: GrammarRequest | None = None
     """What the answer must match (compiled for the model: inferd.generation.constraint)."""
 
@@ -147,6 +158,7 @@ class SamplingRequest:
         fields: SamplingFields,
         max_new_tokens: int | None,
         grammar: GrammarRequest | None = None,
+        logprobs: int | None = None,
     ) -> SamplingRequest:
         """What a request's fields ask; the engine checks them against the model's
         generation limits once the model is known."""
@@ -161,6 +173,7 @@ class SamplingRequest:
             ignore_eos=fields.ignore_eos,
             presence_penalty=fields.presence_penalty,
             frequency_penalty=fields.frequency_penalty,
+            logprobs=logprobs,
             grammar=grammar,
         )
 
@@ -177,4 +190,5 @@ class SamplingRequest:
             ignore_eos=self.ignore_eos,
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
+            logprobs=self.logprobs,
         )

@@ -130,8 +130,12 @@ def sample_allowed(
 def fits_ranked(params: SamplingParams, width: int) -> bool:
     """Whether a row's next token can be drawn from the model's `width` best candidates
     alone: greedy, or a top-k cut within them, without a penalty (which changes the scores
-    before the cut)."""
-    return not params.penalized and (params.greedy or 0 < params.top_k <= width)
+    before the cut), and without log-probabilities (which need the whole distribution)."""
+    return (
+        not params.penalized
+        and params.logprobs is None
+        and (params.greedy or 0 < params.top_k <= width)
+    )
 
 
 def sample_ranked(

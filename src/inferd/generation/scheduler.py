@@ -23,23 +23,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from inferd.config.model import GenerationConfig
 from inferd.errors import InferdError, InternalError, UnavailableError
-from inferd.generation.batch import RunningBatch
+from inferd.generation.batch import RunningBatch, shared_prefill
 from inferd.generation.constraint import Constraint, taken
 from inferd.generation.decoder import DRAW_UNIFORM, NEXT_IDS, TOKENS, DecoderShape
 from inferd.generation.draw import Draw
 from inferd.generation.kvstore import kv_store
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Sequence as Seq
+from inferd.generation.sequence import twins
 from inferd.generation.step_runner import RunNow, RunStep, StepRunner
 from inferd.generation.waiting import WaitingLine
-from inferd.observability.observer import GenerationStep, GenerationTokens, Observer, notify
+from inferd.observability.observer import GenerationTokens, Observer, notify
 from inferd.runtime.protocol import DeviceMemory, Repeat
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class Scheduler:
         self._observer = observer or Observer()
         self._kv = kv_store(shape, config, memory)
         self._waiting = WaitingLine(config, self._kv)
-        self._batch = RunningBatch(self._kv, config, self._observer, model)
+        self._batch = RunningBatch(self._kv, config, self._observer, model, version)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -97,8 +98,7 @@ class Scheduler:
 
     @property
     def capacity(self) -> int:
-        """The generations its waiting line holds at most (besides those running: how many
-        run depends on the KV cache)."""
+        """The generations its waiting line holds at most (besides those running)."""
         return self._config.max_waiting
 
     @property
@@ -106,26 +106,33 @@ class Scheduler:
         """Whether one more generation would be refused now for a full waiting line."""
         return self._waiting.saturated
 
-    def refuse_when_full(self) -> None:
-        self._waiting.refuse_when_full()
+    def refuse_when_full(self, arriving: int = 1) -> None:
+        self._waiting.refuse_when_full(arriving)
 
     def encode(self, prompt: str) -> list[int]:
         return list(self._tokenizer.encode(prompt).ids)
 
-    def submit(
-        self, prompt_ids: list[int], params: SamplingParams, constraint: Constraint | None = None
-    ) -> Seq:
-        """Queues a sequence (4002 when it cannot fit, 4290 when the queue is full), its answer
-        held to `constraint` when there is one."""
+    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Seq:
+        """`submit_twins` of one, unconstrained."""
+        return self.submit_twins(prompt_ids, [params], [None])[0]
+
+    def submit_twins(
+        self,
+        prompt_ids: list[int],
+        params: list[SamplingParams],
+        constraints: list[Constraint | None],
+    ) -> list[Seq]:
+        """Queues a sequence a `params`, answers to one prompt that share its prefill, each
+        held to its constraint; 4002 when the prompt cannot fit, 4290 when the line is full."""
         if self._closing:
             raise UnavailableError("the model is shutting down; not taking new generations")
-        params = self._waiting.fit(len(prompt_ids), params)
-        self.refuse_when_full()
-        seq = Seq(prompt_ids, params, self._tokenizer, self._eos, self._context, constraint)
-        self._waiting.append(seq)
+        fitted = [self._waiting.fit(len(prompt_ids), p) for p in params]
+        self._waiting.refuse_when_full(len(fitted))
+        seqs = twins(prompt_ids, fitted, constraints, self._tokenizer, self._eos, self._context)
+        self._waiting.extend(seqs)
         self._idle.clear()
         self._wake.set()
-        return seq
+        return seqs
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -163,7 +170,7 @@ class Scheduler:
             self._waiting.drop_cancelled()
             if not batch.running and not self._waiting:
                 batch.clear()
-                self._report("idle", 0, ())
+                batch.report("idle", 0, (), len(self._waiting))
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
@@ -209,9 +216,12 @@ class Scheduler:
                 seq.fail(error)
             self._batch.clear()
 
-    async def _prefill(self, seqs: list[Seq]) -> None:
+    async def _prefill(self, admitted: list[Seq]) -> None:
+        """The prompts of `admitted`, once each (twins take a copy of their prompt's cache)."""
+        seqs, source = shared_prefill(admitted)
         slots = self._batch.slots(len(seqs))
-        step = self._kv.prefill([s.prompt_ids for s in seqs], slots, self._pad)
+        prompts = [s.prompt_ids for s in seqs[: max(source) + 1]]
+        step = self._kv.prefill(prompts, slots[: len(prompts)], self._pad)
         draw = self._draw
         ranked = step.last_aligned and draw.ranked(seqs)
         computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
@@ -224,9 +234,13 @@ class Scheduler:
         self._steps.learn_prefill(now - started, computed)
         if ranked:
             self._kv.take_prefill(step, out)
-            tokens = draw.sample_ranked(out, slice(None), seqs)
+            tokens = draw.sample_ranked(out, source, seqs)
         else:
-            tokens = draw.sample(self._kv.after_prefill(step, out), seqs, await taken(masks))
+            logits = self._kv.after_prefill(step, out)
+            rows = logits if len(source) == len(logits) else logits[source]
+            tokens = draw.sample(rows, seqs, await taken(masks))
+        for i in range(len(prompts), len(seqs)):
+            self._kv.fork(slots[source[i]], slots[i], len(seqs[i].prompt_ids))
         self._batch.join(slots, seqs)
         firsts = []
         for seq, token in zip(seqs, tokens, strict=True):
@@ -234,7 +248,7 @@ class Scheduler:
             seq.accept(token, now)
             firsts.append(now - seq.created)
         notify(self._observer, GenerationTokens(self._model, firsts, ()))
-        self._report("prefill", len(seqs), (now - started,))
+        self._batch.report("prefill", len(seqs), (now - started,), len(self._waiting))
 
     async def _decode(self, rows: list[Seq]) -> None:
         """One decode step for every row, its tokens drawn by the path `Draw` picks; or a
@@ -278,7 +292,7 @@ class Scheduler:
                 if since is not None:
                     gaps.append(since)
         notify(self._observer, GenerationTokens(self._model, (), gaps))
-        self._report("decode", len(rows), (now - started,))
+        self._batch.report("decode", len(rows), (now - started,), len(self._waiting))
 
     async def _decode_block(self, rows: list[Seq]) -> None:
         """Steps back to back in one call to the runtime (`Repeat`: one handoff to its thread
@@ -322,26 +336,12 @@ class Scheduler:
             for seq in rows:  # the numbers drawn for the steps not run, given back
                 if not seq.params.greedy:
                     seq.give_back(steps - done)
-        self._report("decode", len(rows), np.diff([started, *ended]).tolist())
+        self._batch.report(
+            "decode", len(rows), np.diff([started, *ended]).tolist(), len(self._waiting)
+        )
         gaps: list[float] = []
         for seq, tokens in zip(rows, drawn[:done].T.tolist(), strict=True):
             seq.cached += done
             if not seq.cancelled:  # (one that ends within the block takes its tokens up to it)
                 gaps += seq.accept_many(tokens, ended)
         notify(self._observer, GenerationTokens(self._model, (), gaps))
-
-    def _report(self, kind: str, rows: int, seconds: Sequence[float]) -> None:
-        notify(
-            self._observer,
-            GenerationStep(
-                self._model,
-                self._version,
-                kind,
-                rows,
-                seconds,
-                len(self._batch.running),
-                len(self._waiting),
-                self._kv.held_tokens,
-                self._config.max_kv_tokens,
-            ),
-        )

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from inferd.errors import InferdError
 from inferd.generation.constraint import Constraint
+from inferd.generation.logprobs import Scored, TokenLogprob, named
 from inferd.generation.params import SamplingParams
 from inferd.generation.text import IncrementalText
 
@@ -51,11 +52,19 @@ class Sequence:
         self.params = params
         self.constraint = constraint
         """What its answer must match (inferd.generation.constraint), when anything."""
+        self.twin_of: Sequence | None = None
+        """Another answer to the same prompt (of one request's `n`): when they join in one
+        prefill, the prompt is computed once and this one takes a copy of its cache."""
         self.generated: list[int] = []
         self.cached = 0
         """Real tokens of this sequence in the KV cache."""
         self.seen = set(prompt_ids)
         """Token ids the repetition penalty applies to."""
+        self.logprobs: list[TokenLogprob] = []
+        """Each answer token's log-probability, when its request asked (`params.logprobs`)."""
+        self._offered: Scored | None = None
+        """The next token's, as the draw scored it (kept once the token is taken)."""
+        self._tokenizer = tokenizer
         self.counts: Counter[int] = Counter()
         """How often each token came in the answer (the presence and frequency penalties)."""
         self._bits = np.random.PCG64(params.seed)
@@ -88,6 +97,10 @@ class Sequence:
         """KV tokens this sequence may come to hold: prompt plus every new token it may get."""
         return len(self.prompt_ids) + self.params.max_new_tokens
 
+    def offer(self, scored: Scored) -> None:
+        """The next token's log-probabilities, from the draw (kept when `accept` takes it)."""
+        self._offered = scored
+
     def give_back(self, draws: int) -> None:
         """Moves `rng` back by `draws` numbers drawn and not used (one 64-bit draw each: its
         `random()`), so that the next ones are those they were."""
@@ -104,9 +117,12 @@ class Sequence:
         if self.first_token_at is None:
             self.first_token_at = now
         self.last_token_at = now
+        offered, self._offered = self._offered, None
         if token == self._eos or (self.constraint is not None and self.constraint.ends(token)):
             self.finish("stop", now)
             return since
+        if offered is not None:
+            self.logprobs.append(named(offered, token, self._tokenizer))
         self.generated.append(token)
         self.seen.add(token)
         self.counts[token] += 1
@@ -247,3 +263,21 @@ class Sequence:
             if isinstance(event, Finished):
                 return event
         raise RuntimeError("a sequence ended without finishing")  # unreachable by construction
+
+
+def twins(
+    prompt_ids: list[int],
+    params: list[SamplingParams],
+    constraints: list[Constraint | None],
+    tokenizer: Tokenizer,
+    eos_id: int | None,
+    context_length: int,
+) -> list[Sequence]:
+    """One sequence a `params`, all of one prompt: the first the others' twin (whose prefill
+    they share when they join with it)."""
+    seqs: list[Sequence] = []
+    for p, constraint in zip(params, constraints, strict=True):
+        seq = Sequence(prompt_ids, p, tokenizer, eos_id, context_length, constraint)
+        seq.twin_of = seqs[0] if seqs else None
+        seqs.append(seq)
+    return seqs

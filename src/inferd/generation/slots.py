@@ -155,6 +155,14 @@ class SlotKV:
             return out[LOGITS][:, 0, :]
         return out[LOGITS][np.arange(len(step.slots)), np.array(step.lengths) - 1, :]
 
+    def fork(self, source: int, target: int, length: int) -> None:
+        if target >= self.max_rows:
+            raise ValueError(f"row {target} exceeds the cache's {self.max_rows}")
+        for buffer in self._buffers:
+            self.memory.copy_prefix(buffer, target, source, length)
+        self._lengths[target] = length
+        self._rows = max(self._rows, target + 1)
+
     def decode(self, tokens: Array, positions: Array) -> Step:
         """`positions` are the rows' real lengths (where each new token goes); a finished row
         that keeps running (static batching) is held at the last position."""

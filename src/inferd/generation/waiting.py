@@ -37,8 +37,9 @@ class WaitingLine:
         """Whether one more generation would be refused now for a full waiting line."""
         return len(self._seqs) >= self._config.max_waiting
 
-    def refuse_when_full(self) -> None:
-        if self.saturated:
+    def refuse_when_full(self, arriving: int = 1) -> None:
+        """4290 unless `arriving` more fit in the line."""
+        if len(self._seqs) + arriving > self._config.max_waiting:
             raise QueueFullError(
                 f"{len(self._seqs)} generations already wait for a slot; retry later"
             )
@@ -64,6 +65,9 @@ class WaitingLine:
 
     def append(self, seq: Seq) -> None:
         self._seqs.append(seq)
+
+    def extend(self, seqs: list[Seq]) -> None:
+        self._seqs.extend(seqs)
 
     def clear(self) -> None:
         self._seqs.clear()

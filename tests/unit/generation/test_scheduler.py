@@ -21,10 +21,11 @@ from inferd.config.model import GenerationConfig
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.loading import load_instances
 from inferd.errors import InputTooLongError, QueueFullError
+from inferd.generation.batch import shared_prefill
 from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import Scheduler
-from inferd.generation.sequence import Finished
+from inferd.generation.sequence import Finished, twins
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import RunNow, RunStep
 from inferd.observability.observer import Event, GenerationStep, Observer
@@ -602,3 +603,53 @@ async def test_a_cache_in_the_instances_memory_gives_the_same_tokens_and_stays_t
     # host arrays: each step reads and writes at least the running rows' cache
     row_bytes = cache_bytes // rows
     assert host_crossed > tokens * row_bytes, (host_crossed, tokens, row_bytes)
+
+
+async def test_twins_prefill_their_prompt_once_and_each_is_its_answer_alone(
+    decoder: Decoder, make: Make
+) -> None:
+    """Three answers to one prompt (a request's `n`): one prefill row, the others a copy of
+    its cache; each answer is the one its parameters give alone."""
+    prompt = "w3 w7 w1 w9 w4"
+    params = [SamplingParams(30, temperature=0.8, seed=s, ignore_eos=True) for s in (1, 2, 3)]
+    alone = [await run(make(), prompt, p) for p in params]
+    rows: list[int] = []
+
+    async def counting(
+        feeds: dict[str, Any], names: Sequence[str], into: dict[str, str], repeat: Any = None
+    ) -> dict[str, Any]:
+        tokens = feeds["input_ids"]
+        if tokens.shape[1] > 1:  # a prefill
+            rows.append(int(tokens.shape[0]))
+        return await decoder.run(feeds, names, into, repeat)
+
+    parts = decoder.parts
+    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000)
+    scheduler = Scheduler(
+        counting,
+        parts.shape,
+        parts.tokenizer,
+        config,
+        parts.eos_id,
+        parts.pad_id,
+        memory=decoder.memory,
+    )
+    scheduler.start()
+    try:
+        twins = scheduler.submit_twins(scheduler.encode(prompt), params, [None] * 3)
+        together = [await seq.result() for seq in twins]
+    finally:
+        await scheduler.close()
+    assert rows == [1]
+    assert [d.text for d in together] == [d.text for d in alone]
+
+
+def test_a_twin_whose_first_is_not_in_the_prefill_computes_its_own_prompt() -> None:
+    tokenizer = fake_decoder.tokenizer()
+    params = [SamplingParams(5)] * 3
+    first, second, third = twins([1, 2, 3], params, [None] * 3, tokenizer, 0, 512)
+    other = twins([4, 5], params[:1], [None], tokenizer, 0, 512)[0]
+    order, source = shared_prefill([first, other, second, third])
+    assert order == [first, other, second, third] and source == [0, 1, 0, 0]
+    order, source = shared_prefill([third, other, second])  # (the first joined before)
+    assert order == [third, other, second] and source == [0, 1, 2]

@@ -5,8 +5,10 @@ The messages become a prompt through the model's chat template (inferd.generatio
 assistant's answer is generated from it like any prompt, held to a form when the request
 asks (`response_format` with `json_object` or `json_schema`, or vLLM's `guided_*` fields:
 inferd.server.routes.guided), or a tool call (`tools`, `tool_choice`:
-inferd.server.routes.tools). One choice per request: `n` > 1, `logprobs` and the deprecated
-`functions` are refused with 4004 rather than silently ignored.
+inferd.server.routes.tools). `n` answers share the prompt's prefill
+(inferd.server.routes.choices); `logprobs` and `top_logprobs` give each token's
+log-probability. The deprecated `functions` are refused with 4004 rather than silently
+ignored.
 """
 
 from __future__ import annotations
@@ -20,16 +22,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.engine import Generation
-from inferd.errors import EmptyInputError, TooManyItemsError
+from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
 from inferd.generation.chat import Conversation
 from inferd.generation.grammar import one_of
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
-from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.responses import json_response
+from inferd.server.routes import choices
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse
-from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
+from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of
+from inferd.server.routes.logprob_shapes import Unsent, chat_logprobs
 from inferd.server.routes.tools import CallStream, Tool, ToolPlan, answer, plan, template_message
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
@@ -83,8 +86,8 @@ class ChatMessage(BaseModel):
 class ChatRequest(OpenAIGeneration):
     messages: list[ChatMessage] = Field(description="The conversation, oldest first.")
     max_completion_tokens: int | None = Field(None, description="Wins over max_tokens.")
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | None = Field(None, description="Each token's log-probability.")
+    top_logprobs: int | None = Field(None, description="Alternatives a token, 0 to 20.")
     tools: list[Tool] | None = None
     tool_choice: Any = Field(
         None, description='"none", "auto" (with tools, the default), "required", or a function.'
@@ -92,15 +95,12 @@ class ChatRequest(OpenAIGeneration):
     parallel_tool_calls: bool | None = Field(None, description="Taken; one call an answer.")
     functions: list[dict[str, Any]] | None = None
 
-
-def _refuse_unsupported(body: ChatRequest) -> None:
-    refuse(
-        {
-            **body.unsupported(),
-            "logprobs": bool(body.logprobs) or body.top_logprobs is not None,
-            "functions": bool(body.functions),
-        }
-    )
+    def logprobs_asked(self) -> int | None:
+        """Alternatives a token (None: no log-probabilities); 4004 for `top_logprobs`
+        without `logprobs`."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidInputError("top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def _messages(body: ChatRequest) -> list[dict[str, Any]]:
@@ -119,35 +119,38 @@ def _messages(body: ChatRequest) -> list[dict[str, Any]]:
 
 async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
-    _refuse_unsupported(body)
+    refuse({"functions": bool(body.functions)})
     conversation, tool_plan = _conversation(body)
     max_tokens = body.max_completion_tokens or body.max_tokens
     grammar = one_of({"response_format": body.grammar(), "tools": tool_plan.grammar})
-    generation = await engine_of(request).start_generation(
-        body.model, conversation, sampling_of(body, max_tokens, grammar)
-    )
+    sampling = sampling_of(body, max_tokens, grammar, body.logprobs_asked())
+    n = choices.choice_count(body.n)
+    engine = engine_of(request)
+    generations = await choices.start(engine, body.model, [conversation], sampling, n)
+    first = generations[0]
     head = {
         "id": f"chatcmpl-{request_id_of(request) or int(time.time() * 1000)}",
         "created": int(time.time()),
-        "model": generation.model,
-        "system_fingerprint": f"{generation.model}-v{generation.version}",
+        "model": first.model,
+        "system_fingerprint": f"{first.model}-v{first.version}",
     }
     if body.stream:
-        stream = CallStream(tool_plan)
-        return sse_response(
-            _chunks(generation, head, body.with_usage(), request_id_of(request), stream)
+        stream = _chunks(generations, head, body, tool_plan, request_id_of(request))
+        return sse_response(stream)
+    results = await choices.whole(request, generations)
+    asked = body.logprobs_asked() is not None
+    answers = []
+    for i, (generation, done) in enumerate(zip(generations, results, strict=True)):
+        message, reason = answer(tool_plan, done.text, finish_reason(done))
+        shaped = chat_logprobs(generation.seq.logprobs) if asked else None
+        answers.append(
+            {"index": i, "message": message, "logprobs": shaped, "finish_reason": reason}
         )
-    try:
-        async with cancel_on_disconnect(request.receive):
-            done = await generation.result()
-    finally:
-        generation.close()
-    message, reason = answer(tool_plan, done.text, finish_reason(done))
     payload = {
         **head,
         "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
-        "usage": usage(done),
+        "choices": answers,
+        "usage": choices.total_usage(results, n),
     }
     return json_response(payload)
 
@@ -158,38 +161,54 @@ def _conversation(body: ChatRequest) -> tuple[Conversation, ToolPlan]:
     return Conversation(_messages(body), tool_plan.tools), tool_plan
 
 
-def _chunk(head: dict[str, object], delta: dict[str, Any], reason: str | None) -> bytes:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+def _chunk(
+    head: dict[str, object],
+    index: int,
+    delta: dict[str, Any],
+    reason: str | None,
+    logprobs: dict[str, Any] | None = None,
+) -> bytes:
+    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
     return sse({**head, "object": "chat.completion.chunk", "choices": [choice]})
 
 
 async def _chunks(
-    generation: Generation,
+    generations: list[Generation],
     head: dict[str, object],
-    with_usage: bool,
+    body: ChatRequest,
+    tool_plan: ToolPlan,
     request_id: str,
-    stream: CallStream,
 ) -> AsyncIterator[bytes]:
-    """The assistant's role first, then its text (or its call) as it comes, then the finish
-    reason (and the usage, when asked)."""
+    """Each choice's role first, then its text (or its call) as it comes, with its tokens'
+    log-probabilities when asked, then its finish reason; the usage at the end, when asked."""
+    streams = [CallStream(tool_plan) for _ in generations]
+    unsent = [Unsent(g.seq.logprobs) for g in generations]
+    asked = body.logprobs_asked() is not None
+    ended: dict[int, Finished] = {}
     try:
-        yield _chunk(head, {"role": "assistant", "content": ""}, None)
-        done: Finished | None = None
-        async for event in generation.stream():
+        for index in range(len(generations)):
+            yield _chunk(head, index, {"role": "assistant", "content": ""}, None)
+        async for index, event in choices.merged(generations):
+            stream = streams[index]
             if isinstance(event, Finished):
-                done = event
-                for delta in stream.finish(finish_reason(event)):
-                    yield _chunk(head, delta, None)
-                yield _chunk(head, {}, stream.finish_reason(finish_reason(event)))
+                ended[index] = event
+                deltas = stream.finish(finish_reason(event))
             else:
-                for delta in stream.push(event):
-                    yield _chunk(head, delta, None)
-        if with_usage and done is not None:
+                deltas = stream.push(event)
+            shaped = chat_logprobs(unsent[index].take()) if asked else None
+            for delta in deltas:
+                yield _chunk(head, index, delta, None, shaped)
+                shaped = None  # (once: with the chunk's first delta)
+            if shaped is not None and shaped["content"]:
+                yield _chunk(head, index, {}, None, shaped)
+            if isinstance(event, Finished):
+                yield _chunk(head, index, {}, stream.finish_reason(finish_reason(event)))
+        if body.with_usage():
+            results = [ended[i] for i in sorted(ended)]
+            usage_total = choices.total_usage(results, len(generations))
             yield sse(
-                {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(done)}
+                {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage_total}
             )
         yield sse(b"[DONE]")
     except Exception as exc:  # headers are sent: the error travels as a data object
         yield sse(error_event(exc, request_id, "/v1/chat/completions"))
-    finally:
-        generation.close()

@@ -9,7 +9,6 @@ form the answer is held to (`response_format`, `guided_json`, `guided_regex`,
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -21,11 +20,12 @@ from inferd.engine import Generation
 from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
-from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import request_id_of
 from inferd.server.responses import json_response
-from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of, usage
+from inferd.server.routes import choices
+from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of
 from inferd.server.routes.guided import GuidedFields
+from inferd.server.routes.logprob_shapes import Unsent, completion_logprobs
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -60,10 +60,6 @@ class OpenAIGeneration(GuidedFields):
     repetition_penalty: float | None = None
     ignore_eos: bool = False
 
-    def unsupported(self) -> dict[str, bool]:
-        """The shared fields set to what inferd does not do (refused, never ignored)."""
-        return {"n": self.n not in (None, 1)}
-
     def with_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
@@ -78,17 +74,17 @@ class CompletionRequest(OpenAIGeneration):
     prompt: str | list[str] = Field(description="A prompt or a list of prompts.")
     best_of: int | None = None
     echo: bool | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(
+        None, description="Each token's log-probability and as many alternatives (0 to 20)."
+    )
     suffix: str | None = None
 
 
 def _refuse_unsupported(body: CompletionRequest) -> None:
     refuse(
         {
-            **body.unsupported(),
             "best_of": body.best_of not in (None, 1),
             "echo": bool(body.echo),
-            "logprobs": body.logprobs is not None,
             "suffix": body.suffix is not None,
         }
     )
@@ -109,39 +105,32 @@ async def completions(request: Request) -> Response:
     body = await read_json(request, CompletionRequest, "generate")
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
-    sampling = sampling_of(body, body.max_tokens, body.grammar())
-
-    engine = engine_of(request)
-    generations: list[Generation] = []
-    try:
-        for prompt in prompts:
-            generations.append(await engine.start_generation(body.model, prompt, sampling))
-    except BaseException:
-        for g in generations:
-            g.close()
-        raise
+    n = choices.choice_count(body.n)
+    sampling = sampling_of(body, body.max_tokens, body.grammar(), body.logprobs)
+    generations = await choices.start(engine_of(request), body.model, prompts, sampling, n)
     head = {
         "id": f"cmpl-{request_id_of(request) or int(time.time() * 1000)}",
         "created": int(time.time()),
         "model": generations[0].model,
     }
     if body.stream:
-        return sse_response(_chunks(generations, head, body.with_usage(), request_id_of(request)))
-    try:
-        async with cancel_on_disconnect(request.receive):
-            results = await asyncio.gather(*(g.result() for g in generations))
-    finally:
-        for g in generations:
-            g.close()
-    choices = [
-        {"text": done.text, "index": i, "logprobs": None, "finish_reason": finish_reason(done)}
-        for i, done in enumerate(results)
-    ]
+        stream = _chunks(generations, head, body, n, request_id_of(request))
+        return sse_response(stream)
+    results = await choices.whole(request, generations)
+    asked = body.logprobs is not None
     payload = {
         **head,
         "object": "text_completion",
-        "choices": choices,
-        "usage": _total_usage(results),
+        "choices": [
+            {
+                "text": done.text,
+                "index": i,
+                "logprobs": completion_logprobs(g.seq.logprobs) if asked else None,
+                "finish_reason": finish_reason(done),
+            }
+            for i, (g, done) in enumerate(zip(generations, results, strict=True))
+        ],
+        "usage": choices.total_usage(results, n),
     }
     return json_response(payload)
 
@@ -150,59 +139,34 @@ def finish_reason(done: Finished) -> str:
     return "length" if done.reason == "length" else "stop"
 
 
-def _total_usage(results: list[Finished]) -> dict[str, int]:
-    total = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    for done in results:
-        for key, value in usage(done).items():
-            total[key] += value
-    return total
-
-
 async def _chunks(
-    generations: list[Generation], head: dict[str, object], with_usage: bool, request_id: str
+    generations: list[Generation],
+    head: dict[str, object],
+    body: CompletionRequest,
+    n: int,
+    request_id: str,
 ) -> AsyncIterator[bytes]:
-    """Every generation's events, merged as they come, as OpenAI completion chunks."""
-    queue: asyncio.Queue[tuple[int, str | Finished | BaseException | None]] = asyncio.Queue()
-
-    async def pump(index: int, generation: Generation) -> None:
-        try:
-            async for event in generation.stream():
-                queue.put_nowait((index, event))
-        except Exception as exc:
-            queue.put_nowait((index, exc))
-        finally:
-            queue.put_nowait((index, None))
-
-    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(generations)]
-    results: list[Finished] = []
-    open_streams = len(generations)
+    """Every choice's text as it comes (with its tokens' log-probabilities when asked), as
+    OpenAI completion chunks; then the usage when asked."""
+    unsent = [Unsent(g.seq.logprobs) for g in generations]
+    asked = body.logprobs is not None
+    ended: dict[int, Finished] = {}
     try:
-        while open_streams:
-            index, event = await queue.get()
-            if event is None:
-                open_streams -= 1
-                continue
-            if isinstance(event, BaseException):
-                yield sse(error_event(event, request_id, "/v1/completions"))
-                return
+        async for index, event in choices.merged(generations):
+            text, reason = event, None
             if isinstance(event, Finished):
-                results.append(event)
-                choice = {
-                    "text": "",
-                    "index": index,
-                    "logprobs": None,
-                    "finish_reason": finish_reason(event),
-                }
-            else:
-                choice = {"text": event, "index": index, "logprobs": None, "finish_reason": None}
+                ended[index], text, reason = event, "", finish_reason(event)
+            choice = {
+                "text": text,
+                "index": index,
+                "logprobs": unsent[index].completion() if asked else None,
+                "finish_reason": reason,
+            }
             yield sse({**head, "object": "text_completion", "choices": [choice]})
-        if with_usage:
-            yield sse(
-                {**head, "object": "text_completion", "choices": [], "usage": _total_usage(results)}
-            )
+        if body.with_usage():
+            results = [ended[i] for i in sorted(ended)]
+            usage_total = choices.total_usage(results, n)
+            yield sse({**head, "object": "text_completion", "choices": [], "usage": usage_total})
         yield sse(b"[DONE]")
-    finally:
-        for task in tasks:
-            task.cancel()
-        for g in generations:
-            g.close()
+    except Exception as exc:  # headers are sent: the error travels as a data object
+        yield sse(error_event(exc, request_id, "/v1/completions"))

@@ -27,6 +27,7 @@ from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.errors import error_body, request_id_of
 from inferd.server.responses import json_response
+from inferd.server.routes.logprob_shapes import Unsent, plain_logprobs
 from inferd.server.sse import sse, sse_response
 from inferd.server.state import engine_of
 
@@ -60,6 +61,9 @@ class GenerateRequest(BaseModel):
     )
     regex: str | None = Field(None, description="The whole answer matches this regex.")
     choice: list[str] | None = Field(None, description="The answer is one of these strings.")
+    logprobs: int | None = Field(
+        None, description="Each token's log-probability, with this many alternatives (0-20)."
+    )
 
     def grammar(self) -> GrammarRequest | None:
         """The form the answer is held to (inferd.generation.grammar), when one is set."""
@@ -84,10 +88,13 @@ def check_prompt_text(prompt: str, where: str = "prompt") -> None:
 
 
 def sampling_of(
-    body: SamplingFields, max_new_tokens: int | None, grammar: GrammarRequest | None = None
+    body: SamplingFields,
+    max_new_tokens: int | None,
+    grammar: GrammarRequest | None = None,
+    logprobs: int | None = None,
 ) -> SamplingRequest:
     """The request's sampling fields (/generate, /v1/completions, /v1/chat/completions)."""
-    return SamplingRequest.of(body, max_new_tokens, grammar)
+    return SamplingRequest.of(body, max_new_tokens, grammar, logprobs)
 
 
 def usage(done: Finished) -> dict[str, int]:
@@ -110,7 +117,7 @@ async def generate(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, GenerateRequest, "generate")
     check_prompt_text(body.prompt)
-    sampling = sampling_of(body, body.max_length, body.grammar())
+    sampling = sampling_of(body, body.max_length, body.grammar(), body.logprobs)
     generation = await engine_of(request).start_generation(
         body.model, body.prompt, sampling, body.version
     )
@@ -125,7 +132,9 @@ async def generate(request: Request) -> Response:
 
 
 def _final(generation: Generation, done: Finished, started: float) -> dict[str, object]:
+    asked = generation.seq.params.logprobs is not None
     return {
+        **({"logprobs": plain_logprobs(generation.seq.logprobs)} if asked else {}),
         "text": done.text,
         "tokens": done.completion_tokens,
         "finish_reason": done.reason,
@@ -140,14 +149,16 @@ def _final(generation: Generation, done: Finished, started: float) -> dict[str, 
 
 
 async def _events(generation: Generation, started: float, request_id: str) -> AsyncIterator[bytes]:
-    tokens = 0
+    unsent = Unsent(generation.seq.logprobs) if generation.seq.params.logprobs is not None else None
     try:
         async for event in generation.stream():
             if isinstance(event, Finished):
                 yield sse(_final(generation, event, started), "done")
             else:
-                tokens = len(generation.seq.generated)
-                yield sse({"text": event, "tokens": tokens}, "token")
+                token: dict[str, object] = {"text": event, "tokens": len(generation.seq.generated)}
+                if unsent is not None:
+                    token["logprobs"] = plain_logprobs(unsent.take())
+                yield sse(token, "token")
     except Exception as exc:  # headers are sent: the error travels as an event
         yield sse(error_event(exc, request_id), "error")
     finally:
