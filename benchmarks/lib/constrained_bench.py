@@ -1,16 +1,19 @@
-"""What holding answers to a JSON schema costs a served generator, and whether every answer
-holds: tokens per second of constrained requests against free ones of exactly the same
-lengths (each free request asks, with `ignore_eos`, for as many tokens as its constrained
-twin's answer took), at 1 and 16 in flight, the two kinds alternating round by round on one
-server; and each constrained answer parsed and validated against its schema (`jsonschema`).
-The decoders have random weights: only the constraint makes an answer valid JSON.
+"""What holding answers to a JSON schema costs a served generator, whether every answer
+holds, and what `n` answers in one request cost against n requests: tokens per second of
+constrained requests against free ones of exactly the same lengths (each free request asks,
+with `ignore_eos`, for as many tokens as its constrained twin's answer took), at 1 and 16 in
+flight, the two kinds alternating round by round on one server; and each constrained answer
+parsed and validated against its schema (`jsonschema`). The decoders have random weights:
+only the constraint makes an answer valid JSON.
 
 Every field of the schemas is bounded (a string's length, an integer's range, an array's
 items), so every answer can end within the token limit: with random weights, an unbounded
 one (a number's digits) runs on until the limit cuts it, which proves nothing of the
 constraint. The generator benchmark's two GPT-2 shapes (4 layers, hidden 128, vocabulary
 4096; 6 layers, hidden 512), KV cache in place, temperature 0.8 and top-k 50 for both kinds;
-also each schema's mask time a token, in process, replaying the answers.
+also each schema's mask time a token, in process, replaying the answers; and 4 answers to a
+180-token prompt in one request (`n: 4`, the prompt prefilled once) against 4 requests sent
+at once with the same seeds, alternating, their texts compared.
 
     python benchmarks/generate_bench.py constrained          # its section of RESULTS.md
     python benchmarks/generate_bench.py constrained --quick  # one round, printed only
@@ -41,6 +44,7 @@ from common import Server, machine_description, publish
 from generate_bench import CASES, MODEL, build_repo
 from inferd.generation.constraint import Grammars
 from inferd.generation.grammar import json_schema
+from inferd.tools.corpus import sentences
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {
@@ -176,6 +180,29 @@ def mask_us(tokenizer: Tokenizer, texts: list[str], schema: dict[str, Any]) -> f
     return asyncio.run(go())
 
 
+async def choices_cost(url: str, sets: int) -> tuple[float, float, int]:
+    """The median time of one request for 4 answers (`n`: the prompt prefilled once) and of
+    4 requests at once for the same answers (seeds s..s+3), alternating; and how many sets
+    gave different texts (none should)."""
+    prompt = " ".join(sentences(40))[:800]  # about 180 tokens (the demo shape holds 256)
+    body = {"prompt": prompt, "max_tokens": 32, "temperature": 0.8, "ignore_eos": True}
+    one, four, differ = [], [], 0
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        for s in range(sets):
+            started = time.perf_counter()
+            together = await http.post("/v1/completions", json={**body, "n": 4, "seed": s})
+            together.raise_for_status()
+            one.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            apart = await asyncio.gather(
+                *(http.post("/v1/completions", json={**body, "seed": s + i}) for i in range(4))
+            )
+            four.append(time.perf_counter() - started)
+            texts = [c["text"] for c in together.json()["choices"]]
+            differ += texts != [a.json()["choices"][0]["text"] for a in apart]
+    return float(np.median(one)) * 1000, float(np.median(four)) * 1000, differ
+
+
 @dataclass
 class CaseResult:
     ratios: dict[int, list[float]]
@@ -184,6 +211,7 @@ class CaseResult:
     passed: int
     stopped: int
     mask_us: dict[str, float]
+    choices: tuple[float, float, int] = (0.0, 0.0, 0)
 
 
 def run_case(shape: Any, rounds: int) -> CaseResult:
@@ -212,6 +240,7 @@ def run_case(shape: Any, rounds: int) -> CaseResult:
                             if body["json_schema"] is schema:
                                 kept[name].append(text)
                     print(shape, flight, result.ratios[flight][-1], flush=True)
+            result.choices = asyncio.run(choices_cost(server.url, 6 * rounds))
         finally:
             server.stop()
         tokenizer = Tokenizer.from_file(str(root / MODEL / "1" / "tokenizer.json"))
@@ -224,7 +253,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one round, printed only")
     args = parser.parse_args()
-    rounds = 1 if args.quick else 2
+    rounds = 1 if args.quick else 3
     lines = [
         "### Constrained generation: answers held to a JSON schema against free ones",
         "",
@@ -253,6 +282,12 @@ def main() -> None:
                 f"| {case.name} | {flight} | {rates[0]:.0f} | {rates[1]:.0f} | **{ratio:.2f}** |"
             )
         masks = ", ".join(f"{name} {us:.0f}" for name, us in result.mask_us.items())
+        one, four, differ = result.choices
+        notes.append(
+            f"- {case.name}: 4 answers to a 180-token prompt (32 tokens each) in one request "
+            f"(`n: 4`) took **{one:.0f} ms**, as 4 requests at once **{four:.0f} ms** "
+            f"(medians; {differ} sets with other texts)."
+        )
         notes.append(
             f"- {case.name}: **{result.passed} of {result.checked}** constrained answers parse "
             f"and validate ({result.stopped} ended by the grammar, "
