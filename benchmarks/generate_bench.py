@@ -217,6 +217,9 @@ def raw_step(
 
         for name, value in idle_draw_feeds(rows, TOP_WIDTH).items():
             binding.bind_cpu_input(name, value)  # the graph's own draw, greedy: it runs too
+    bias = next((i for i in session.get_inputs() if i.name == "draw_bias"), None)
+    if bias is not None:  # (no row constrained)
+        binding.bind_cpu_input(bias.name, np.zeros((1, bias.shape[1]), np.float32))
     presents = cache_names(shape.layers, PRESENT)
     for (name, array), present in zip(cache.items(), presents, strict=True):
         value = ort.OrtValue.ortvalue_from_numpy(array)

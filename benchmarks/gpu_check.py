@@ -512,6 +512,8 @@ def raw_decode(model: Path, rows: int, steps: int, plan: Plan) -> float:
     total = np.array(start + 1, np.int32)
     small = {"position_ids": positions, "seqlens_k": seqlens, "total_sequence_length": total}
     small.update({k: v for k, v in idle_draw_feeds(rows, 0).items() if k in inputs})
+    if "draw_bias" in inputs:  # (no row constrained)
+        small["draw_bias"] = np.zeros((1, inputs["draw_bias"].shape[1]), np.float32)
     if "draw_top_k" in small:
         small["draw_top_k"][:] = 1
     for name, array in small.items():

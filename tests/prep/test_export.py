@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from inferd.cli.main import main
-from inferd.generation.decoder import DRAW_INPUTS, idle_draw_feeds
+from inferd.generation.decoder import DRAW_BIAS, DRAW_INPUTS, idle_bias, idle_draw_feeds
 from inferd.generation.sampling import top_candidates
 from tests import prep_modules
 
@@ -180,8 +180,9 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     names = [i.name for i in session.get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
     assert names[3:7] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
-    # the draw of the next token in the graph (inferd.prep.graph_draw)
-    assert names[7:] == list(DRAW_INPUTS)
+    # the bias of the ranking (inferd.prep.ranked_logits), the draw of the next token in the
+    # graph (inferd.prep.graph_draw)
+    assert names[7:] == [DRAW_BIAS, *DRAW_INPUTS]
     names = names[:7]
     presents = [f"present.{i}.{k}" for i in range(2) for k in ("key", "value")]
     # the last position's best candidates, ranked in the graph (inferd.prep.ranked_logits)
@@ -190,7 +191,7 @@ def test_gpt2_folder_exports_with_its_kv_cache(tmp_path: Path, tiny_gpt2: Path) 
     assert session.get_outputs()[0].shape == ["batch", 1, 100]  # declared: one position
     written = report(tmp_path, "gpt", "export-1.json")
     assert written["ranked_rows_wrong"] == 0 and written["graph_draws_differing"] == 0
-    idle = idle_draw_feeds(1, 64)
+    idle = {**idle_draw_feeds(1, 64), DRAW_BIAS: idle_bias(100)}
     config = yaml.safe_load((tmp_path / "gpt" / "config.yaml").read_text())
     assert config["task"] == "text-generation"
     assert config["generation"] == {"context_length": 64, "eos_token_id": 0}
@@ -247,7 +248,7 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
     names = [i.name for i in session.get_inputs()]
     assert names[:4] == ["input_ids", "position_ids", "seqlens_k", "total_sequence_length"]
     assert names[4:8] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
-    assert names[8:] == list(DRAW_INPUTS)
+    assert names[8:] == [DRAW_BIAS, *DRAW_INPUTS]
     names = names[:8]
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert "GroupQueryAttention" in ops and "Concat" not in ops
@@ -262,7 +263,7 @@ def test_gpt2_exports_with_an_in_place_kv_cache_checked_against_the_plain_export
         binding.bind_cpu_input("position_ids", np.arange(start, length)[None])
         binding.bind_cpu_input("seqlens_k", np.array([length - 1], np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(length, np.int32))
-        for name, value in idle_draw_feeds(1, 64).items():
+        for name, value in {**idle_draw_feeds(1, 64), DRAW_BIAS: idle_bias(100)}.items():
             binding.bind_cpu_input(name, value)
         binding.bind_output("logits")
         for i, name in enumerate(names[4:]):

@@ -31,7 +31,7 @@ import llguidance
 import numpy as np
 from tokenizers import Tokenizer
 
-from inferd.errors import InternalError, InvalidGrammarError
+from inferd.errors import InternalError, InvalidGrammarError, InvalidInputError
 from inferd.generation.grammar import GrammarRequest
 
 COMPILE_TIMEOUT_S = 2.0
@@ -98,6 +98,9 @@ class Grammars:
         """A fresh matcher for `request` (4006 when it does not compile, or not in time)."""
         key = request.key
         cached = self._cache.get(key)
+        tokenizer = self._ll
+        if tokenizer is None:
+            tokenizer = await asyncio.wrap_future(self._pool.submit(self._llt))
         if cached is None:
             future = asyncio.wrap_future(self._pool.submit(self._compile, request))
             try:
@@ -113,19 +116,25 @@ class Grammars:
             compiled = cached[0]
         if isinstance(compiled, InvalidGrammarError):
             raise InvalidGrammarError(compiled.message, param=compiled.param)
-        tokenizer = self._llt()
         return Constraint(compiled.deep_copy(), tokenizer.eos_token, _words(tokenizer))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _llt(self) -> llguidance.LLTokenizer:
+        """The model's tokenizer as llguidance reads it (made once, on a compile thread: a
+        large vocabulary takes a second); 4004 for one it cannot read (no decoder)."""
         with self._ll_lock:
             if self._ll is None:
                 vocab = self._tokenizer.get_vocab_size(with_added_tokens=True)
-                self._ll = llguidance.LLTokenizer(
-                    self._tokenizer.to_str(), n_vocab=vocab, eos_token=self._eos_id
-                )
+                try:
+                    self._ll = llguidance.LLTokenizer(
+                        self._tokenizer.to_str(), n_vocab=vocab, eos_token=self._eos_id
+                    )
+                except ValueError as exc:
+                    raise InvalidInputError(
+                        f"this model cannot hold answers to a form: its tokenizer {exc}"
+                    ) from None
             return self._ll
 
     def _compile(self, request: GrammarRequest) -> Compiled:

@@ -32,6 +32,9 @@ DRAW_TEMPERATURE, DRAW_TOP_K = "draw_temperature", "draw_top_k"
 DRAW_TOP_P, DRAW_UNIFORM = "draw_top_p", "draw_uniform"
 DRAW_INPUTS = (DRAW_TEMPERATURE, DRAW_TOP_K, DRAW_TOP_P, DRAW_UNIFORM)
 NEXT_IDS = "next_ids"
+DRAW_BIAS = "draw_bias"
+"""Added to the last position's logits before they are ranked ([rows or 1, vocab], float32):
+0 for a token a row may take, -inf for one its constraint forbids."""
 
 
 class DecoderShapeError(ValueError):
@@ -55,6 +58,9 @@ class DecoderShape:
     last_only: bool = False
     """Whether `logits` holds each row's last real token only (`[batch, 1, vocab]`), not every
     position of the step."""
+    bias: int = 0
+    """The vocabulary of the graph's `draw_bias` input, fed on every run (zeros where no row
+    is constrained); 0: the graph has none, and constrained rows draw in Python."""
 
     @staticmethod
     def of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> DecoderShape:
@@ -93,6 +99,8 @@ class DecoderShape:
         draws = width > 0 and NEXT_IDS in out_names and all(n in names for n in DRAW_INPUTS)
         logits = out_specs[LOGITS]
         last_only = logits.rank == 3 and logits.shape[1] == 1
+        bias_spec = names.get(DRAW_BIAS)
+        bias = bias_spec.shape[-1] if bias_spec is not None and bias_spec.rank == 2 else 0
         return DecoderShape(
             layers,
             heads,
@@ -104,6 +112,7 @@ class DecoderShape:
             width,
             draws,
             last_only,
+            max(0, bias),
         )
 
     def empty_cache(self, rows: int, length: int = 0) -> list[Array]:
@@ -126,6 +135,8 @@ class DecoderShape:
         unused unless the caller sets them); unchanged for any other graph."""
         if self.draws:
             feeds.update(idle_draw_feeds(feeds[TOKENS].shape[0], self.top_width))
+        if self.bias:
+            feeds[DRAW_BIAS] = idle_bias(self.bias)
         return feeds
 
 
@@ -138,6 +149,11 @@ def idle_draw_feeds(rows: int, width: int) -> dict[str, Array]:
         DRAW_TOP_P: np.ones(rows, np.float64),
         DRAW_UNIFORM: np.zeros(rows, np.float64),
     }
+
+
+def idle_bias(vocab: int) -> Array:
+    """The `draw_bias` of a run where no row is constrained: zeros, one row for all."""
+    return np.zeros((1, vocab), np.float32)
 
 
 def prefill_feeds(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.config.model import GenerationConfig
+from inferd.generation.bias import HeldRows
 from inferd.generation.constraint import Masks, PendingMasks, allowed_ids
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.logprobs import score
@@ -45,6 +46,8 @@ class Draw:
         self._ranked_names = tuple(shape.ranked_names)
         self._output_names = tuple(shape.output_names)
         self._masks = Masks()
+        self._biased_rows = 0
+        """How many of the bias's first rows may still hold a past step's mask."""
 
     def masks(self, seqs: list[Seq]) -> PendingMasks | None:
         """Starts the token masks of the constrained rows of `seqs` (None when there are
@@ -54,20 +57,39 @@ class Draw:
     def close(self) -> None:
         self._masks.close()
 
-    def ranked(self, seqs: list[Seq]) -> bool:
+    def bias(self, feeds: dict[str, Array], rows: list[Seq], live: list[int]) -> HeldRows | None:
+        """Before a step that ranks in the graph: the masks of its live constrained rows
+        into the graph's bias, zeros for the others (where a past step left a mask); the
+        rows, for a block to carry on (None when none is constrained)."""
+        if not self._shape.bias:
+            return None
+        held = [r for r in live if rows[r].constraint is not None]
+        if not held and self._biased_rows == 0:
+            return None
+        rows_held = HeldRows(rows, held, self._shape.bias)
+        rows_held.write(feeds)
+        if held:
+            self._biased_rows = max(self._biased_rows, len(rows))
+        elif len(rows) >= self._biased_rows:
+            self._biased_rows = 0  # (every row that held a mask is zero again)
+        return rows_held if held else None
+
+    def ranked(self, seqs: list[Seq], biased: bool = False) -> bool:
         """Whether the next tokens of `seqs` can all be drawn from the graph's ranked
-        candidates (a decoder exported by inferd), not the whole vocabulary's logits (which
-        a constrained row needs: its mask may allow none of the candidates)."""
+        candidates (a decoder exported by inferd), not the whole vocabulary's logits. A
+        constrained row can when the step feeds the graph its mask (`biased`, and a graph
+        that takes one: `bias`): unmasked, its candidates may hold none it may take."""
         width = self._shape.top_width
+        masked = biased and self._shape.bias > 0
         return width > 0 and all(
-            s.constraint is None and fits_ranked(s.params, width) for s in seqs
+            (s.constraint is None or masked) and fits_ranked(s.params, width) for s in seqs
         )
 
     def blocks(self, rows: list[Seq], live: list[int], advances: bool) -> bool:
         """Whether the next steps draw in the graph, each step's tokens fed straight to the
         next (a block): a drawing in-place decoder (its KV store `advances`), every row live
         and drawing within the graph's candidates."""
-        return self.in_graph and advances and len(live) == len(rows) and self.ranked(rows)
+        return self.in_graph and advances and len(live) == len(rows) and self.ranked(rows, True)
 
     def names(self, ranked: bool, in_graph: bool = False) -> Sequence[str]:
         """The outputs a step asks for: the drawn tokens (and the cache), the ranked

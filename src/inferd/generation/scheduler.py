@@ -31,8 +31,9 @@ from tokenizers import Tokenizer
 from inferd.config.model import GenerationConfig
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.generation.batch import RunningBatch, shared_prefill
+from inferd.generation.block import decode_block
 from inferd.generation.constraint import Constraint, taken
-from inferd.generation.decoder import DRAW_UNIFORM, NEXT_IDS, TOKENS, DecoderShape
+from inferd.generation.decoder import TOKENS, DecoderShape
 from inferd.generation.draw import Draw
 from inferd.generation.kvstore import kv_store
 from inferd.generation.params import SamplingParams
@@ -41,7 +42,7 @@ from inferd.generation.sequence import twins
 from inferd.generation.step_runner import RunNow, RunStep, StepRunner
 from inferd.generation.waiting import WaitingLine
 from inferd.observability.observer import GenerationTokens, Observer, notify
-from inferd.runtime.protocol import DeviceMemory, Repeat
+from inferd.runtime.protocol import DeviceMemory
 
 log = logging.getLogger(__name__)
 
@@ -265,12 +266,14 @@ class Scheduler:
         # its position must stay a valid index
         last = self._config.context_length - 1
         positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
-        ranked = draw.ranked([rows[r] for r in live])
+        ranked = draw.ranked([rows[r] for r in live], biased=True)
         in_graph = ranked and draw.in_graph
         step = self._kv.decode(tokens, positions)
         if in_graph:
             draw.feed(step.feeds, rows, set(live), 1)
-        masks = draw.masks([rows[r] for r in live])
+        if ranked:  # a constrained row's mask, now, into the graph's ranking
+            draw.bias(step.feeds, rows, live)
+        masks = None if ranked else draw.masks([rows[r] for r in live])
         started = time.perf_counter()
         out = await self._steps.run(
             step.inputs, draw.names(ranked, in_graph), step.into, self._steps.decode_s
@@ -295,53 +298,13 @@ class Scheduler:
         self._batch.report("decode", len(rows), (now - started,), len(self._waiting))
 
     async def _decode_block(self, rows: list[Seq]) -> None:
-        """Steps back to back in one call to the runtime (`Repeat`: one handoff to its thread
-        a block, the steps as close together as bare ONNX Runtime's), each drawing in the
-        graph and writing its tokens into its own `input_ids`, which the next step reads (the
-        KV store moves the positions on, on the thread that runs the steps); then the tokens are
-        taken, row by row, each at the time its step ended. A row that ends within the block
-        (its EOS, a stop sequence) keeps computing to the block's end; what it draws after
-        its end is dropped. A block on a runtime thread ends early when a generation arrives
-        while there is a free row (it joins after the step, not after the block). Draws use
-        each row's own generator, one number a step, as the single-step path does (a block
-        that ends early gives back the numbers it did not use): a seed gives the same text
-        either way."""
-        steps = self._steps.block_length(rows)
-        tokens = np.array([s.last_token for s in rows], dtype=np.int64)
-        step = self._kv.decode(tokens, np.array([s.cached for s in rows], dtype=np.int64))
-        feeds = step.feeds
-        uniforms = self._draw.feed(feeds, rows, set(range(len(rows))), steps)
-        into = {**step.into, NEXT_IDS: TOKENS}
-        drawn = np.empty((steps, len(rows)), dtype=np.int64)
-        ended: list[float] = []
-        # a newcomer may join at the next step: none waits now (a head that waits was not
-        # admitted for want of room, and those behind it queue after it), and a row is free
+        """A block of steps (inferd.generation.block). A newcomer may join at the next step
+        when none waits now (a head that waits was not admitted for want of room, and those
+        behind it queue after it) and a row is free: the block then ends at its arrival."""
         waiting = self._waiting
-        joinable = waiting.room(len(self._batch.running))
-
-        def between(k: int) -> bool:  # on the thread that runs the steps, after step k
-            ended.append(time.perf_counter())
-            drawn[k] = self._kv.drawn(step)
-            self._kv.advance(step)
-            if k + 1 == steps or (joinable and waiting):
-                return False
-            feeds[DRAW_UNIFORM][:] = uniforms[k + 1]
-            return True
-
-        started = time.perf_counter()
-        await self._steps.run(step.inputs, (), into, self._steps.decode_s, Repeat(steps, between))
-        done = len(ended)
-        self._steps.learn_decode((ended[-1] - started) / done)  # (a block may end early)
-        if done < steps:
-            for seq in rows:  # the numbers drawn for the steps not run, given back
-                if not seq.params.greedy:
-                    seq.give_back(steps - done)
-        self._batch.report(
-            "decode", len(rows), np.diff([started, *ended]).tolist(), len(self._waiting)
+        free = waiting.room(len(self._batch.running))
+        seconds, gaps = await decode_block(
+            rows, self._steps, self._kv, self._draw, lambda: free and bool(waiting)
         )
-        gaps: list[float] = []
-        for seq, tokens in zip(rows, drawn[:done].T.tolist(), strict=True):
-            seq.cached += done
-            if not seq.cancelled:  # (one that ends within the block takes its tokens up to it)
-                gaps += seq.accept_many(tokens, ended)
+        self._batch.report("decode", len(rows), seconds, len(self._waiting))
         notify(self._observer, GenerationTokens(self._model, (), gaps))

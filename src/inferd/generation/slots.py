@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.generation.decoder import (
+    DRAW_BIAS,
     LOGITS,
     POSITIONS,
     SEQLENS,
@@ -63,6 +64,8 @@ class SlotKV:
         self._draws = idle_draw_feeds(max_rows, shape.top_width) if shape.draws else {}
         """The draw inputs, greedy until the scheduler writes each row's draw into them."""
         self._greedy = {name: buffer[0].copy() for name, buffer in self._draws.items()}
+        if shape.bias:  # each row's bias; the scheduler writes it (zeros but where constrained)
+            self._draws[DRAW_BIAS] = np.zeros((max_rows, shape.bias), np.float32)
         self._decoding: dict[int, tuple[dict[str, Array], dict[str, Array | DeviceArray]]] = {}
         """A decode step's host inputs and `memory` inputs for each row count: views made
         once, so every step of as many rows hands the runtime the very same arrays."""

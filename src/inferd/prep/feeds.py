@@ -37,6 +37,9 @@ class FeedPlan:
     draw_width: int = 0
     """A decoder that draws its next token in the graph (inferd.prep.graph_draw) from this
     many candidates: its draw inputs are fed too (greedy)."""
+    draw_bias: int = 0
+    """A decoder whose ranking takes a bias (inferd.prep.ranked_logits), over this many
+    tokens: fed zeros."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -57,7 +60,7 @@ class FeedPlan:
             return encoder_feeds(list(self.input_names), self.vocab)
         if self.kind == "decoder":
             return decoder_feeds(
-                self.layers, self.heads, self.head_dim, self.vocab, self.draw_width
+                self.layers, self.heads, self.head_dim, self.vocab, self.draw_width, self.draw_bias
             )
         return spec_feeds([InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in self.specs])
 
@@ -82,9 +85,9 @@ def encoder_feeds(input_names: list[str], vocab: int) -> Callable[..., Feeds]:
 
 
 def decoder_feeds(
-    layers: int, heads: int, head_dim: int, vocab: int, draw_width: int = 0
+    layers: int, heads: int, head_dim: int, vocab: int, draw_width: int = 0, draw_bias: int = 0
 ) -> Callable[..., Feeds]:
-    from inferd.generation.decoder import idle_draw_feeds
+    from inferd.generation.decoder import DRAW_BIAS, idle_bias, idle_draw_feeds
     from inferd.runtime.kv_names import PAST, cache_names
 
     past_names = cache_names(layers, PAST)
@@ -106,6 +109,8 @@ def decoder_feeds(
             feeds[name] = rng.standard_normal((batch, heads, past, head_dim)).astype(np.float32)
         if draw_width:
             feeds.update(idle_draw_feeds(batch, draw_width))
+        if draw_bias:
+            feeds[DRAW_BIAS] = idle_bias(draw_bias)
         return feeds
 
     return make

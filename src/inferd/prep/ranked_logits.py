@@ -8,6 +8,11 @@ runs in the same call as the model, on its threads, and the vocabulary-wide logi
 copied out. ONNX Runtime runs every node of a graph whatever outputs a call asks for, so the
 ranking covers the last position only: a prefill's full logits cost no more than before.
 
+Where the vocabulary is of a fixed size, the logits are ranked after an input is added to
+them, `draw_bias` ([1 or batch, vocab], float32: zeros, or -inf for the tokens a row's
+constraint forbids: inferd.generation.constraint), so that a constrained row's candidates are
+its allowed tokens, and it can draw in the graph like any other.
+
 `inferd export` adds them to the decoders it writes and checks them against the logits of the
 same run (`check_ranked`)."""
 
@@ -18,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.generation.decoder import LOGITS, TOP_IDS, TOP_LOGITS
+from inferd.generation.decoder import DRAW_BIAS, LOGITS, TOP_IDS, TOP_LOGITS
 
 TOP_WIDTH = 64
 """Candidates ranked: top-k up to this draws from them (common settings are 20-50)."""
@@ -41,25 +46,31 @@ def add_ranked_logits(model: Any, width: int = TOP_WIDTH) -> bool:
     if vocab.HasField("dim_value"):
         width = min(width, vocab.dim_value)
     last = "inferd_ranked_last_logits"
+    nodes = [helper.make_node("Gather", [LOGITS, "inferd_ranked_last"], [last], axis=1)]
+    ranked = last
+    if vocab.HasField("dim_value"):  # the bias a constraint's mask becomes
+        ranked = "inferd_ranked_biased_logits"
+        graph.input.append(
+            helper.make_tensor_value_info(
+                DRAW_BIAS, TensorProto.FLOAT, ["bias_rows", vocab.dim_value]
+            )
+        )
+        nodes.append(helper.make_node("Add", [last, DRAW_BIAS], [ranked]))
     graph.initializer.extend(
         [
             helper.make_tensor("inferd_ranked_last", TensorProto.INT64, [], [-1]),
             helper.make_tensor("inferd_ranked_width", TensorProto.INT64, [1], [width]),
         ]
     )
-    graph.node.extend(
-        [
-            helper.make_node("Gather", [LOGITS, "inferd_ranked_last"], [last], axis=1),
-            helper.make_node(
-                "TopK",
-                [last, "inferd_ranked_width"],
-                [TOP_LOGITS, TOP_IDS],
-                axis=-1,
-                largest=1,
-                sorted=1,
-            ),
-        ]
+    top = helper.make_node(
+        "TopK",
+        [ranked, "inferd_ranked_width"],
+        [TOP_LOGITS, TOP_IDS],
+        axis=-1,
+        largest=1,
+        sorted=1,
     )
+    graph.node.extend([*nodes, top])
     batch_dim = batch.dim_param or batch.dim_value or "batch"
     graph.output.extend(
         [

@@ -10,7 +10,7 @@ from typing import Any
 
 import onnx
 
-from inferd.generation.decoder import DRAW_UNIFORM, SEQLENS
+from inferd.generation.decoder import DRAW_BIAS, DRAW_UNIFORM, SEQLENS
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.ranked_logits import ranked_width
 from inferd.prep.sources import SourceError
@@ -86,6 +86,9 @@ def read_version(path: Path) -> VersionModel:
     )
     if plan.kind == "decoder" and any(v.name == DRAW_UNIFORM for v in model.graph.input):
         plan = replace(plan, draw_width=ranked_width(model))
+    bias = next((v for v in model.graph.input if v.name == DRAW_BIAS), None)
+    if plan.kind == "decoder" and bias is not None:
+        plan = replace(plan, draw_bias=bias.type.tensor_type.shape.dim[1].dim_value)
     return VersionModel(path, model, metadata, plan)
 
 

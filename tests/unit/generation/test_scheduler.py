@@ -9,6 +9,7 @@ CPU's: the path a GPU instance takes, with the CPU's copies)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ import pytest
 from inferd.config.model import GenerationConfig
 from inferd.engine.decoder_parts import GenerationParts
 from inferd.engine.loading import load_instances
-from inferd.errors import InputTooLongError, QueueFullError
+from inferd.errors import InputTooLongError, InvalidInputError, QueueFullError
 from inferd.generation.batch import shared_prefill
 from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
@@ -653,3 +654,76 @@ def test_a_twin_whose_first_is_not_in_the_prefill_computes_its_own_prompt() -> N
     assert order == [first, other, second, third] and source == [0, 1, 0, 0]
     order, source = shared_prefill([third, other, second])  # (the first joined before)
     assert order == [third, other, second] and source == [0, 1, 2]
+
+
+async def test_a_constrained_draw_is_the_same_in_the_graph_in_blocks_and_in_python(
+    decoder: Decoder,
+) -> None:
+    """A decoder exported by inferd takes each constrained row's mask as a bias on its
+    ranking: the row then draws in the graph (in blocks of steps, or a step at a time, or from
+    the ranked candidates in Python) as from the whole vocabulary's logits in Python, token
+    for token; every answer matches its regex."""
+    from inferd.generation import grammar
+    from inferd.generation.constraint import Grammars
+
+    parts = decoder.parts
+    pattern = r"w[0-9]{1,2}( w[0-9]{1,2}){3,8}"
+    request = grammar.regex(pattern, "regex")
+    cases = [SamplingParams(40, temperature=0.9, top_k=20, seed=s) for s in range(4)]
+    cases.append(SamplingParams(40, temperature=0.0))
+
+    async def answers(in_python: bool, block_steps: int) -> list[str]:
+        """`in_python`: each draw from the whole vocabulary's logits, in Python (as a row
+        that asks for log-probabilities draws, whatever the graph can do)."""
+        config = GenerationConfig(
+            context_length=512, max_new_tokens_limit=1000, block_steps=block_steps
+        )
+
+        async def run(
+            feeds: dict[str, Any], names: Sequence[str], into: dict[str, str], repeat: Any = None
+        ) -> dict[str, Any]:
+            paths.append("block" if repeat else "ranked" if "top_ids" in names else "logits")
+            return await decoder.run(feeds, names, into, repeat)
+
+        scheduler = Scheduler(
+            run,
+            parts.shape,
+            parts.tokenizer,
+            config,
+            parts.eos_id,
+            parts.pad_id,
+            memory=decoder.memory,
+        )
+        grammars = Grammars(parts.tokenizer, parts.eos_id)
+        scheduler.start()
+        try:
+            ids = scheduler.encode("w1 w2")
+            seqs = [
+                scheduler.submit_twins(
+                    ids,
+                    [replace(p, logprobs=0) if in_python else p],
+                    [await grammars.constraint(request)],
+                )[0]
+                for p in cases
+            ]
+            return [(await s.result()).text for s in seqs]
+        finally:
+            await scheduler.close()
+            grammars.close()
+
+    if decoder.parts.tokenizer.decoder is None:  # (the fake's word tokenizer)
+        grammars = Grammars(parts.tokenizer, parts.eos_id)
+        with pytest.raises(InvalidInputError, match="cannot hold answers to a form"):
+            await grammars.constraint(request)
+        grammars.close()
+        return
+    paths: list[str] = []
+    python = await answers(in_python=True, block_steps=0)
+    assert all(re.fullmatch(pattern, text) for text in python), python
+    assert "ranked" not in paths and "block" not in paths
+    paths.clear()
+    assert await answers(in_python=False, block_steps=0) == python
+    assert "ranked" in paths  # (the graph's candidates, its bias on them)
+    paths.clear()
+    assert await answers(in_python=False, block_steps=4) == python
+    assert ("block" in paths) == parts.shape.inplace

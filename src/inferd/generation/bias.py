@@ -1,0 +1,75 @@
+"""Constrained rows drawn in the graph: each row's mask (inferd.generation.constraint) as the
+`draw_bias` the graph adds to its last logits before ranking them (0 for an allowed token,
+-inf for a forbidden one), so that its candidates are its allowed tokens and the graph's own
+draw (or Python's, from those candidates) keeps to the grammar. Within a block of steps the
+rows take their drawn tokens into their grammars between the steps, and their next masks
+become the next step's bias (`HeldRows.take`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InferdError
+from inferd.generation.decoder import DRAW_BIAS
+from inferd.generation.sequence import Sequence as Seq
+from inferd.runtime.protocol import Array
+
+
+def bias_of(mask: np.ndarray[Any, Any], vocab: int) -> np.ndarray[Any, Any]:
+    """A mask's bias over `vocab` tokens: 0 where it allows, -inf elsewhere (and past it)."""
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab]
+    out = np.full(vocab, -np.inf, dtype=np.float32)
+    out[: bits.size][bits.astype(bool)] = 0.0
+    return out
+
+
+class HeldRows:
+    """A step's (or a block's) constrained rows, by index in `rows`."""
+
+    def __init__(self, rows: list[Seq], held: list[int], vocab: int) -> None:
+        self._rows = rows
+        self._held = held
+        self._vocab = vocab
+        self._ended: set[int] = set()
+        self._broken: dict[int, InferdError] = {}
+
+    def write(self, feeds: dict[str, Array]) -> None:
+        """The rows' next masks into `feeds`' bias (zeros for every other row)."""
+        target = feeds[DRAW_BIAS]
+        if target.shape[0] != len(self._rows):  # (a store whose feeds are new each step)
+            target = feeds[DRAW_BIAS] = np.zeros((len(self._rows), self._vocab), np.float32)
+        else:
+            target[...] = 0.0
+        for r in self._held:
+            if r not in self._ended:
+                constraint = self._rows[r].constraint
+                assert constraint is not None
+                target[r] = bias_of(constraint.mask(), self._vocab)
+
+    def take(self, tokens: Array, feeds: dict[str, Array] | None) -> None:
+        """Within a block, after a step: each row takes its drawn token into its grammar (a
+        row whose token ends it takes no more); then, when the block goes on (`feeds`), the
+        next masks become the bias."""
+        for r in self._held:
+            if r in self._ended:
+                continue
+            constraint = self._rows[r].constraint
+            assert constraint is not None
+            token = int(tokens[r])
+            if constraint.ends(token):
+                self._ended.add(r)
+                continue
+            try:
+                constraint.consume(token)
+            except InferdError as error:  # (never, as the bias holds the draw: said if so)
+                self._broken[r] = error
+                self._ended.add(r)
+        if feeds is not None:
+            self.write(feeds)
+
+    def fail_broken(self) -> None:
+        """After the block: a row whose draw broke its grammar fails with the error."""
+        for r, error in self._broken.items():
+            self._rows[r].fail(error)
