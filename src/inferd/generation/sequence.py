@@ -110,9 +110,10 @@ class Sequence:
         """From the client side (disconnect): the scheduler retires it at the next step."""
         self.cancelled = True
 
-    def accept(self, token: int, now: float) -> float | None:
+    def accept(self, token: int, now: float, consumed: bool = False) -> float | None:
         """Takes the next token (sampled by the scheduler); returns the time since the previous
-        token (None for the first), for the inter-token metric."""
+        token (None for the first), for the inter-token metric. `consumed`: its grammar took
+        it already (in a block, between the steps: inferd.generation.bias)."""
         since = None if self.last_token_at is None else now - self.last_token_at
         if self.first_token_at is None:
             self.first_token_at = now
@@ -127,7 +128,7 @@ class Sequence:
         self.seen.add(token)
         self.counts[token] += 1
         whole = False
-        if self.constraint is not None:
+        if self.constraint is not None and not consumed:
             try:
                 whole = self.constraint.consume(token)
             except InferdError as error:
@@ -156,7 +157,8 @@ class Sequence:
         """`accept` for tokens drawn one after another (a decode block's, each at the time its
         step ended), up to the sequence's end (what comes after it is dropped); returns the
         times between tokens (the first since the previous token, when there was one). Without
-        stop sequences the tokens are taken together, not one at a time."""
+        stop sequences the tokens are taken together, not one at a time. A constrained
+        sequence's grammar took them already, between the block's steps."""
         if not tokens or self.done:
             return []
         if self.params.stop:  # the text decides where it ends, token by token
@@ -164,7 +166,7 @@ class Sequence:
             for token, now in zip(tokens, times, strict=True):
                 if self.done:
                     break
-                since = self.accept(token, now)
+                since = self.accept(token, now, consumed=True)  # (its grammar took it)
                 if since is not None:
                     gaps.append(since)
             return gaps

@@ -671,6 +671,7 @@ async def test_a_constrained_draw_is_the_same_in_the_graph_in_blocks_and_in_pyth
     request = grammar.regex(pattern, "regex")
     cases = [SamplingParams(40, temperature=0.9, top_k=20, seed=s) for s in range(4)]
     cases.append(SamplingParams(40, temperature=0.0))
+    cases.append(SamplingParams(40, temperature=0.9, top_k=20, seed=9, stop=("w7",)))
 
     async def answers(in_python: bool, block_steps: int) -> list[str]:
         """`in_python`: each draw from the whole vocabulary's logits, in Python (as a row
@@ -719,7 +720,8 @@ async def test_a_constrained_draw_is_the_same_in_the_graph_in_blocks_and_in_pyth
         return
     paths: list[str] = []
     python = await answers(in_python=True, block_steps=0)
-    assert all(re.fullmatch(pattern, text) for text in python), python
+    assert all(re.fullmatch(pattern, text) for text in python[:-1]), python
+    assert "w7" not in python[-1]  # (the stop string ends it, wherever it falls)
     assert "ranked" not in paths and "block" not in paths
     paths.clear()
     assert await answers(in_python=False, block_steps=0) == python
