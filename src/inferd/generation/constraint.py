@@ -10,6 +10,10 @@ torch nor a GPU; onnxruntime-genai, vLLM and llama.cpp use it too. Its price is 
 mask and its token take about 11-13 us on the benchmark decoders' 4,096-token vocabulary
 (`python benchmarks/generate_bench.py constrained` measures it, and what it costs served).
 
+On a decoder exported by inferd, a constrained row's mask is the graph's `draw_bias` and the
+row draws in the graph (inferd.generation.bias); elsewhere the draw applies it in Python
+(`Masks`, `allowed_ids`).
+
 A grammar compiles on a compile thread, never on the event loop, within `COMPILE_TIMEOUT_S`
 (4006 past it); what compiled, and what was refused, is cached under the grammar's hash, at
 most `CACHE_GRAMMARS` of them and `CACHE_BYTES` of grammar text, oldest out first. A
