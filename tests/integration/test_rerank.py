@@ -124,6 +124,28 @@ def test_top_n_and_the_texts_returned(server: RunningServer, source: Path) -> No
     assert [r["document"] for r in cohere["results"]] == [TEXTS[i] for i in order[:3]]
 
 
+def test_v1_rerank_takes_cohere_and_jina_document_objects(
+    server: RunningServer, source: Path
+) -> None:
+    """The path and the forms Cohere's and Jina's clients send: documents as strings or as
+    `{"text": ...}` objects, each returned in the form it came."""
+    expected = reference(source, QUERY, TEXTS)
+    order = list(np.argsort(-expected, kind="stable"))
+    objects = [{"text": t} for t in TEXTS]
+    body = {"model": "ranker", "query": QUERY, "documents": objects, "top_n": 2}
+    answer = httpx.post(f"{server.url}/v1/rerank", json={**body, "return_documents": True})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [r["index"] for r in results] == order[:2]
+    assert [r["document"] for r in results] == [objects[i] for i in order[:2]]
+    assert all(abs(r["relevance_score"] - expected[r["index"]]) < TOLERANCE for r in results)
+    plain = httpx.post(f"{server.url}/v1/rerank", json={"query": QUERY, "documents": TEXTS})
+    assert [r["index"] for r in plain.json()["results"]] == order
+    odd = {"query": QUERY, "documents": [{"text": "a", "title": "b"}]}
+    refused = httpx.post(f"{server.url}/v1/rerank", json=odd)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == 4004
+
+
 def test_v2_http_and_grpc_score_the_pairs(server: RunningServer, source: Path) -> None:
     expected = reference(source, QUERY, TEXTS)
     metadata = httpx.get(f"{server.url}/v2/models/ranker").json()

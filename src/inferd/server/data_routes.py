@@ -53,6 +53,14 @@ DATA_ROUTES = (
         "tasks",
     ),
     DataRoute(
+        "/v1/rerank",
+        tasks.rerank,
+        "rerank",
+        "Rank texts against a query (the path Cohere's and Jina's clients call)",
+        tasks.RerankRequest,
+        "tasks",
+    ),
+    DataRoute(
         "/v1/embeddings",
         openai.embeddings,
         "embed",

@@ -90,9 +90,17 @@ async def embed(request: Request) -> Response:
     )
 
 
+class RerankDocument(BaseModel):
+    """Cohere's and Jina's document object."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: str
+
+
 class RerankRequest(BaseModel):
-    """text-embeddings-inference's `/rerank` body (`texts`, `return_text`), or Infinity's and
-    Cohere's (`documents`, `return_documents`): the answer takes the form of the one asked."""
+    """text-embeddings-inference's `/rerank` body (`texts`, `return_text`), or Infinity's,
+    Cohere's and Jina's (`documents`, strings or `{"text": ...}` objects, `return_documents`):
+    the answer takes the form of the one asked."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -100,8 +108,10 @@ class RerankRequest(BaseModel):
     texts: list[str] | None = Field(
         None, description="The texts to rank (text-embeddings-inference's form)."
     )
-    documents: list[str] | None = Field(
-        None, description="The texts to rank (Infinity's and Cohere's form); give one of the two."
+    documents: list[str | RerankDocument] | None = Field(
+        None,
+        description="The texts to rank (Infinity's, Cohere's and Jina's form: strings, or "
+        '`{"text": ...}` objects); give one of the two.',
     )
     model: str | None = Field(
         None, description="Default: the one reranker served, or the one marked default."
@@ -129,7 +139,8 @@ async def rerank(request: Request) -> Response:
     started = time.perf_counter()
     body = await read_json(request, RerankRequest, "rerank")
     timeout_s = header_timeout_s(request)
-    texts = body.texts if body.texts is not None else body.documents or []
+    documents = body.documents or []
+    texts = body.texts if body.texts is not None else [_text(d) for d in documents]
     async with cancel_on_disconnect(request.receive):
         served, result = await engine_of(request).rerank(
             body.model, body.query, texts, body.raw_scores, timeout_s, body.version
@@ -150,7 +161,7 @@ async def rerank(request: Request) -> Response:
             "object": "rerank",
             "results": [
                 {"index": int(i), "relevance_score": float(result.scores[i])}
-                | ({"document": texts[i]} if with_text else {})
+                | ({"document": _shown(documents[i])} if with_text else {})
                 for i in order
             ],
             "model": served.model,
@@ -159,3 +170,12 @@ async def rerank(request: Request) -> Response:
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
     )
+
+
+def _text(document: str | RerankDocument) -> str:
+    return document if isinstance(document, str) else document.text
+
+
+def _shown(document: str | RerankDocument) -> str | dict[str, str]:
+    """A document as a result carries it: in the form it was sent."""
+    return document if isinstance(document, str) else {"text": document.text}
