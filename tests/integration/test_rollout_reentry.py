@@ -41,10 +41,16 @@ def versions_served(server: RunningServer, requests: int = 40) -> set[str]:
     return seen
 
 
-def index_versions(server: RunningServer) -> set[str]:
+def index_versions(server: RunningServer, withdrawn: bool = False) -> set[str]:
+    """The versions of `m` the repository index shows in memory (`withdrawn`: those it lists
+    as withdrawn by a rollout, UNAVAILABLE, as Triton lists what it does not serve)."""
     answer = httpx.post(f"{server.url}/v2/repository/index", headers=ADMIN, timeout=10)
     assert answer.status_code == 200, answer.text
-    return {e["version"] for e in answer.json() if e["name"] == "m" and "version" in e}
+    rows = [e for e in answer.json() if e["name"] == "m" and "version" in e]
+    gone = {e["version"] for e in rows if e.get("reason", "").startswith("withdrawn")}
+    for e in rows:
+        assert (e["version"] in gone) == (e["state"] == "UNAVAILABLE"), e
+    return gone if withdrawn else {e["version"] for e in rows} - gone
 
 
 def wait_for(check: Callable[[], bool], limit_s: float, what: str) -> None:
@@ -112,6 +118,7 @@ def test_a_rolled_back_version_stays_out_until_a_new_rollout_names_it(tmp_path: 
         loaded = httpx.post(f"{first.url}/v2/repository/models/m/load", headers=ADMIN, timeout=60)
         assert loaded.status_code == 200 and loaded.json()["version"] == "2", loaded.text
         assert versions_served(first) == {"2"} and index_versions(first) == {"2"}
+        assert index_versions(first, withdrawn=True) == {"3"}
         reloaded = httpx.post(f"{first.url}/v2/repository/models/m/load", headers=ADMIN, timeout=60)
         assert reloaded.status_code == 200 and reloaded.json()["version"] == "2", reloaded.text
         assert versions_served(first) == {"2"} and index_versions(first) == {"2"}
@@ -148,6 +155,7 @@ def test_a_rolled_back_version_stays_out_until_a_new_rollout_names_it(tmp_path: 
     second = serve(root, tmp_path / "second.log")
     try:
         assert versions_served(second) == {"2"} and index_versions(second) == {"2"}
+        assert index_versions(second, withdrawn=True) == {"3", "4"}
         time.sleep(10 * POLL_S)  # and the watcher starts neither
         state = rollout_of(second)
         assert state is not None and (state["candidate"], state["status"]) == (4, "aborted")

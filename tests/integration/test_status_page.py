@@ -228,6 +228,9 @@ def test_the_first_paint_shows_models_and_a_rollouts_step_and_reason_without_scr
         assert rolled.status_code == 200, rolled.text
         page = httpx.get(server.url + "/", timeout=10)
         assert re.findall(r"<script[^>]*>", page.text) == ['<script src="/status.js">']
+        for path in ("/", "/status.js"):  # what a monitor's HEAD gets: the headers alone
+            head = httpx.head(server.url + path, timeout=10)
+            assert head.status_code == 200 and head.content == b"", (path, head.status_code)
         policy = dict(
             part.strip().split(" ", 1)
             for part in page.headers["content-security-policy"].split(";")

@@ -306,6 +306,10 @@ class Engine:
     def residency_facts(self) -> list[ResidencyFacts]:
         return self.residency.facts()
 
+    def repository_index(self) -> list[dict[str, str]]:
+        """Every model and version with its state, and the versions a rollout withdrew."""
+        return self.registry.index(self.policy.withdrawn)
+
     def queue_depths(self) -> list[tuple[str, str, int]]:
         return self.registry.queue_depths()
 

@@ -148,8 +148,11 @@ class Registry:
                 )
         return served
 
-    def index(self) -> list[dict[str, str]]:
-        """The repository extension's index: every model and version with its state."""
+    def index(
+        self, withdrawn: Callable[[str], Sequence[int]] = lambda model: ()
+    ) -> list[dict[str, str]]:
+        """The repository extension's index: every model and version with its state; the
+        versions a rollout withdrew (`withdrawn`) as UNAVAILABLE, with why."""
         rows = []
         for name in sorted(set(self.entries) | set(self._versions)):
             if name in self._unloaded:
@@ -158,10 +161,17 @@ class Registry:
             if name in self._errors:
                 rows.append({"name": name, "state": "UNAVAILABLE", "reason": self._errors[name]})
                 continue
-            for number, served in sorted(self._versions.get(name, {}).items()):
-                row = {"name": name, "version": str(number), "state": served.state.value}
-                if served.reason:
-                    row["reason"] = served.reason
+            versions = self._versions.get(name, {})
+            for number in sorted({*versions, *withdrawn(name)}):
+                served = versions.get(number)
+                row = {"name": name, "version": str(number)}
+                if served is None:
+                    row["state"] = "UNAVAILABLE"
+                    row["reason"] = "withdrawn: a rollout rolled it back or was aborted"
+                else:
+                    row["state"] = served.state.value
+                    if served.reason:
+                        row["reason"] = served.reason
                 rows.append(row)
         return rows
 

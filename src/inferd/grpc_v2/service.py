@@ -138,7 +138,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryIndexRequest, context: Any
     ) -> pb.RepositoryIndexResponse:
         async def index() -> pb.RepositoryIndexResponse:
-            rows = self._engine.registry.index()
+            rows = self._engine.repository_index()
             if request.ready:
                 rows = [row for row in rows if row.get("state") == "READY"]
             return _message({"models": rows}, pb.RepositoryIndexResponse())

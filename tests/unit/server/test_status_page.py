@@ -178,3 +178,17 @@ def test_a_version_in_memory_shows_what_it_holds_on_the_host_and_each_gpu() -> N
         "v2 READY 4 MB",
     ]
     assert texts.by_class["badge UNLOADED"] == ["v3 UNLOADED"]
+
+
+def test_memory_is_shown_only_where_a_load_measured_some() -> None:
+    """A version whose load added nothing measurable shows no figure (not "0 MB"); a small
+    one shows at least 0.1 MB."""
+    from inferd.config.model import ModelConfig
+    from inferd.engine.version import Version, VersionState
+    from inferd.server.status_view import _version
+
+    served = Version("m", 1, ModelConfig())
+    served.state = VersionState.READY
+    for footprint, shown in ((None, None), (0, None), (20_000, 0.1), (3 * 2**20, 3.0)):
+        served.footprint_bytes = footprint
+        assert _version(served, 0)["resident_mb"] == shown, footprint

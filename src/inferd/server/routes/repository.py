@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v2/repository", tags=["repository"])
 
 @router.post("/index", summary="Every model and version with its state")
 async def index(request: Request) -> Response:
-    return json_response(engine_of(request).registry.index())
+    return json_response(engine_of(request).repository_index())
 
 
 @router.post("/models/{model}/load", summary="Load or reload a model (admin key)")

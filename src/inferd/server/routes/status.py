@@ -38,7 +38,7 @@ def _snapshot(request: Request) -> dict[str, Any]:
     )
 
 
-@router.get("/", summary="The status page", include_in_schema=False)
+@router.api_route("/", methods=["GET", "HEAD"], summary="The status page", include_in_schema=False)
 async def page(request: Request) -> Response:
     return Response(
         render(_static("status.html").decode(), _snapshot(request)),
@@ -52,7 +52,12 @@ async def page(request: Request) -> Response:
     )
 
 
-@router.get("/status.js", summary="The status page's script", include_in_schema=False)
+@router.api_route(
+    "/status.js",
+    methods=["GET", "HEAD"],
+    summary="The status page's script",
+    include_in_schema=False,
+)
 async def script() -> Response:
     return Response(
         _static("status.js"),
