@@ -310,6 +310,24 @@ def test_openai_parameters_we_do_not_support_are_refused(http: httpx.Client) -> 
     assert "4001" not in error(http.post("/v1/completions", json={"prompt": []}), 400, 4001)
 
 
+def test_openai_errors_name_the_parameter_the_client_sent(http: httpx.Client) -> None:
+    cases = [
+        ("/v1/completions", {"prompt": "x", "max_tokens": 5000}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                  "max_completion_tokens": 0}, "max_completion_tokens"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                  "temperature": 9}, "temperature"),
+        ("/v1/completions", {"prompt": "x", "stop": 3}, "stop"),
+    ]  # fmt: skip
+    for path, body, param in cases:
+        answer = http.post(path, json=body)
+        message = error(answer, 400, 4004)
+        assert answer.json()["error"]["param"] == param and message.startswith(
+            (param, f"'{param}'")
+        ), message
+        assert "max_length" not in message and "Input should" not in message
+
+
 def test_presence_and_frequency_penalties_change_a_greedy_answer(http: httpx.Client) -> None:
     body = {"prompt": "The file", "max_length": 40, "temperature": 0.0, "ignore_eos": True}
     plain = generate(http, **body)["text"]

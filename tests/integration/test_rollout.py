@@ -5,6 +5,7 @@ request; a restart resumes the step; the CLI drives it all through the admin API
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -249,6 +250,21 @@ def test_a_restart_resumes_the_step_and_the_cli_reports_it(tmp_path: Path) -> No
         assert none.stdout == "m: no rollout (start one with: inferd rollout start m)\n"
         unknown = rollout_cli(first, "status", "absent")
         assert unknown.returncode == 1 and "unknown model 'absent'" in unknown.stderr
+        # a refused key: which key, and where it was read from
+        command = [sys.executable, "-m", "inferd", "rollout", "status", "m", "--url", first.url]
+        env = {k: v for k, v in os.environ.items() if k != "INFERD_ADMIN_KEY"}
+        keyless = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        assert keyless.returncode == 1 and "no admin key was sent" in keyless.stderr
+        wrong = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "INFERD_ADMIN_KEY": "not-the-key-9f3a"},
+        )
+        assert "the key from the INFERD_ADMIN_KEY environment variable, ending in 9f3a" in (
+            wrong.stderr
+        ), wrong.stderr
         started = rollout_cli(first, "start", "m", "--to", "2")
         assert started.returncode == 0, started.stderr
         assert "m: version 2 beside 1, running at 30%" in started.stdout

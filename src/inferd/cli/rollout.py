@@ -74,7 +74,7 @@ def _wrap(text: str, width: int = 68, indent: int = 12) -> str:
 
 
 def run_rollout_command(args: Any) -> int:
-    key = args.admin_key or os.environ.get("INFERD_ADMIN_KEY", "")
+    key, source = _admin_key(args.admin_key)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     path = f"{args.url.rstrip('/')}/v2/repository/models/{args.model}/rollout"
     data = None
@@ -89,13 +89,37 @@ def run_rollout_command(args: Any) -> int:
         with urllib.request.urlopen(request, timeout=600) as answer:  # the core install's client
             state = json.loads(answer.read())
     except urllib.error.HTTPError as exc:
-        print(f"inferd: {exc.code}: {_error_of(exc.read())}", file=sys.stderr)
+        hint = _key_hint(exc.code, key, source)
+        print(f"inferd: {exc.code}: {_error_of(exc.read())}{hint}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
         print(f"inferd: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 2
     print(describe(state))
     return 0
+
+
+def _admin_key(given: str | None) -> tuple[str, str]:
+    """The admin key, and where it was read from."""
+    if given:
+        return given, "--admin-key"
+    from_env = os.environ.get("INFERD_ADMIN_KEY", "")
+    return from_env, ("the INFERD_ADMIN_KEY environment variable" if from_env else "")
+
+
+def _key_hint(status: int, key: str, source: str) -> str:
+    """What to do about a refused key: which key was sent, and where it was read from."""
+    if status == 401 and not key:
+        return " (no admin key was sent: pass --admin-key or set INFERD_ADMIN_KEY)"
+    if status == 401:
+        shown = f"ending in {key[-4:]}" if len(key) > 8 else f"of {len(key)} characters"
+        return (
+            f" (the key from {source}, {shown}, is not one of the server's admin keys:"
+            " those of its --admin-keys-file)"
+        )
+    if status == 403:
+        return " (the server has no admin keys: start it with --admin-keys-file)"
+    return ""
 
 
 def _error_of(body: bytes) -> str:

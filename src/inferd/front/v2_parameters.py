@@ -47,7 +47,7 @@ class GenerationParameters(BaseModel):
 def sampling_of(parameters: dict[str, Any]) -> SamplingRequest:
     """A generation's sampling, from the request's parameters (4004 naming a wrong one)."""
     settings = validate_fields(GenerationParameters, parameters)
-    return SamplingRequest.of(settings, settings.max_tokens)
+    return SamplingRequest.of(settings, settings.max_tokens, length_field="max_tokens")
 
 
 def prompt_of(feeds: Mapping[str, Array]) -> str:

@@ -62,33 +62,44 @@ def build_params(
     presence_penalty: float | None = None,
     frequency_penalty: float | None = None,
     logprobs: int | None = None,
+    length_field: str = "max_length",
 ) -> SamplingParams:
-    """Defaults filled in, every value range-checked (InvalidInputError names the field)."""
+    """Defaults filled in, every value range-checked (InvalidInputError names the field;
+    `length_field`: the name the request gave the most new tokens)."""
     new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= new <= config.max_new_tokens_limit:
         raise InvalidInputError(
-            f"max_length must be between 1 and {config.max_new_tokens_limit}; got {new}"
+            f"{length_field} must be between 1 and {config.max_new_tokens_limit}; got {new}",
+            param=length_field,
         )
     t = 1.0 if temperature is None else temperature
     if not 0.0 <= t <= 5.0:
-        raise InvalidInputError(f"temperature must be between 0 and 5; got {t}")
+        raise InvalidInputError(
+            f"temperature must be between 0 and 5; got {t}", param="temperature"
+        )
     k = 0 if top_k is None else top_k
     if k < 0:
-        raise InvalidInputError(f"top_k must be 0 (off) or positive; got {k}")
+        raise InvalidInputError(f"top_k must be 0 (off) or positive; got {k}", param="top_k")
     p = 1.0 if top_p is None else top_p
     if not 0.0 < p <= 1.0:
-        raise InvalidInputError(f"top_p must be in (0, 1]; got {p}")
+        raise InvalidInputError(f"top_p must be in (0, 1]; got {p}", param="top_p")
     r = 1.0 if repetition_penalty is None else repetition_penalty
     if not 0.0 < r <= 10.0:
-        raise InvalidInputError(f"repetition_penalty must be in (0, 10]; got {r}")
+        raise InvalidInputError(
+            f"repetition_penalty must be in (0, 10]; got {r}", param="repetition_penalty"
+        )
     if seed is not None and not 0 <= seed < 2**63:
-        raise InvalidInputError(f"seed must be between 0 and 2**63 - 1; got {seed}")
+        raise InvalidInputError(f"seed must be between 0 and 2**63 - 1; got {seed}", param="seed")
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if len(stops) > MAX_STOP_SEQUENCES:
-        raise InvalidInputError(f"at most {MAX_STOP_SEQUENCES} stop sequences; got {len(stops)}")
+        raise InvalidInputError(
+            f"at most {MAX_STOP_SEQUENCES} stop sequences; got {len(stops)}", param="stop"
+        )
     for i, s in enumerate(stops):
         if not s or len(s) > MAX_STOP_CHARS:
-            raise InvalidInputError(f"stop sequence {i} must have 1 to {MAX_STOP_CHARS} characters")
+            raise InvalidInputError(
+                f"stop sequence {i} must have 1 to {MAX_STOP_CHARS} characters", param="stop"
+            )
     presence = _penalty(presence_penalty, "presence_penalty")
     frequency = _penalty(frequency_penalty, "frequency_penalty")
     if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
@@ -149,6 +160,8 @@ class SamplingRequest:
     frequency_penalty: float | None = None
     logprobs: int | None = None
     """Alternatives a token to report with its log-probability (None: none reported)."""
+    length_field: str = "max_length"
+    """What the request calls its most new tokens (`max_tokens` on OpenAI's routes)."""
     grammar: GrammarRequest | None = None
     """What the answer must match (compiled for the model: inferd.generation.constraint)."""
 
@@ -159,6 +172,7 @@ class SamplingRequest:
         max_new_tokens: int | None,
         grammar: GrammarRequest | None = None,
         logprobs: int | None = None,
+        length_field: str = "max_length",
     ) -> SamplingRequest:
         """What a request's fields ask; the engine checks them against the model's
         generation limits once the model is known."""
@@ -174,6 +188,7 @@ class SamplingRequest:
             presence_penalty=fields.presence_penalty,
             frequency_penalty=fields.frequency_penalty,
             logprobs=logprobs,
+            length_field=length_field,
             grammar=grammar,
         )
 
@@ -191,4 +206,5 @@ class SamplingRequest:
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
             logprobs=self.logprobs,
+            length_field=self.length_field,
         )

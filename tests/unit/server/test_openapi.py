@@ -35,6 +35,7 @@ def test_the_text_paths_are_the_routes_with_a_purpose() -> None:
         "/predict",
         "/embed",
         "/rerank",
+        "/v1/rerank",
         "/v1/embeddings",
         "/generate",
         "/v1/completions",

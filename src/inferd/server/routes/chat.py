@@ -121,9 +121,11 @@ async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
     refuse({"functions": bool(body.functions)})
     conversation, tool_plan = _conversation(body)
-    max_tokens = body.max_completion_tokens or body.max_tokens
+    given = body.max_completion_tokens is not None  # (it wins over max_tokens)
+    named = "max_completion_tokens" if given else "max_tokens"
+    max_tokens = body.max_completion_tokens if given else body.max_tokens
     grammar = one_of({"response_format": body.grammar(), "tools": tool_plan.grammar})
-    sampling = sampling_of(body, max_tokens, grammar, body.logprobs_asked())
+    sampling = sampling_of(body, max_tokens, grammar, body.logprobs_asked(), named)
     n = choices.choice_count(body.n)
     engine = engine_of(request)
     generations = await choices.start(engine, body.model, [conversation], sampling, n)

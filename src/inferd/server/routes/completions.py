@@ -106,7 +106,7 @@ async def completions(request: Request) -> Response:
     _refuse_unsupported(body)
     prompts = _prompts(body.prompt)
     n = choices.choice_count(body.n)
-    sampling = sampling_of(body, body.max_tokens, body.grammar(), body.logprobs)
+    sampling = sampling_of(body, body.max_tokens, body.grammar(), body.logprobs, "max_tokens")
     generations = await choices.start(engine_of(request), body.model, prompts, sampling, n)
     head = {
         "id": f"cmpl-{request_id_of(request) or int(time.time() * 1000)}",

@@ -92,9 +92,10 @@ def sampling_of(
     max_new_tokens: int | None,
     grammar: GrammarRequest | None = None,
     logprobs: int | None = None,
+    length_field: str = "max_length",
 ) -> SamplingRequest:
     """The request's sampling fields (/generate, /v1/completions, /v1/chat/completions)."""
-    return SamplingRequest.of(body, max_new_tokens, grammar, logprobs)
+    return SamplingRequest.of(body, max_new_tokens, grammar, logprobs, length_field)
 
 
 def usage(done: Finished) -> dict[str, int]:
