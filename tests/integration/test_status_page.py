@@ -209,6 +209,50 @@ def test_a_failed_rollout_shows_its_reason_and_a_running_one_its_split(
         assert server.stop() == 0, server.log()
 
 
+def test_a_phones_width_fits_the_page_and_no_label_overlaps_another(tmp_path: Path) -> None:
+    """At 500 pixels wide (Chromium's narrowest window): nothing wider than the screen, no
+    chart's name under its value, no split's label spilling out of its part (a 10% canary's
+    included)."""
+    root = tmp_path / "repo"
+    lookup_model(root / "rolling" / "1" / "model.onnx", rows=16)
+    write_config(root / "rolling", {"rollout": {"steps": [10, 100], "analysis_window_s": 3600}})
+    server = serve(root, tmp_path / "server.log")
+    narrow = Chromium(tmp_path / "narrow", width=500, height=900)
+    try:
+        lookup_model(root / "rolling" / "2" / "model.onnx", rows=16)
+        assert act(server, "rolling", "start", to=2).status_code == 200
+        narrow.open(server.url + "/")
+        measure = """(() => {
+            const box = e => e.getBoundingClientRect();
+            const overlaps = (a, b) => !(a.right <= b.left || b.right <= a.left ||
+                                        a.bottom <= b.top || b.bottom <= a.top);
+            const charts = [...document.querySelectorAll('.chart')].map(c => {
+                const name = c.querySelector('.name'), value = c.querySelector('.value');
+                return name && value && overlaps(box(name), box(value));
+            });
+            const spilled = [...document.querySelectorAll('.split div')]
+                .filter(d => d.scrollWidth > d.clientWidth + 1 && !d.textContent.includes('...')
+                        && getComputedStyle(d).textOverflow !== 'ellipsis').length;
+            return {wide: document.documentElement.scrollWidth, screen: window.innerWidth,
+                    charts: charts.length, overlapping: charts.filter(Boolean).length,
+                    spilled, split: (document.querySelector('[data-model="rolling"] .split')
+                                     || {}).textContent};
+        })()"""
+        deadline = time.monotonic() + 20
+        while True:
+            shown = narrow.evaluate(measure)
+            if shown["charts"] and shown["split"]:
+                break
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.2)
+        assert shown["wide"] <= shown["screen"], shown
+        assert shown["overlapping"] == 0 and shown["spilled"] == 0, shown
+        narrow.screenshot(ARTIFACTS / "status-page-narrow.png")
+    finally:
+        narrow.close()
+        assert server.stop() == 0, server.log()
+
+
 def test_the_first_paint_shows_models_and_a_rollouts_step_and_reason_without_scripts(
     tmp_path: Path, browser: Chromium
 ) -> None:
