@@ -3,10 +3,9 @@ socket in a folder of its own, and stopped after, with what it changed on the ho
 `docker0` link, its iptables rules and chains, the FORWARD policy, `net.ipv4.ip_forward`, the
 network namespaces it mounted under /run/docker. The undoing runs also when the test fails.
 
-`base_image` builds the stand-in for `python:3.11-slim` (no image registry is reachable): a
-Debian bookworm root filesystem from the Debian archive (mmdebstrap, cached between runs),
-imported, with the host's CA bundle (HTTPS to the package registries may be re-signed by a local
-CA that pip must trust in a build step).
+`base_image` builds the stand-in for `python:3.11-slim` (no image registry is reachable) as
+`scripts/build-image.sh` does (inferd.tools.base_image): a Debian bookworm root filesystem
+from the Debian archive (mmdebstrap, cached between runs), imported, with the host's CA bundle.
 
     python -m tests.docker_engine    # an engine for a shell: prints DOCKER_HOST, Ctrl-C stops it
 """
@@ -26,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.tools.base_image import import_base
+
 SYSCTLS = (
     "/proc/sys/net/ipv4/ip_forward",
     "/proc/sys/net/ipv6/conf/all/forwarding",
@@ -37,23 +38,6 @@ ENGINE_LINKS = ("docker0", "br-", "veth")
 """Links dockerd makes: its default bridge, user-defined networks' bridges, containers' veths."""
 ENGINE_PATHS = ("/run/docker", "/run/containerd", "/run/mount", "/etc/docker/key.json")
 """What dockerd, containerd (its shims' sockets) and umount write outside the engine's folder."""
-BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
-SLIM = (
-    # what Debian's official slim images (and so python:3.11-slim) leave out: manuals, docs but
-    # their copyright files, translations; and /usr merged by a hook, not by the usrmerge
-    # package (which brings Perl)
-    "--dpkgopt=path-exclude=/usr/share/man/*",
-    "--dpkgopt=path-exclude=/usr/share/info/*",
-    "--dpkgopt=path-exclude=/usr/share/groff/*",
-    "--dpkgopt=path-exclude=/usr/share/lintian/*",
-    "--dpkgopt=path-exclude=/usr/share/linda/*",
-    "--dpkgopt=path-exclude=/usr/share/doc/*",
-    "--dpkgopt=path-include=/usr/share/doc/*/copyright",
-    "--dpkgopt=path-exclude=/usr/share/locale/*",
-    "--dpkgopt=path-include=/usr/share/locale/locale.alias",
-    "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
-)
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _run(*command: str, timeout: float = 60, check: bool = True) -> str:
@@ -324,55 +308,10 @@ def _stop(process: subprocess.Popen[bytes], folder: Path, env: dict[str, str]) -
 # -- the base image ---------------------------------------------------------------------------
 
 
-def base_rootfs(cache: Path) -> Path:
-    """The Debian bookworm root filesystem (minbase with Python 3, pip, venv, CA certificates)
-    as a tarball, built by mmdebstrap from the Debian archive once and kept in `cache`."""
-    tarball = cache / "bookworm-slim-python3.tar"
-    if tarball.exists():
-        return tarball
-    if shutil.which("mmdebstrap") is None:
-        raise RuntimeError("mmdebstrap is needed: apt-get install mmdebstrap (scripts/test.sh)")
-    cache.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_suffix(".partial.tar")
-    command = [
-        "mmdebstrap",
-        "--quiet",
-        "--variant=minbase",
-        f"--include={','.join(BASE_PACKAGES)}",
-        *SLIM,
-        "bookworm",
-        str(partial),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"mmdebstrap failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    partial.rename(tarball)
-    return tarball
-
-
 def base_image(engine: DockerEngine, cache: Path, tag: str = "python:3.11-slim") -> str:
-    """Imports the root filesystem as `tag` (the official image's PATH and LANG; pip may
-    install into the system Python) with the host's CA bundle on top."""
-    rootfs = base_rootfs(cache)
-    engine.docker(
-        "import",
-        "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "--change", "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
-        "--change", "ENV LANG=C.UTF-8",
-        "--change", 'CMD ["python3"]',
-        str(rootfs), f"{tag}-rootfs",
-        timeout=300,
-    )  # fmt: skip
-    context = engine.folder / "base-context"
-    context.mkdir()
-    shutil.copyfile(HOST_CA_BUNDLE, context / "ca-certificates.crt")
-    (context / "Dockerfile").write_text(
-        f"FROM {tag}-rootfs\nCOPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
-    )
-    engine.docker("build", "--quiet", "--tag", tag, str(context), timeout=300)
-    engine.docker("rmi", f"{tag}-rootfs")  # the tag only: the layers stay under `tag`
-    return tag
+    """The stand-in for `python:3.11-slim`, as `scripts/build-image.sh` builds it without a
+    registry (inferd.tools.base_image), on this engine."""
+    return import_base(engine.docker, cache, tag)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import llguidance
@@ -63,6 +63,9 @@ class Constraint:
         self._eos = eos
         self.words = words
         """32-bit words in its token mask."""
+        self.broken: InvalidGrammarError | None = None
+        """Why the grammar failed while the answer was drawn (its fuel spent on a hard
+        state): its mask then allows only the end, and the answer fails with this."""
 
     def ends(self, token: int) -> bool:
         """Whether `token` ends the answer (the grammar allows it only where the answer is
@@ -81,7 +84,12 @@ class Constraint:
     def mask(self) -> np.ndarray[Any, Any]:
         """The tokens allowed next (int32 words, a bit a token)."""
         row = np.zeros(self.words, dtype=np.int32)
-        self._matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+        matcher = self._matcher
+        matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+        if self.broken is None and matcher.is_error():
+            self.broken = InvalidGrammarError(
+                f"the answer's grammar failed while it was drawn: {_reason(matcher.get_error())}"
+            )
         return row
 
 
@@ -96,27 +104,39 @@ class Grammars:
         self._cache: OrderedDict[str, tuple[Compiled, int]] = OrderedDict()
         """Compiled grammars (or their refusals) and their grammar's size, by its hash."""
         self._cached_bytes = 0
+        self._compiling: dict[str, Future[Compiled]] = {}
+        """Compiles running, by their grammar's hash."""
+        self._cache_lock = threading.Lock()
+        """The cache is written on compile threads and read on the event loop."""
         self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="inferd-grammar")
 
     async def constraint(self, request: GrammarRequest) -> Constraint:
         """A fresh matcher for `request` (4006 when it does not compile, or not in time)."""
         key = request.key
-        cached = self._cache.get(key)
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
         tokenizer = self._ll
         if tokenizer is None:
             tokenizer = await asyncio.wrap_future(self._pool.submit(self._llt))
         if cached is None:
-            future = asyncio.wrap_future(self._pool.submit(self._compile, request))
+            compiling = self._compiling.get(key)
+            if compiling is None:  # (one compile a grammar, whoever else asks meanwhile)
+                compiling = self._pool.submit(self._compile, request)
+                self._compiling[key] = compiling
+                size = len(request.source)
+                compiling.add_done_callback(lambda done: self._compiled(key, done, size))
             try:
-                compiled = await asyncio.wait_for(future, COMPILE_TIMEOUT_S)
-            except TimeoutError:
+                compiled = await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(compiling)), COMPILE_TIMEOUT_S
+                )
+            except TimeoutError:  # (a late result is still cached: `_compiled`)
                 raise InvalidGrammarError(
                     f"{request.field} did not compile within {COMPILE_TIMEOUT_S:g} s",
                     param=request.field,
                 ) from None
-            self._keep(key, compiled, len(request.source))
         else:
-            self._cache.move_to_end(key)
             compiled = cached[0]
         if isinstance(compiled, InvalidGrammarError):
             raise InvalidGrammarError(compiled.message, param=compiled.param)
@@ -124,6 +144,14 @@ class Grammars:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _compiled(self, key: str, done: Future[Compiled], size: int) -> None:
+        """A compile's end, on its thread: kept in the cache (under the lock), also when the
+        request that asked for it stopped waiting."""
+        with self._cache_lock:
+            self._compiling.pop(key, None)
+            if not done.cancelled() and done.exception() is None:
+                self._keep(key, done.result(), size)
 
     def _llt(self) -> llguidance.LLTokenizer:
         """The model's tokenizer as llguidance reads it (made once, on a compile thread: a

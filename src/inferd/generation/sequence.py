@@ -119,8 +119,8 @@ class Sequence:
             self.first_token_at = now
         self.last_token_at = now
         offered, self._offered = self._offered, None
-        if token == self._eos or (self.constraint is not None and self.constraint.ends(token)):
-            self.finish("stop", now)
+        if self._ends(token):
+            self._end(now)
             return since
         if offered is not None:
             self.logprobs.append(named(offered, token, self._tokenizer))
@@ -174,7 +174,7 @@ class Sequence:
             self.params.max_new_tokens - len(self.generated),
             self._context - len(self.prompt_ids) - len(self.generated),
         )
-        end = tokens.index(self._eos) if self._eos in tokens else len(tokens)
+        end = next((i for i, t in enumerate(tokens) if self._ends(t)), len(tokens))
         taken = tokens[: min(end, room)]
         stopped = end < min(len(tokens), room)  # an EOS before the length limit
         times = times[: len(taken) + stopped]  # (the EOS's own time too)
@@ -193,10 +193,22 @@ class Sequence:
             self._pending = True
             self.events.put_nowait(PENDING)
         if stopped:
-            self.finish("stop", times[-1])
+            self._end(times[-1])
         elif len(taken) == room:
             self.finish("length", times[-1])
         return gaps
+
+    def _ends(self, token: int) -> bool:
+        """Whether `token` ends the answer: the model's EOS, or the grammar's end."""
+        return token == self._eos or (self.constraint is not None and self.constraint.ends(token))
+
+    def _end(self, now: float) -> None:
+        """The answer's end at an end token: stopped, or failed when its grammar broke."""
+        broken = None if self.constraint is None else self.constraint.broken
+        if broken is not None:
+            self.fail(broken)
+        else:
+            self.finish("stop", now)
 
     def finish(self, reason: str, now: float) -> None:
         if self.finished is not None:

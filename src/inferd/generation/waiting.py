@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from inferd.config.model import GenerationConfig
-from inferd.errors import InputTooLongError, QueueFullError
+from inferd.errors import InputTooLongError, QueueFullError, TooManyItemsError
 from inferd.generation.kvstore import KVStore
 from inferd.generation.params import SamplingParams, check_prompt
 from inferd.generation.sequence import Sequence as Seq
@@ -38,7 +38,12 @@ class WaitingLine:
         return len(self._seqs) >= self._config.max_waiting
 
     def refuse_when_full(self, arriving: int = 1) -> None:
-        """4290 unless `arriving` more fit in the line."""
+        """4290 unless `arriving` more fit in the line (4005 when they never could)."""
+        if arriving > self._config.max_waiting:
+            raise TooManyItemsError(
+                f"{arriving} answers at once; this model's waiting line holds "
+                f"{self._config.max_waiting}"
+            )
         if len(self._seqs) + arriving > self._config.max_waiting:
             raise QueueFullError(
                 f"{len(self._seqs)} generations already wait for a slot; retry later"
@@ -96,16 +101,20 @@ class WaitingLine:
         chosen: list[Seq] = []
         reserved = sum(s.budget for s in running)
         longest = 0
-        while waiting and len(chosen) < limit:
-            if len(running) + len(chosen) >= config.max_running:
-                break
+        prefilled = 0
+        while waiting:
             seq = waiting[0]
+            twin = seq.twin_of is not None and seq.twin_of in chosen  # (its prefill is shared)
+            full = len(running) + len(chosen) >= config.max_running
+            if full or (prefilled >= limit and not twin):
+                break
             width = max(longest, len(seq.prompt_ids))
             held = self._kv.footprint(max(rows, len(running) + len(chosen) + 1), width)
             if reserved + seq.budget > config.max_kv_tokens or held > config.max_kv_tokens:
                 break  # first come, first served: the head waits for room
             waiting.popleft()
             chosen.append(seq)
+            prefilled += not twin
             reserved += seq.budget
             longest = width
         return chosen

@@ -266,3 +266,54 @@ def test_quick_masks_are_made_at_the_draw_and_slow_ones_while_the_step_runs(
                 masks.close()
 
     asyncio.run(go())
+
+
+def test_a_grammar_that_fails_while_drawn_fails_its_answer_not_stops_it(
+    tokenizer: Tokenizer,
+) -> None:
+    """Out of fuel on a hard state, llguidance allows only the end: the answer then fails with
+    a 4006 rather than ending as if it were whole."""
+    import llguidance
+
+    from inferd.generation.sequence import Sequence
+
+    vocab = tokenizer.get_vocab_size()
+    reader = llguidance.LLTokenizer(tokenizer.to_str(), n_vocab=vocab, eos_token=0)
+    starved = llguidance.LLParserLimits(step_lexer_fuel=1)
+    matcher = llguidance.LLMatcher(
+        reader, llguidance.LLMatcher.grammar_from_regex("[a-z]+"), log_level=0, limits=starved
+    )
+    held = constraint.Constraint(matcher, 0, (vocab + 31) // 32)
+    assert list(allowed_ids(held.mask(), vocab)) == [0] and held.broken is not None
+    seq = Sequence([5, 6], SamplingParams(8), tokenizer, None, 512, held)
+    seq.accept(0, time.perf_counter())
+    assert seq.finished is not None and seq.finished.reason == "error"
+    error = seq.events.get_nowait()
+    assert isinstance(error, InvalidGrammarError) and "failed while it was drawn" in error.message
+
+
+def test_a_grammar_asked_twice_at_once_compiles_once(tokenizer: Tokenizer) -> None:
+    async def go() -> int:
+        grammars = Grammars(tokenizer, 0)
+        calls = 0
+        real = grammars._compile
+
+        def counting(request: GrammarRequest) -> constraint.Compiled:
+            nonlocal calls
+            calls += 1
+            time.sleep(0.05)
+            return real(request)
+
+        grammars._compile = counting  # type: ignore[method-assign]
+        try:
+            request = grammar.regex("[0-9]{2,4}", "regex")
+            first, second = await asyncio.gather(
+                grammars.constraint(request), grammars.constraint(request)
+            )
+            assert first is not second
+            await grammars.constraint(request)  # (kept: no compile)
+            return calls
+        finally:
+            grammars.close()
+
+    assert asyncio.run(go()) == 1

@@ -625,7 +625,8 @@ async def test_twins_prefill_their_prompt_once_and_each_is_its_answer_alone(
         return await decoder.run(feeds, names, into, repeat)
 
     parts = decoder.parts
-    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000)
+    # one prompt a prefill: the twins join their first's all the same (no prefill of their own)
+    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, prefill_chunk=1)
     scheduler = Scheduler(
         counting,
         parts.shape,
@@ -671,6 +672,8 @@ async def test_a_constrained_draw_is_the_same_in_the_graph_in_blocks_and_in_pyth
     request = grammar.regex(pattern, "regex")
     cases = [SamplingParams(40, temperature=0.9, top_k=20, seed=s) for s in range(4)]
     cases.append(SamplingParams(40, temperature=0.0))
+    # the grammar's end ends the answer, past which nothing is drawn, EOS ignored or not
+    cases.append(SamplingParams(40, temperature=0.9, top_k=20, seed=5, ignore_eos=True))
     cases.append(SamplingParams(40, temperature=0.9, top_k=20, seed=9, stop=("w7",)))
 
     async def answers(in_python: bool, block_steps: int) -> list[str]:
@@ -729,3 +732,13 @@ async def test_a_constrained_draw_is_the_same_in_the_graph_in_blocks_and_in_pyth
     paths.clear()
     assert await answers(in_python=False, block_steps=4) == python
     assert ("block" in paths) == parts.shape.inplace
+
+
+async def test_more_answers_at_once_than_the_waiting_line_holds_are_a_4005(make: Make) -> None:
+    from inferd.errors import TooManyItemsError
+
+    scheduler = make(max_waiting=2)
+    with pytest.raises(TooManyItemsError, match="holds 2"):
+        scheduler.submit_twins(scheduler.encode("w1"), [greedy(3)] * 3, [None] * 3)
+    (alone,) = scheduler.submit_twins(scheduler.encode("w1"), [greedy(3)], [None])
+    assert (await alone.result()).completion_tokens == 3

@@ -121,6 +121,8 @@ async def chat_completions(request: Request) -> Response:
     body = await read_json(request, ChatRequest, "generate")
     refuse({"functions": bool(body.functions)})
     conversation, tool_plan = _conversation(body)
+    if tool_plan.calls and body.stop:  # (a stop string would cut a call short)
+        raise InvalidInputError("stop cannot be used with tool calls", param="stop")
     given = body.max_completion_tokens is not None  # (it wins over max_tokens)
     named = "max_completion_tokens" if given else "max_tokens"
     max_tokens = body.max_completion_tokens if given else body.max_tokens
