@@ -11,10 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InternalError
 from inferd.generation.decoder import DRAW_BIAS
 from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.protocol import Array
+
+NO_TOKEN = InternalError(
+    "the answer's grammar allows no token the model can draw (a tokenizer whose vocabulary is "
+    "wider than the model's logits)"
+)
 
 
 def bias_of(mask: np.ndarray[Any, Any], vocab: int) -> np.ndarray[Any, Any]:
@@ -47,6 +52,9 @@ class HeldRows:
                 constraint = self._rows[r].constraint
                 assert constraint is not None
                 target[r] = bias_of(constraint.mask(), self._vocab)
+                if not np.isfinite(target[r]).any():  # (no token of the model's is allowed)
+                    self._broken[r] = NO_TOKEN
+                    self._ended.add(r)
 
     def take(self, tokens: Array, feeds: dict[str, Array] | None) -> None:
         """Within a block, after a step: each row takes its drawn token into its grammar (a
@@ -70,6 +78,7 @@ class HeldRows:
             self.write(feeds)
 
     def fail_broken(self) -> None:
-        """After the block: a row whose draw broke its grammar fails with the error."""
+        """A row whose draw broke its grammar, or whose grammar allows none of the model's
+        tokens, fails with the error (before its tokens are taken: none of them is)."""
         for r, error in self._broken.items():
             self._rows[r].fail(error)

@@ -64,11 +64,11 @@ async def decode_block(
         for seq in rows:  # the numbers drawn for the steps not run, given back
             if not seq.params.greedy:
                 seq.give_back(count - done)
+    if grammars is not None:
+        grammars.fail_broken()
     gaps: list[float] = []
     for seq, taken in zip(rows, drawn[:done].T.tolist(), strict=True):
         seq.cached += done
         if not seq.cancelled:  # (one that ends within the block takes its tokens up to it)
             gaps += seq.accept_many(taken, ended)
-    if grammars is not None:
-        grammars.fail_broken()
     return np.diff([started, *ended]).tolist(), gaps

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.config.model import GenerationConfig
-from inferd.generation.bias import HeldRows
+from inferd.generation.bias import NO_TOKEN, HeldRows
 from inferd.generation.constraint import Masks, PendingMasks, allowed_ids
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.logprobs import score
@@ -68,6 +68,7 @@ class Draw:
             return None
         rows_held = HeldRows(rows, held, self._shape.bias)
         rows_held.write(feeds)
+        rows_held.fail_broken()
         if held:
             self._biased_rows = max(self._biased_rows, len(rows))
         elif len(rows) >= self._biased_rows:
@@ -156,9 +157,15 @@ class Draw:
             return _sample(logits, seqs)
         free = [r for r, s in enumerate(seqs) if id(s) not in masks]
         rows = [seqs[r] for r in held]
+        vocab = logits.shape[1]
+        allowed = [allowed_ids(masks[id(s)], vocab) for s in rows]
+        for seq, tokens_allowed in zip(rows, allowed, strict=True):
+            if tokens_allowed.size == 0:  # (that row alone fails; its draw is not taken)
+                seq.fail(NO_TOKEN)
+        allowed = [a if a.size else np.arange(vocab) for a in allowed]
         tokens = sample_allowed(
             [logits[r] for r in held],
-            [allowed_ids(masks[id(s)], logits.shape[1]) for s in rows],
+            allowed,
             [s.params for s in rows],
             [s.rng for s in rows],
             [s.seen for s in rows],

@@ -114,6 +114,8 @@ class Sequence:
         """Takes the next token (sampled by the scheduler); returns the time since the previous
         token (None for the first), for the inter-token metric. `consumed`: its grammar took
         it already (in a block, between the steps: inferd.generation.bias)."""
+        if self.finished is not None:  # (failed while its token was drawn: nothing to take)
+            return None
         since = None if self.last_token_at is None else now - self.last_token_at
         if self.first_token_at is None:
             self.first_token_at = now

@@ -317,3 +317,30 @@ def test_a_grammar_asked_twice_at_once_compiles_once(tokenizer: Tokenizer) -> No
             grammars.close()
 
     assert asyncio.run(go()) == 1
+
+
+def test_a_grammar_that_allows_none_of_the_models_tokens_fails_that_row_alone(
+    tokenizer: Tokenizer,
+) -> None:
+    """A tokenizer wider than the model's logits may leave a row's grammar with no token the
+    model can draw: that row fails, and the rest of the batch draws as it would."""
+    from inferd.config.model import GenerationConfig
+    from inferd.generation.bias import NO_TOKEN
+    from inferd.generation.draw import Draw
+    from inferd.generation.sequence import Sequence
+    from tests import fake_decoder
+
+    held = compile_one(tokenizer, grammar.choice(["fox"], "choice"))
+    first = int(allowed_ids(held.mask(), 10_000)[0])
+    narrow = first  # logits that end just before the one token the grammar allows
+    params = SamplingParams(8, temperature=0.0)
+    broken = Sequence([5], params, tokenizer, None, 512, held)
+    free = Sequence([5], params, tokenizer, None, 512)
+    draw = Draw(fake_decoder.SHAPE, GenerationConfig())
+    logits = np.random.default_rng(0).standard_normal((2, narrow)).astype(np.float32)
+    tokens = draw.sample(logits, [broken, free], {id(broken): held.mask()})
+    draw.close()
+    assert tokens[1] == int(np.argmax(logits[1]))
+    assert broken.finished is not None and broken.finished.reason == "error"
+    assert broken.events.get_nowait() is NO_TOKEN
+    assert broken.accept(tokens[0], time.perf_counter()) is None and broken.generated == []
