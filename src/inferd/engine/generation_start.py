@@ -5,7 +5,7 @@ one may be mirrored to the candidate)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 
 from inferd.engine.admission import Admission
 from inferd.engine.generation import Generation
@@ -57,28 +57,21 @@ class GenerationStart:
                 admission.leave()
             raise
         route = current_trace().route
+        ending = functools.partial(self._ended, served, route, prompt, sampling)
         return [
-            Generation(
-                seq,
-                served.model,
-                served.version,
-                self._ending(served, seq, route, prompt, sampling),
-            )
+            Generation(seq, served.model, served.version, functools.partial(ending, seq))
             for seq in seqs
         ]
 
-    def _ending(
+    def _ended(
         self,
         served: Version,
-        seq: Seq,
         route: str | None,
         prompt: Prompt,
         sampling: SamplingRequest,
-    ) -> Callable[[], None]:
-        def ended() -> None:
-            """Releases the generation's slot; then its outcome counts (`Outcomes`)."""
-            self._admission.leave()
-            self._residency.leave(served)
-            self._outcomes.generation_ended(served, seq, route, prompt, sampling)
-
-        return ended
+        seq: Seq,
+    ) -> None:
+        """Releases a generation's slot; then its outcome counts (`Outcomes`)."""
+        self._admission.leave()
+        self._residency.leave(served)
+        self._outcomes.generation_ended(served, seq, route, prompt, sampling)

@@ -202,15 +202,7 @@ def test_compiled_grammars_and_refusals_are_cached_and_bounded(
 
     async def go() -> None:
         grammars = Grammars(tokenizer, 0)
-        compiled = 0
-        real = grammars._compile
-
-        def counting(request: GrammarRequest) -> constraint.Compiled:
-            nonlocal compiled
-            compiled += 1
-            return real(request)
-
-        grammars._compile = counting  # type: ignore[method-assign]
+        compiles = counted_compiles(grammars)
         try:
             bad = grammar.json_schema({"type": "foo"}, "json_schema")
             for _ in range(3):
@@ -218,7 +210,7 @@ def test_compiled_grammars_and_refusals_are_cached_and_bounded(
                     await grammars.constraint(bad)
             first = await grammars.constraint(grammar.regex("[a-z]+", "regex"))
             second = await grammars.constraint(grammar.regex("[a-z]+", "regex"))
-            assert compiled == 2  # the refusal once, the regex once
+            assert len(compiles) == 2  # the refusal once, the regex once
             assert first is not second  # each sequence its own matcher
             first.consume(tokenizer.token_to_id("a"))
             assert not np.array_equal(first.mask(), second.mask())  # (EOS now allowed)
@@ -295,16 +287,7 @@ def test_a_grammar_that_fails_while_drawn_fails_its_answer_not_stops_it(
 def test_a_grammar_asked_twice_at_once_compiles_once(tokenizer: Tokenizer) -> None:
     async def go() -> int:
         grammars = Grammars(tokenizer, 0)
-        calls = 0
-        real = grammars._compile
-
-        def counting(request: GrammarRequest) -> constraint.Compiled:
-            nonlocal calls
-            calls += 1
-            time.sleep(0.05)
-            return real(request)
-
-        grammars._compile = counting  # type: ignore[method-assign]
+        compiles = counted_compiles(grammars, delay_s=0.05)
         try:
             request = grammar.regex("[0-9]{2,4}", "regex")
             first, second = await asyncio.gather(
@@ -312,7 +295,7 @@ def test_a_grammar_asked_twice_at_once_compiles_once(tokenizer: Tokenizer) -> No
             )
             assert first is not second
             await grammars.constraint(request)  # (kept: no compile)
-            return calls
+            return len(compiles)
         finally:
             grammars.close()
 
@@ -344,3 +327,17 @@ def test_a_grammar_that_allows_none_of_the_models_tokens_fails_that_row_alone(
     assert broken.finished is not None and broken.finished.reason == "error"
     assert broken.events.get_nowait() is NO_TOKEN
     assert broken.accept(tokens[0], time.perf_counter()) is None and broken.generated == []
+
+
+def counted_compiles(grammars: Grammars, delay_s: float = 0.0) -> list[GrammarRequest]:
+    """The grammars `grammars` compiles from now on (each compile `delay_s` longer)."""
+    compiles: list[GrammarRequest] = []
+    real = grammars._compile
+
+    def counting(request: GrammarRequest) -> constraint.Compiled:
+        compiles.append(request)
+        time.sleep(delay_s)
+        return real(request)
+
+    grammars._compile = counting  # type: ignore[method-assign]
+    return compiles
