@@ -70,7 +70,7 @@ def test_serve_without_a_repository_builds_and_serves_the_demo(tmp_path: Path) -
     try:
         assert httpx.get(server.url + "/ready", timeout=5).status_code == 200
         models = {m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]}
-        assert models == {"minilm", "sentiment", "topics", "sentiment-head"}
+        assert models == {"minilm", "sentiment", "topics", "sentiment-head", "minilm-rerank"}
     finally:
         assert server.stop() == 0
     assert (demo / "minilm" / "1" / "model.onnx").is_file()

@@ -219,3 +219,19 @@ def test_the_readme_examples_answer_what_it_shows(readme_server: RunningServer) 
     assert answer["shape"] == expected["shape"] == [2, 2]
     assert answer["data"] == pytest.approx(expected["data"], abs=5e-4)
     assert answer["data"][0] == pytest.approx(predicted["scores"][0], abs=1e-5)
+    for route in ("/rerank", "/v1/rerank"):
+        block = next(b for b in readme_blocks() if f"localhost:8000{route} " in b.text)
+        lines = block.text.replace("\\\n", " ").splitlines()
+        at = next(i for i, line in enumerate(lines) if f"localhost:8000{route} " in line)
+        shown = json.loads(lines[at + 1].removeprefix("# ").replace(",...}", "}"))
+        ranked = json.loads(run_curl(lines[at], readme_server))
+        if route == "/rerank":
+            assert [r["index"] for r in ranked] == [r["index"] for r in shown]
+            scores = [(r["score"], s["score"]) for r, s in zip(ranked, shown, strict=True)]
+        else:
+            assert ranked["model"] == shown["model"] == "minilm-rerank"
+            pairs = zip(ranked["results"], shown["results"], strict=True)
+            assert [r["index"] for r in ranked["results"]] == [s["index"] for s in shown["results"]]
+            scores = [(r["relevance_score"], s["relevance_score"]) for r, s in pairs]
+        for served, printed in scores:
+            assert served == pytest.approx(printed, abs=5e-4), route

