@@ -53,4 +53,7 @@ command -v kubectl >/dev/null 2>&1 || echo "kubectl is needed for the Kubernetes
 . "$VENV/bin/activate"
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e ".[dev]"
-python -m pytest "$@"
+# test files in parallel worker processes (TEST_WORKERS, 3 by default: most tests wait on the
+# servers they start, so a third worker keeps two cores busy; 0 runs them in this process), a
+# line per test as it ends, and the slowest tests at the end
+python -m pytest -n "${TEST_WORKERS:-3}" --dist loadfile -v --durations=25 "$@"

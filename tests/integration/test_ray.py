@@ -50,11 +50,13 @@ AFFINE = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRay]:
-    running = LocalRay(tmp_path_factory.mktemp("ray"))
+    root = Path(tempfile.mkdtemp(prefix="lr", dir="/tmp"))  # (socket paths: 107 bytes)
+    running = LocalRay(root)
     try:
         yield running
     finally:
         running.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -482,6 +484,7 @@ def serve_model_views(cluster: LocalRay) -> dict[str, list[str]]:
     return views
 
 
+@pytest.mark.timeout(480)  # its cluster and deployment start within the test
 def test_requests_naming_their_model_go_to_the_replica_that_holds_it(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

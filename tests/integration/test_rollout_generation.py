@@ -38,6 +38,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "shadow_percent": 100,
         "min_agreement": 0.9,
         "max_latency_ratio": 100,  # judged on agreement here
+        "max_queue_increase_ms": 60_000,
     }
     config_path.write_text(yaml.safe_dump(config))
     return root

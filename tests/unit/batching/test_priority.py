@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -22,6 +22,15 @@ X = TensorSpec("x", "FP32", (-1, 1), ("batch", None))
 Y = TensorSpec("y", "FP32", (-1, 1), ("batch", None))
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="thread niceness is Linux's")
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Waits for `condition` (a thread's run starting), however busy the machine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "not within the time"
+        await asyncio.sleep(0.005)
 
 
 class NicenessRuntime:
@@ -143,10 +152,11 @@ async def test_background_batches_leave_a_runtime_free_for_clients() -> None:
     batcher.start()
     try:
         jobs = [asyncio.create_task(niceness_of(batcher, background=True)) for _ in range(4)]
-        await asyncio.sleep(0.05)
+        await until(lambda: len(started) >= 2)
+        await asyncio.sleep(0.05)  # a third background run would have started meanwhile
         assert started == [True, True]  # two of three runtimes; the third stays free
         client = asyncio.create_task(niceness_of(batcher, background=False))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(started) >= 3)
         assert started == [True, True, False]  # the client's batch ran at once
         gate.set()
         await asyncio.gather(client, *jobs)
