@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 
 import numpy as np
 import pytest
@@ -459,7 +460,9 @@ async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_
     refused = batcher.queue_time_refusal()
     assert refused is not None and refused.retry_after_s is not None
     assert refused.retry_after_s > 0  # the queue's work over the bound
-    assert "more than its bound of 100 ms admits" in refused.message
+    # the bound: 100 ms, or 16 measured lone runs when a busy machine made them slower
+    bound = re.search(r"more than its bound of (\d+) ms admits", refused.message)
+    assert bound is not None and int(bound.group(1)) >= 100, refused.message
     started = loop.time()
     with pytest.raises(QueueFullError):
         await batcher.submit(x(1), 1)
