@@ -12,7 +12,7 @@ inputs give exactly what the checkpoint gives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,7 +241,7 @@ def _positions(w: dict[str, npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]
     positions = (
         w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0]
     )
-    return positions.astype(np.float32)
+    return np.asarray(positions, dtype=np.float32)
 
 
 def _embed(
@@ -336,7 +336,9 @@ def _unit(g: _Graph, vector: str) -> str:
     return g.op("Div", [vector, g.op("Max", [norm, floor])])
 
 
-def _model(g: _Graph, outputs: list[object], input_names: tuple[str, ...], opset: int) -> object:
+def _model(
+    g: _Graph, outputs: Sequence[object], input_names: tuple[str, ...], opset: int
+) -> object:
     from onnx import TensorProto, checker, helper
 
     inputs = [
