@@ -280,20 +280,23 @@ class DynamicBatcher:
                 await self._wakeup.wait()
                 timer.cancel()
                 continue
-            batch, measured = self._policy.next_batch()
+            batch, measured, yielding = self._policy.next_batch()
             if batch:
-                self._launch(batch, measured, full=bool(backlog.queue))
+                self._launch(batch, measured, full=bool(backlog.queue), yielding=yielding)
             else:  # only background items, and no runtime they may take: wait for a change
                 self._wakeup.clear()
                 await self._wakeup.wait()
 
-    def _launch(self, batch: list[Entry], measured: bool, full: bool = False) -> None:
+    def _launch(
+        self, batch: list[Entry], measured: bool, full: bool = False, yielding: bool = False
+    ) -> None:
         """Runs the batch in its own task: as background work when all its items are (on
-        the runtime's background threads), else at the serving priority."""
+        the runtime's background threads), below the serving priority when `yielding` (a
+        flooding client's), else at the serving priority."""
         rows = sum(e.rows for e in batch)
         background = all(e.background for e in batch)
         self._backlog.started(rows, background)
-        marked = priority.context(background)
+        marked = priority.context(background, yielding)
         task = asyncio.get_running_loop().create_task(
             self._run(batch, background, measured, rows if full else 0), context=marked
         )

@@ -12,7 +12,7 @@ Which: the oldest live item and those that may share its batch (inferd.batching.
 or, while several clients are queued, the first live item in their fair order
 (inferd.batching.fairness) and those that may share its batch among the next in that order
 (cut to a slice while one client holds most of the queue, and then that client's batches
-leave one runtime free for the others'),
+leave one runtime free for the others' and run below them, yielding the cores),
 under the batch size limit (inferd.batching.health) and the learned token cap
 (inferd.batching.sizing); background items never share a batch with clients' items.
 """
@@ -70,40 +70,42 @@ class DispatchPolicy:
         fill_s = (settings.max_batch_size - queued) / rate
         return fill_s if fill_s <= remaining else 0.0
 
-    def next_batch(self) -> tuple[list[Entry], bool]:
+    def next_batch(self) -> tuple[list[Entry], bool, bool]:
         """The next batch, taken off the queue (none when only background items wait and no
-        runtime is theirs to take), and whether its run time teaches the sizer: a client batch
-        formed while every other runtime is busy and more items wait."""
+        runtime is theirs to take), whether its run time teaches the sizer (a client batch
+        formed while every other runtime is busy and more items wait), and whether it yields
+        the cores (a batch of the client that floods the queue while lighter ones wait:
+        inferd.runtime.priority's `YIELDING_NICENESS`)."""
         settings = self._settings
         backlog = self._backlog
         candidates = self._candidates(max(settings.max_batch_size, 1) * settings.scan_window)
         if not candidates:
             backlog.purge_done()
-            return [], False
+            return [], False, False
         # background items (shadow traffic, jobs) never share a batch with, nor go before,
         # the clients waiting: they run alone, when no client's item waits
         foreground = [e for e in candidates if not e.background]
         if foreground:
             candidates = foreground
         elif backlog.running > backlog.background_running:
-            return [], False  # a client's batch runs: background work waits for idle runtimes
+            return [], False, False  # a client's batch runs: background work waits
         elif backlog.background_running >= max(1, settings.concurrency - 1):
-            return [], False  # one runtime stays free for the next client's batch
+            return [], False, False  # one runtime stays free for the next client's batch
         else:
             # one item at a time: a client arriving meanwhile shares the cores with little
             candidates = candidates[:1]
         now = CLOCK()
         max_rows = self._health.current_limit(now) if self._layout.batched else 0
         cut = backlog.fair.slice_rows(now, self._costs.lone_s, self._costs.row_s)
+        head = candidates[0].client
+        flood = cut is not None and bool(foreground) and backlog.fair.heaviest(head)
         if cut is not None and max_rows > 0:
-            max_rows = min(max_rows, cut)
-        if (
-            cut is not None
-            and settings.concurrency > 1
-            and backlog.running >= settings.concurrency - 1
-            and backlog.fair.heaviest(candidates[0].client)
-        ):
-            return [], False  # one runtime stays free for a light client's next batch
+            # the flood's batch, a slice; a lighter client's, its own queued rows at once
+            # (in one run rather than a slice at a time, each behind the flood's batches)
+            own = 0 if flood else backlog.fair.rows_of(head)
+            max_rows = min(max_rows, max(cut, own))
+        if flood and settings.concurrency > 1 and backlog.running >= settings.concurrency - 1:
+            return [], False, False  # one runtime stays free for a light client's next batch
         measured = (
             settings.learn_batch_tokens
             and max_rows > 0
@@ -121,7 +123,7 @@ class DispatchPolicy:
         batch = [candidates[i] for i in chosen]
         backlog.take(batch)
         backlog.fair.served(batch[0].rank)
-        return batch, measured
+        return batch, measured, flood
 
     def _candidates(self, window: int) -> list[Entry]:
         """Up to `window` live queued items: the first in arrival order, or, while several

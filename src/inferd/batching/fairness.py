@@ -10,7 +10,8 @@ queued the order is the arrival order, and nothing here is asked.
 A batch the fair order cannot interrupt: a light client's item that arrives while a heavy
 client's batch runs waits for it whole. So while the queue is lopsided (one client holds
 `LOPSIDED` times the rows of another, or did within `LOPSIDED_MEMORY_S`), batches are
-cut to a slice of `SLICE_RUNS` runs of a request alone (the dispatch asks `slice_rows`): on a
+cut to a slice of `SLICE_RUNS` runs of a request alone (the dispatch asks `slice_rows`; a
+lighter client's batch takes its own queued rows at once, a slice at least): on a
 CPU, whose run time grows with the rows, that costs the heavy client little of its throughput
 (a row costs about the same in a batch of 4 as in one of 32) and spares the light one a
 whole batch's wait; on a GPU, whose batches cost little more than one row, the slice holds
@@ -114,6 +115,11 @@ class FairShare:
         if now - self.lopsided_at > LOPSIDED_MEMORY_S or not lone_s or not row_s:
             return None
         return max(1, int(SLICE_RUNS * lone_s / row_s))
+
+    def rows_of(self, client: str) -> int:
+        """The rows `client` has queued."""
+        state = self.clients.get(client)
+        return 0 if state is None else state.rows
 
     def heaviest(self, client: str) -> bool:
         """Whether `client` holds the most queued rows (the flood, while the queue is

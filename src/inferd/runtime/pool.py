@@ -63,6 +63,9 @@ class InstancePool:
         serving = priority.SERVING_NICENESS if any(self._cores) else 0
         self._executor = self._threads(serving, thread_name)
         self._background: ThreadPoolExecutor | None = None
+        self._yielding: ThreadPoolExecutor | None = None
+        """A flooding client's batches' threads (priority.YIELDING_NICENESS), for instances
+        that hold cores (on a device the flood takes no core from the others)."""
         names = placed or [(f"instance-{i}", "auto") for i in range(len(self._instances))]
         if len(names) != len(self._instances):
             raise ValueError("one (name, kind) per instance")
@@ -100,10 +103,17 @@ class InstancePool:
         )
 
     def _executor_for_now(self) -> ThreadPoolExecutor:
-        """The background threads for background work (inferd.runtime.priority), made on
-        first use; the serving threads otherwise."""
+        """The background threads for background work (inferd.runtime.priority), or the
+        yielding threads for a flooding client's batch, made on first use; the serving threads
+        otherwise."""
         if not priority.in_background():
-            return self._executor
+            if not priority.yielding() or not any(self._cores):
+                return self._executor
+            if self._yielding is None:
+                self._yielding = self._threads(
+                    priority.YIELDING_NICENESS, f"{self._thread_name}-yielding"
+                )
+            return self._yielding
         if self._background is None:
             self._background = self._threads(
                 priority.BACKGROUND_NICENESS, f"{self._thread_name}-background"
@@ -279,8 +289,9 @@ class InstancePool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
-        if self._background is not None:
-            self._background.shutdown(wait=True, cancel_futures=True)
+        for threads in (self._background, self._yielding):
+            if threads is not None:
+                threads.shutdown(wait=True, cancel_futures=True)
         for instance in self._instances:
             instance.close()
 

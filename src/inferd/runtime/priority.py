@@ -1,9 +1,10 @@
 """Which work runs first when the cores are all busy.
 
-Three levels, as Linux thread niceness: the event loop (0: it reads sockets and answers, so
+Four levels, as Linux thread niceness: the event loop (0: it reads sockets and answers, so
 refusals and probes keep flowing under overload), the runtime threads that serve clients
-(`SERVING_NICENESS`), and background work (`BACKGROUND_NICENESS`: shadow traffic in a
-rollout), which takes only the CPU the other two leave.
+(`SERVING_NICENESS`), those that serve a client flooding a queue beside lighter ones
+(`YIELDING_NICENESS`), and background work (`BACKGROUND_NICENESS`: shadow traffic in a
+rollout, jobs), which takes only the CPU the others leave.
 
 Background work is marked by a context variable: code that starts it calls `background()`
 in its own task, a batcher copies the mark onto what it queues, and a batch made only of
@@ -24,9 +25,17 @@ BACKGROUND_NICENESS = 19
 """The lowest, with SCHED_IDLE on Linux: background runtime threads get a core only when
 serving threads leave it."""
 
+YIELDING_NICENESS = 18
+"""A batch of the client that floods a queue while lighter clients wait in it
+(inferd.batching.fairness): a light client's batch running beside it gets most of the core
+(Linux gives a nice-10 thread about six times a nice-18 one's share) and so runs in about the
+time it takes alone, while the flood still takes whatever the others leave. Not SCHED_IDLE:
+the flood is a client's work, not background work."""
+
 _background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "inferd_background", default=False
 )
+_yielding: contextvars.ContextVar[bool] = contextvars.ContextVar("inferd_yielding", default=False)
 
 
 def background() -> None:
@@ -38,10 +47,17 @@ def in_background() -> bool:
     return _background.get()
 
 
-def context(background_work: bool) -> contextvars.Context:
-    """A copy of the current context, marked as background work or not."""
+def yielding() -> bool:
+    """Whether the current work is a flooding client's batch (`YIELDING_NICENESS`)."""
+    return _yielding.get()
+
+
+def context(background_work: bool, yielding_work: bool = False) -> contextvars.Context:
+    """A copy of the current context, marked as background work or not, and as a flooding
+    client's batch (`YIELDING_NICENESS`) or not."""
     copied = contextvars.copy_context()
     copied.run(_background.set, background_work)
+    copied.run(_yielding.set, yielding_work)
     return copied
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pytest
 
-from inferd.batching import DynamicBatcher, build_layout
+from inferd.batching import DynamicBatcher, build_layout, fairness
+from inferd.clients import Client, client_scope
 from inferd.runtime import priority
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
@@ -163,5 +164,52 @@ async def test_background_batches_leave_a_runtime_free_for_clients() -> None:
         assert started.count(True) == 4
     finally:
         gate.set()
+        await batcher.close()
+        pool.close()
+
+
+async def test_a_flooding_client_s_batches_yield_the_cores_to_a_light_client_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While one client floods a queue beside a lighter one (and for `LOPSIDED_MEMORY_S`
+    after), the flood's batches run below the serving threads (a light client's batch beside
+    them gets most of the core); the light client's batch, and the flood's once it has long
+    been alone, at the serving priority."""
+    monkeypatch.setattr(fairness, "LOPSIDED_MEMORY_S", 0.2)
+    runtime = NicenessRuntime()
+    pool = InstancePool([runtime, NicenessRuntime(), NicenessRuntime()], cores=[1, 1, 1])
+    layout = build_layout([X], [Y], {}, batched=True)
+    batcher = DynamicBatcher(layout, batcher_settings(2, concurrency=3), pool.run)
+    batcher.start()
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    serving = max(base, priority.SERVING_NICENESS)
+    yielding = max(base, priority.YIELDING_NICENESS)
+    flood, polite = Client("flood"), Client("polite")
+
+    async def niceness(client: Client) -> float:
+        with client_scope(client):
+            out = await batcher.submit({"x": np.zeros((1, 1), np.float32)}, 1)
+        return float(out["y"][0, 0])
+
+    try:
+        assert await niceness(flood) == serving  # a lone run measured, the flood alone
+        assert set(await asyncio.gather(*(niceness(flood) for _ in range(8)))) == {serving}
+        gates = [pool.instances[i].gate for i in range(3)]  # type: ignore[attr-defined]
+        for gate in gates:
+            gate.clear()
+        flooding = [asyncio.create_task(niceness(flood)) for _ in range(40)]
+        await asyncio.sleep(0.05)  # the flood's first batches hold the runtimes
+        light = asyncio.create_task(niceness(polite))
+        await asyncio.sleep(0.05)
+        for gate in gates:
+            gate.set()
+        assert await light == serving
+        seen = await asyncio.gather(*flooding)
+        assert yielding in seen, seen  # its batches formed beside the light client's item
+        await asyncio.sleep(0.3)
+        assert await niceness(flood) == serving  # alone, past the lopsided memory
+    finally:
+        for gate in gates:
+            gate.set()
         await batcher.close()
         pool.close()
