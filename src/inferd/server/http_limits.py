@@ -15,13 +15,10 @@ and the latency metrics count from) and, given an `early` hook (inferd.server.sh
 there and then a request the hook refuses from its head alone, skipping its body and keeping
 the connection open.
 
-A refusal tells its client when to come back (`Retry-After`). A connection that sends again
-sooner and is refused again has its refusal held back until then (at most `PACE_MAX_S`): a
-client that retries at once, ignoring the header, is paced to one refusal per `Retry-After`
-at the cost of a timer, instead of a refusal as fast as it can send (each cheap, together
-the whole core the refusals are there to protect). A client that waits as told is answered at
-once, every time. The connection's `Pacer` is in the request's scope (`PACER`), so that the
-app paces its own 429s alike (inferd.server.observe).
+A refusal from the head is paced as `inferd.server.pacing` says: a connection back before its
+`Retry-After` has its refusal held back (a timer), its body skipped meanwhile. The
+connection's `Pacer` is in the request's scope (`PACER`), so that the app paces its own 429s
+alike (inferd.server.observe).
 """
 
 from __future__ import annotations
@@ -36,6 +33,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from inferd.server.coalesce import CoalescedWrites
+from inferd.server.pacing import PACER, Pacer
 
 log = logging.getLogger(__name__)
 
@@ -78,37 +76,6 @@ EarlyAnswer = Callable[
 """`(method, url, headers, keep_alive, received_at, peer address)` -> a refusal to answer on
 the protocol's side, or a token released when the request is answered (or its connection
 lost), or None."""
-
-PACE_MAX_S = 1.0
-"""The longest a paced refusal is held back (`Pacer`)."""
-PACER = "inferd.pacer"
-"""Scope extension: the connection's `Pacer`, for refusals the app makes (its 429s)."""
-
-
-class Pacer:
-    """One connection's pacing: until when its last refusal told its client to wait.
-    `release`: called before the app holds a refusal back (the request stops counting as
-    arriving for its model: inferd.server.shed)."""
-
-    __slots__ = ("quiet_until", "release")
-
-    def __init__(self, release: Callable[[], None] = lambda: None) -> None:
-        self.quiet_until = 0.0
-        self.release = release
-
-    def hold_s(self, pace_s: float, now: float | None = None) -> float:
-        """How long a refusal that tells its client to wait `pace_s` is held back now: until
-        the last refusal's wait is over when the client came back sooner (at most
-        `PACE_MAX_S`), else 0; the client is then told to wait `pace_s` more."""
-        now = time.perf_counter() if now is None else now
-        hold_s = max(min(self.quiet_until - now, PACE_MAX_S), 0.0) if pace_s > 0 else 0.0
-        self.quiet_until = now + hold_s + min(pace_s, PACE_MAX_S)
-        return hold_s
-
-
-def pacer_of(scope: Mapping[str, Any]) -> Pacer | None:
-    pacer = scope.get("extensions", {}).get(PACER)
-    return pacer if isinstance(pacer, Pacer) else None
 
 
 def bounded_protocol(

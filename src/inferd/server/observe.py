@@ -23,7 +23,8 @@ from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
 from inferd.server.auth import OPEN_PATHS
-from inferd.server.http_limits import pacer_of, received_at
+from inferd.server.http_limits import received_at
+from inferd.server.pacing import pacer_of
 
 QUIET_PATHS = OPEN_PATHS
 """Probes, metrics and the status page: polled all day, not logged per request (the paths that

@@ -9,10 +9,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
 from inferd.server.http_limits import EarlyAnswer, bounded_protocol
+from inferd.server.pacing import HOLD_MAX_S, Pacer
 
 
 class Transport(asyncio.Transport):
@@ -237,3 +239,21 @@ async def test_a_held_refusal_is_dropped_with_its_connection_and_sent_at_shutdow
     made.connection_lost(None)
     await asyncio.sleep(0)
     assert statuses(transport) == [b"429"]
+
+
+def test_a_client_that_keeps_coming_back_early_is_held_longer_each_time() -> None:
+    """Held until its last wait is over, then past it by one pace more, three, seven (at most
+    HOLD_MAX_S in all); a client that then waits as told is answered at once and forgiven."""
+    pacer = Pacer()
+    assert pacer.hold_s(1.0, now=0.0) == 0.0  # the first refusal: at once; wait 1 s
+    holds = []
+    now = 0.0
+    for _ in range(5):  # back as soon as each answer came
+        hold = pacer.hold_s(1.0, now=now)
+        holds.append(hold)
+        now += hold
+    assert holds == pytest.approx([1.0, 2.0, 4.0, 4.0, 4.0])
+    assert HOLD_MAX_S == 4.0
+    assert pacer.hold_s(1.0, now=now + 1.0) == 0.0  # waited as told
+    assert pacer.hold_s(1.0, now=now + 1.5) == pytest.approx(0.5)  # early again: from scratch
+    assert pacer.hold_s(0.0, now=now + 1.6) == 0.0  # a drain's refusal is never held
