@@ -11,9 +11,10 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/inferd
 WORKDIR /src
-# the dependencies first, from pyproject.toml alone: a change of the source reuses their layer
+# the dependencies first, from pyproject.toml alone: a change of the source reuses their layer;
+# with them the `otel` extra's, so that traces go out when OTEL_EXPORTER_OTLP_ENDPOINT is set
 COPY pyproject.toml ./
-RUN python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > requirements.txt \
+RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['otel'], sep='\n')" > requirements.txt \
  && /opt/inferd/bin/pip install --only-binary=:all: --requirement requirements.txt
 COPY README.md ./
 COPY src ./src
@@ -25,7 +26,7 @@ RUN /opt/inferd/bin/pip wheel --no-deps --wheel-dir /wheels . \
  && find . -depth -type d -name tests -path "./numpy/*" -exec rm -rf {} + \
  && rm -rf onnxruntime/tools onnxruntime/transformers onnxruntime/quantization \
            onnxruntime/datasets onnxruntime/backend \
- && /opt/inferd/bin/python -c "import inferd.cli.main, onnxruntime, numpy, uvloop, grpc"
+ && /opt/inferd/bin/python -c "import inferd.cli.main, onnxruntime, numpy, uvloop, grpc, opentelemetry.sdk"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/inferd/bin:$PATH

@@ -13,22 +13,33 @@ from inferd.batching.fairness import FairShare, Rank
 from inferd.batching.formation import Signature
 from inferd.clients import ANONYMOUS, Client
 from inferd.errors import InferdError
+from inferd.observability.trace import PARTS_KEPT, BatchPart, RequestTrace
 from inferd.runtime.protocol import Array, Feeds
 
 
 @dataclass
 class Timing:
     """Filled in by the batcher for one request: the longest wait of its items in the queue,
-    the longest run of the batches that carried them, and the largest of those batches."""
+    the longest run of the batches that carried them, the largest of those batches, and the
+    batches themselves (for its trace's spans)."""
 
     queue_s: float = 0.0
     run_s: float = 0.0
     batch_rows: int = 0
+    parts: list[BatchPart] = field(default_factory=list)
 
-    def record(self, queue_s: float, run_s: float, batch_rows: int) -> None:
-        self.queue_s = max(self.queue_s, queue_s)
-        self.run_s = max(self.run_s, run_s)
-        self.batch_rows = max(self.batch_rows, batch_rows)
+    def record(self, part: BatchPart) -> None:
+        self.queue_s = max(self.queue_s, part.started - part.enqueued_at)
+        self.run_s = max(self.run_s, part.run_s)
+        self.batch_rows = max(self.batch_rows, part.rows)
+        if len(self.parts) < PARTS_KEPT:
+            self.parts.append(part)
+
+    def fill(self, trace: RequestTrace) -> None:
+        """Gives the request's trace its queue and run times, batch size and batches."""
+        trace.queue_s, trace.inference_s = self.queue_s, self.run_s
+        trace.batch_size = self.batch_rows
+        trace.batches = self.parts
 
 
 @dataclass(eq=False)

@@ -9,6 +9,7 @@ run costs, the learned batch size, the runtime's failures in a row.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,12 @@ from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.errors import InferdError, InternalError, OutOfMemoryError
 from inferd.observability.observer import BatchRan, Observer, notify
+from inferd.observability.trace import BatchPart
 from inferd.runtime.protocol import Array
 
 log = logging.getLogger("inferd.batching.batcher")  # (the batcher's lines keep its name)
+_SERIALS = itertools.count(1)
+"""Each batch run's number, the same for every request in it (its trace's link)."""
 
 RunBatch = Callable[[dict[str, Array]], Awaitable[dict[str, Array]]]
 
@@ -96,6 +100,7 @@ class BatchExecution:
             error = InternalError("the batch failed while running")
             error.__cause__ = exc
         run_s = CLOCK() - started
+        serial = next(_SERIALS)
         self._observe(batch, rows, started, run_s, error)
         if error is None:
             self._costs.batch_ran(len(batch), run_s)
@@ -107,7 +112,9 @@ class BatchExecution:
                 if entry.timer is not None:
                     entry.timer.cancel()
                 if entry.timing is not None:
-                    entry.timing.record(started - entry.enqueued_at, run_s, total_rows)
+                    entry.timing.record(
+                        BatchPart(entry.enqueued_at, started, run_s, total_rows, serial)
+                    )
                 if not entry.future.done():
                     entry.future.set_result(part)
             return

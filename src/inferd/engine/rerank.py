@@ -61,13 +61,13 @@ class RerankServable(TextServable):
             encoded = await asyncio.to_thread(encoder.encode_pairs, query, texts)
         else:
             encoded = encoder.encode_pairs(query, texts)
-        trace.preprocess_s = time.perf_counter() - started
+        trace.mark("tokenize", started)
         outputs = await self._run_encoded(encoded, deadline)
         started = time.perf_counter()
         logits = np.array([float(np.asarray(out).reshape(-1)[0]) for out in outputs])
         scores = 1.0 / (1.0 + np.exp(-logits)) if self._sigmoid and not raw_scores else logits
         result = Reranked(scores.astype(np.float32), encoded.token_counts)
-        trace.postprocess_s = time.perf_counter() - started
+        trace.mark("respond", started)
         trace.output_length = len(texts)
         self.report_texts(result.token_counts)
         return result

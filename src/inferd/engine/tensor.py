@@ -37,6 +37,5 @@ class TensorServable(BatchedServable):
         trace.items = rows
         trace.input_length = sum(int(a.size) for a in feeds.values())
         trace.output_length = sum(int(a.size) for a in outputs.values())
-        trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
-        trace.batch_size = timing.batch_rows
+        timing.fill(trace)
         return outputs

@@ -110,7 +110,7 @@ class TextServable(BatchedServable):
             encoded = await asyncio.to_thread(self._encoder.encode, texts)
         else:
             encoded = self._encoder.encode(texts)
-        current_trace().preprocess_s = time.perf_counter() - started
+        current_trace().mark("tokenize", started)
         return encoded, await self._run_encoded(encoded, deadline)
 
     def _off_loop(self, texts: Sequence[str]) -> bool:
@@ -125,8 +125,7 @@ class TextServable(BatchedServable):
         trace.input_length = sum(encoded.token_counts)
         timing = Timing()
         outputs = await self._batcher.submit_items(encoded.items, deadline, timing)
-        trace.queue_s, trace.inference_s = timing.queue_s, timing.run_s
-        trace.batch_size = timing.batch_rows
+        timing.fill(trace)
         return [out[self._output] for out in outputs]
 
 
@@ -167,7 +166,7 @@ class EmbeddingServable(TextServable):
             )
         result = Embeddings(task.finish(vectors, dimensions), encoded.token_counts)
         trace = current_trace()
-        trace.postprocess_s = time.perf_counter() - started
+        trace.mark("respond", started)
         trace.output_length = int(result.vectors.size)
         self.report_texts(result.token_counts)
         return result
@@ -210,7 +209,7 @@ class ClassifierServable(TextServable, LabelsOverV2):
             top_k(probabilities, task.labels, k), probabilities, encoded.token_counts
         )
         trace = current_trace()
-        trace.postprocess_s = time.perf_counter() - started
+        trace.mark("respond", started)
         trace.output_length = len(texts) * k
         report_classified(self, result)
         return result

@@ -59,6 +59,6 @@ class ZeroShotServable(LabelsOverV2):
         probabilities = self._task.probabilities(embedded.vectors)
         predictions = top_k(probabilities, self._task.labels, k)
         result = Classified(predictions, probabilities, embedded.token_counts)
-        current_trace().postprocess_s += time.perf_counter() - started
+        current_trace().mark("respond", started)
         report_classified(self, result)
         return result

@@ -17,13 +17,16 @@ import random
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
+from inferd.observability.otel import shared_spans
 from inferd.observability.request_metrics import SERVER_ERROR, outcome_of
-from inferd.observability.trace import RequestTrace
+from inferd.observability.trace import RequestTrace, trace_id_of
 
 log = logging.getLogger("inferd.request")
 
 ROUTE_KEY_MAX = 256
 """Characters of a route key that count (a longer one is cut, not refused)."""
+TRACE_HEADER_MAX = 512
+"""Characters of a W3C trace context header (`traceparent`, `tracestate`) kept."""
 
 
 class RequestRecorder:
@@ -46,6 +49,8 @@ class RequestRecorder:
         self.sample_rate = sample_rate
         self.gpu_memory = gpu_memory
         self._random = random.Random()
+        self.spans = shared_spans()
+        """The OpenTelemetry spans' maker, when an OTLP endpoint is configured."""
 
     def finish(
         self,
@@ -70,6 +75,10 @@ class RequestRecorder:
                 self.metrics.on_request(endpoint, model, status, trace.error_code, total_s, outcome)
                 if trace.model is not None and trace.version is not None and status < 400:
                     self.metrics.on_stages(trace.model, trace.version, trace.stages())
+            if self.spans is not None and not (quiet or endpoint in self.quiet):
+                self.spans.record(
+                    trace, "grpc" if method == "gRPC" else "http", method, endpoint, status
+                )
             if quiet or endpoint in self.quiet:
                 return
             failed = status >= 400 or trace.error_code is not None
@@ -114,6 +123,9 @@ class RequestRecorder:
             memory = gpu_memory_mb()
             if memory is not None:
                 fields["gpu_memory_mb"] = round(memory, 1)
+        trace_id = trace.trace_id or trace_id_of(trace.traceparent)
+        if trace_id is not None:
+            fields["trace_id"] = trace_id
         if trace.payload is not None:
             fields["payload"] = trace.payload
         level = {"ok": logging.INFO, "client_deadline": logging.INFO, SERVER_ERROR: logging.ERROR}

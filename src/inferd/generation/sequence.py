@@ -18,6 +18,7 @@ from inferd.generation.constraint import Constraint
 from inferd.generation.logprobs import Scored, TokenLogprob, named
 from inferd.generation.params import SamplingParams
 from inferd.generation.text import IncrementalText
+from inferd.observability.trace import current_trace
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Sequence:
         self._context = context_length
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.created = time.perf_counter()
+        self._trace = current_trace()
+        """Its request's trace: given its `prefill` and `decode` stages when it ends."""
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.cancelled = False
@@ -220,6 +223,9 @@ class Sequence:
             if rest and not self._whole:
                 self.events.put_nowait(rest)
         first = None if self.first_token_at is None else self.first_token_at - self.created
+        if self.first_token_at is not None:
+            self._trace.mark("prefill", self.created, self.first_token_at)
+            self._trace.mark("decode", self.first_token_at, now)
         self.finished = Finished(
             self._text.text,
             reason,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import grpc
 
 from inferd.errors import DeadlineExceededError, DeadlineUnmetError, InferdError, InternalError
-from inferd.front.recording import ROUTE_KEY_MAX, RequestRecorder
+from inferd.front.recording import ROUTE_KEY_MAX, TRACE_HEADER_MAX, RequestRecorder
 from inferd.front.statuses import http_status, retry_after_s
 from inferd.grpc_v2.gate import PROBES
 from inferd.grpc_v2.status import GRPC_STATUS
@@ -53,9 +53,7 @@ class Calls:
             request_id=metadata.get("x-request-id") or uuid.uuid4().hex,
             started=time.perf_counter(),
         )
-        key = metadata.get("x-inferd-route-key")
-        if key:
-            trace.route_key = key[:ROUTE_KEY_MAX]
+        _take_metadata(trace, metadata)
         status = 500
         try:
             with tracing(trace):
@@ -115,9 +113,7 @@ class Calls:
         the stream (as an InferdError), not ending the stream."""
         trace = RequestTrace(request_id=request_id or uuid.uuid4().hex, started=time.perf_counter())
         metadata = _metadata(context)
-        key = metadata.get("x-inferd-route-key")
-        if key:
-            trace.route_key = key[:ROUTE_KEY_MAX]
+        _take_metadata(trace, metadata)
         status = 500
         try:
             with tracing(trace):
@@ -161,6 +157,17 @@ async def _abort(
     if retry is not None:
         trailing.append(("retry-after", str(max(1, round(retry)))))
     await context.abort(GRPC_STATUS[exc.code], f"[{int(exc.code)}] {exc.message}", tuple(trailing))
+
+
+def _take_metadata(trace: RequestTrace, metadata: dict[str, str]) -> None:
+    """What a call's metadata tells its trace: the route key and the W3C trace context."""
+    key = metadata.get("x-inferd-route-key")
+    if key:
+        trace.route_key = key[:ROUTE_KEY_MAX]
+    parent = metadata.get("traceparent")
+    if parent:
+        trace.traceparent = parent[:TRACE_HEADER_MAX]
+        trace.tracestate = metadata.get("tracestate", "")[:TRACE_HEADER_MAX] or None
 
 
 def _metadata(context: Any) -> dict[str, str]:

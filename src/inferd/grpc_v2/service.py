@@ -189,7 +189,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             call.size, lambda: _read_tensors(request, call.raw, call.packed)
         )
         timeout_s = _timeout_s(context, parameters)
-        trace.preprocess_s = time.perf_counter() - started
+        trace.mark("parse", started)
         served, outputs = await self._engine.infer(
             request.model_name, request.model_version or None, feeds, output_names, timeout_s
         )
@@ -202,7 +202,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             ),
             outputs,
         )
-        trace.postprocess_s += time.perf_counter() - started
+        trace.mark("respond", started)
         return answer
 
     def _parameters(self, request: pb.ModelInferRequest) -> dict[str, Any]:

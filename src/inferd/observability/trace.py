@@ -9,11 +9,30 @@ library call, a test) `current_trace()` is a detached record that nobody reads.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+
+STAGE_FIELDS = {"tokenize": "preprocess_s", "parse": "preprocess_s", "respond": "postprocess_s"}
+"""The stages timed by `RequestTrace.mark` that also add to one of its stage durations (the
+others, such as generation's `prefill` and `decode`, are intervals only)."""
+PARTS_KEPT = 16
+"""Batches recorded for one request (a request over the batch size runs in parts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPart:
+    """One batch a request's items ran in: when they were queued, when the batch started, how
+    long it ran, its rows, and its serial number (the same for every request in it)."""
+
+    enqueued_at: float
+    started: float
+    run_s: float
+    rows: int
+    serial: int
 
 
 @dataclass
@@ -46,6 +65,26 @@ class RequestTrace:
     """How the response cache answered (hit, miss, coalesced); None when the model has none."""
     payload: str | None = None
     """Set only when payload logging is on (a debug setting), truncated and marked."""
+    traceparent: str | None = None
+    """The W3C `traceparent` the client sent (HTTP header or gRPC metadata), and its
+    `tracestate`: the parent of the request's span when traces are exported."""
+    tracestate: str | None = None
+    trace_id: str | None = None
+    """The trace its span went into, when spans are exported (its log line names it)."""
+    intervals: list[tuple[str, float, float]] = field(default_factory=list)
+    """The stages it went through, named, with when each began and ended (`mark`)."""
+    batches: list[BatchPart] = field(default_factory=list)
+    """The batches its items ran in (at most PARTS_KEPT)."""
+
+    def mark(self, stage: str, started: float, ended: float | None = None) -> float:
+        """Records a stage that ran from `started` to `ended` (now when not given): its
+        interval, and its time added to the stage's duration (STAGE_FIELDS). The end."""
+        end = time.perf_counter() if ended is None else ended
+        self.intervals.append((stage, started, end))
+        duration_field = STAGE_FIELDS.get(stage)
+        if duration_field is not None:
+            setattr(self, duration_field, getattr(self, duration_field) + end - started)
+        return end
 
     def stages(self) -> dict[str, float]:
         return {
@@ -54,6 +93,20 @@ class RequestTrace:
             "inference": self.inference_s,
             "postprocess": self.postprocess_s,
         }
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C `traceparent` (None when it is missing, malformed, or all
+    zeros, which the standard says is invalid)."""
+    if traceparent is None:
+        return None
+    found = _TRACEPARENT.match(traceparent.strip())
+    if found is None or found.group(1) == "0" * 32:
+        return None
+    return found.group(1)
 
 
 _CURRENT: ContextVar[RequestTrace | None] = ContextVar("inferd_request_trace", default=None)

@@ -18,7 +18,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.front.recording import ROUTE_KEY_MAX, RequestRecorder
+from inferd.front.recording import ROUTE_KEY_MAX, TRACE_HEADER_MAX, RequestRecorder
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.observability.trace import RequestTrace, tracing
@@ -33,6 +33,9 @@ need no key, inferd.server.auth)."""
 
 PAYLOAD_LIMIT = 256
 ROUTE_KEY_HEADER = b"x-inferd-route-key"
+TRACEPARENT_HEADER = b"traceparent"
+TRACESTATE_HEADER = b"tracestate"
+"""W3C trace context: the parent of the request's span (inferd.observability.otel)."""
 CACHE_HEADER = b"x-inferd-cache"
 """How the response cache answered (hit, miss, coalesced), on responses of models with one."""
 
@@ -86,7 +89,10 @@ class ObserveMiddleware:
         for name, value in scope["headers"]:
             if name == ROUTE_KEY_HEADER:
                 trace.route_key = value[:ROUTE_KEY_MAX].decode("latin-1")
-                break
+            elif name == TRACEPARENT_HEADER:
+                trace.traceparent = value[:TRACE_HEADER_MAX].decode("latin-1")
+            elif name == TRACESTATE_HEADER:
+                trace.tracestate = value[:TRACE_HEADER_MAX].decode("latin-1")
         status = 500
         held_s = 0.0
 

@@ -118,7 +118,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         feeds = decode_inputs(parsed, binary)
     output_names = [o.name for o in parsed.outputs] if parsed.outputs else None
     timeout_s = _timeout_s(request, parsed)
-    trace.preprocess_s = time.perf_counter() - started
+    trace.mark("parse", started)
     async with cancel_on_disconnect(request.receive):
         served, outputs = await engine_of(request).infer(
             model, version, feeds, output_names, timeout_s
@@ -128,7 +128,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     content, header_length = encode_response(
         served.model, served.version, parsed.id, outputs, as_binary
     )
-    trace.postprocess_s += time.perf_counter() - started
+    trace.mark("respond", started)
     if header_length is None:
         return json_response(content)
     return Response(

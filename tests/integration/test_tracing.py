@@ -1,0 +1,272 @@
+"""OpenTelemetry traces against a real OTLP receiver (tests/otlp_receiver.py, over gRPC and
+HTTP): the client's W3C `traceparent` as the request span's parent, over HTTP and gRPC; the
+stages as child spans at the times they ran; the batch as a link; nothing sent when no
+endpoint is configured."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.generator_model import MODEL as GENERATOR
+from tests.generator_model import build_generator_repo
+from tests.integration.server import RunningServer, start_server
+from tests.models import affine_model
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_SERVER
+STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "inferd-under-test"}
+
+
+def parent_header() -> tuple[str, str, str]:
+    """A fresh W3C traceparent, with its trace id and span id."""
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def log_lines(server: RunningServer) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    running = OtlpReceiver().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def traced(
+    tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver
+) -> Iterator[RunningServer]:
+    from inferd.tools.demo import build_demo
+
+    root = build_demo(tmp_path_factory.mktemp("traced") / "repo")
+    affine_model(root / "affine" / "1" / "model.onnx")
+    build_generator_repo(root)
+    log = tmp_path_factory.mktemp("traced-logs") / "server.log"
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, **FAST_EXPORT}
+    server = start_server(root, log, "--log-sample-rate", "1", env=env)
+    yield server
+    assert server.stop() == 0
+
+
+def request_spans(
+    receiver: OtlpReceiver, trace_id: str, name: str, stages: set[str]
+) -> tuple[ReceivedSpan, list[ReceivedSpan]]:
+    """The request's span in `trace_id` named `name` and its children, once every stage in
+    `stages` has arrived."""
+
+    def complete(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        roots = [s for s in mine if s.name == name]
+        return bool(roots) and stages <= {
+            s.name for s in mine if s.parent_span_id == roots[0].span_id
+        }
+
+    spans = [s for s in receiver.wait_for(complete) if s.trace_id == trace_id]
+    roots = [s for s in spans if s.name == name]
+    assert roots, f"no span {name!r} in {[s.name for s in spans]}"
+    children = [s for s in spans if s.parent_span_id == roots[0].span_id]
+    assert stages <= {s.name for s in children}, [s.name for s in children]
+    return roots[0], children
+
+
+def by_name(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
+    return {s.name: s for s in spans}
+
+
+def within(child: ReceivedSpan, parent: ReceivedSpan) -> bool:
+    return parent.start_ns <= child.start_ns <= child.end_ns <= parent.end_ns
+
+
+def test_an_http_request_span_has_the_clients_parent_its_stages_and_its_batch(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    header, trace_id, parent_id = parent_header()
+    response = httpx.post(
+        traced.url + "/embed",
+        json={"model": "minilm", "texts": ["a traced text", "and another"]},
+        headers={"traceparent": header, "tracestate": "vendor=1"},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    root, children = request_spans(
+        receiver, trace_id, "POST /embed", {"tokenize", "queue", "run", "respond"}
+    )
+    assert root.parent_span_id == parent_id and root.kind == SERVER_KIND
+    assert root.service == "inferd-under-test"
+    assert root.attributes["http.response.status_code"] == 200
+    assert root.attributes["inferd.model"] == "minilm" and root.attributes["inferd.items"] == 2
+    assert root.attributes["inferd.request_id"] == response.headers["x-request-id"]
+    stage = by_name(children)
+    for child in children:
+        assert within(child, root), child.name
+    # in the order they ran: tokenized, queued, run, answered
+    assert stage["tokenize"].end_ns <= stage["queue"].start_ns
+    assert stage["queue"].end_ns == stage["run"].start_ns
+    assert stage["run"].end_ns <= stage["respond"].start_ns
+    (link,) = stage["run"].links
+    batches = receiver.wait_for(lambda spans: any(s.span_id == link[1] for s in spans))
+    batch = next(s for s in batches if s.span_id == link[1])
+    assert batch.trace_id == link[0] and batch.name == "inferd.batch"
+    assert batch.attributes["inferd.batch.rows"] >= 2
+    assert batch.start_ns == stage["run"].start_ns and batch.end_ns == stage["run"].end_ns
+    # the log line names the trace, so a log can be joined to its spans
+    line = next(
+        line
+        for line in log_lines(traced)
+        if line.get("request_id") == root.attributes["inferd.request_id"]
+    )
+    assert line["trace_id"] == trace_id
+
+
+def test_a_request_without_a_parent_starts_a_trace_of_its_own(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    response = httpx.post(
+        traced.url + "/embed", json={"model": "minilm", "texts": ["alone"]}, timeout=60
+    )
+    assert response.status_code == 200
+    request_id = response.headers["x-request-id"]
+    spans = receiver.wait_for(
+        lambda spans: any(s.attributes.get("inferd.request_id") == request_id for s in spans)
+    )
+    root = next(s for s in spans if s.attributes.get("inferd.request_id") == request_id)
+    assert root.parent_span_id == "" and len(root.trace_id) == 32
+    time.sleep(0.3)  # (the log line is written as the response goes)
+    line = next(line for line in log_lines(traced) if line.get("request_id") == request_id)
+    assert line["trace_id"] == root.trace_id
+
+
+def test_a_refused_request_span_is_an_error_with_its_code(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    header, trace_id, _ = parent_header()
+    response = httpx.post(
+        traced.url + "/embed",
+        json={"model": "no-such-model", "texts": ["x"]},
+        headers={"traceparent": header},
+        timeout=30,
+    )
+    assert response.status_code == 404
+    root, _ = request_spans(receiver, trace_id, "POST /embed", set())
+    assert root.status_code == STATUS_ERROR
+    assert root.attributes["inferd.error.code"] == response.json()["code"]
+    assert root.attributes["http.response.status_code"] == 404
+
+
+def test_a_grpc_call_takes_its_parent_from_metadata(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    header, trace_id, parent_id = parent_header()
+    assert traced.grpc_target is not None
+    client = grpcclient.InferenceServerClient(traced.grpc_target)
+    data = grpcclient.InferInput("x", [3, 4], "FP32")
+    data.set_data_from_numpy(np.ones((3, 4), dtype=np.float32))
+    result = client.infer("affine", [data], headers={"traceparent": header})
+    assert np.allclose(result.as_numpy("y"), 3.0)
+    client.close()
+    root, children = request_spans(
+        receiver,
+        trace_id,
+        "inference.GRPCInferenceService/ModelInfer",
+        {"parse", "queue", "run", "respond"},
+    )
+    assert root.parent_span_id == parent_id and root.kind == SERVER_KIND
+    assert root.attributes["rpc.system"] == "grpc" and root.attributes["inferd.model"] == "affine"
+    assert all(within(child, root) for child in children)
+
+
+def test_a_generation_span_has_its_prefill_and_decode(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    header, trace_id, _ = parent_header()
+    response = httpx.post(
+        traced.url + "/generate",
+        json={"model": GENERATOR, "prompt": "Go on", "max_length": 8, "temperature": 0},
+        headers={"traceparent": header},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    root, children = request_spans(receiver, trace_id, "POST /generate", {"prefill", "decode"})
+    stage = by_name(children)
+    assert stage["prefill"].end_ns == stage["decode"].start_ns
+    assert all(within(child, root) for child in children)
+
+
+@pytest.fixture(scope="module")
+def affine_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("affine-repo")
+    affine_model(root / "affine" / "1" / "model.onnx")
+    return root
+
+
+def test_spans_go_over_otlp_http_when_the_protocol_says_so(
+    affine_repo: Path, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        **FAST_EXPORT,
+    }
+    server = start_server(affine_repo, tmp_path / "server.log", env=env)
+    try:
+        header, trace_id, parent_id = parent_header()
+        body = {
+            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
+        }
+        response = httpx.post(
+            server.url + "/v2/models/affine/infer", json=body, headers={"traceparent": header}
+        )
+        assert response.status_code == 200, response.text
+        root, _ = request_spans(
+            receiver,
+            trace_id,
+            "POST /v2/models/{model}/infer",
+            {"parse", "queue", "run", "respond"},
+        )
+        assert root.parent_span_id == parent_id
+    finally:
+        assert server.stop() == 0
+
+
+def test_nothing_is_sent_when_traces_are_off_and_the_log_still_names_the_trace(
+    affine_repo: Path, tmp_path: Path
+) -> None:
+    own = OtlpReceiver().start()  # (the module's receiver hears the traced server too)
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": own.grpc_endpoint,
+        "OTEL_TRACES_EXPORTER": "none",
+        **FAST_EXPORT,
+    }
+    server = start_server(affine_repo, tmp_path / "server.log", "--log-sample-rate", "1", env=env)
+    try:
+        header, trace_id, _ = parent_header()
+        body = {
+            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
+        }
+        for _ in range(3):
+            response = httpx.post(
+                server.url + "/v2/models/affine/infer", json=body, headers={"traceparent": header}
+            )
+            assert response.status_code == 200
+        time.sleep(1.0)  # ten export periods, were an exporter running
+        assert own.exports == 0
+        lines = [
+            line for line in log_lines(server) if line.get("endpoint") == "/v2/models/{model}/infer"
+        ]
+        assert len(lines) == 3 and {line["trace_id"] for line in lines} == {trace_id}
+    finally:
+        assert server.stop() == 0
+        own.stop()
