@@ -1,6 +1,6 @@
-"""A real OTLP trace receiver for the tests, over gRPC and over HTTP (protobuf), built on
-OpenTelemetry's own protocol definitions (opentelemetry-proto): what a collector's `otlp`
-receiver accepts, decoded into plain span records the tests can read."""
+"""A real OTLP receiver for the tests, traces over gRPC and over HTTP (protobuf) and metrics
+over gRPC, built on OpenTelemetry's own protocol definitions (opentelemetry-proto): what a
+collector's `otlp` receiver accepts, decoded into plain records the tests can read."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import (
+    metrics_service_pb2,
+    metrics_service_pb2_grpc,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 
@@ -30,6 +34,39 @@ class ReceivedSpan:
     """(trace id, span id) of each linked span."""
     service: str
     status_code: int
+
+
+@dataclass(frozen=True)
+class ReceivedPoint:
+    """One histogram data point of a metric (cumulative, as the SDK sends by default)."""
+
+    metric: str
+    unit: str
+    attributes: dict[str, Any]
+    count: int
+    total: float
+    bounds: tuple[float, ...]
+
+
+def decode_metrics(request: metrics_service_pb2.ExportMetricsServiceRequest) -> list[ReceivedPoint]:
+    points = []
+    for resource_metrics in request.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.WhichOneof("data") != "histogram":
+                    continue
+                for point in metric.histogram.data_points:
+                    points.append(
+                        ReceivedPoint(
+                            metric=metric.name,
+                            unit=metric.unit,
+                            attributes={a.key: _value(a.value) for a in point.attributes},
+                            count=point.count,
+                            total=point.sum,
+                            bounds=tuple(point.explicit_bounds),
+                        )
+                    )
+    return points
 
 
 def _value(any_value: Any) -> Any:
@@ -67,6 +104,7 @@ class OtlpReceiver:
 
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
+        self.points: list[ReceivedPoint] = []
         self.exports = 0
         self._lock = threading.Lock()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -77,7 +115,14 @@ class OtlpReceiver:
                 receiver._take(request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
+        class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:
+                with receiver._lock:
+                    receiver.points.extend(decode_metrics(request))
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._grpc)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._grpc)
         grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
         self.grpc_endpoint = f"http://127.0.0.1:{grpc_port}"
 
@@ -120,6 +165,18 @@ class OtlpReceiver:
         self._grpc.stop(None)
         self._http.shutdown()
         self._http.server_close()
+
+    def wait_for_points(
+        self, found: Callable[[list[ReceivedPoint]], bool], timeout_s: float = 15.0
+    ) -> list[ReceivedPoint]:
+        """The metric points received, once `found` holds of them (or when the time is up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                points = list(self.points)
+            if found(points) or time.monotonic() > deadline:
+                return points
+            time.sleep(0.05)
 
     def wait_for(
         self, found: Callable[[list[ReceivedSpan]], bool], timeout_s: float = 15.0

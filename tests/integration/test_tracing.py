@@ -1,7 +1,7 @@
-"""OpenTelemetry traces against a real OTLP receiver (tests/otlp_receiver.py, over gRPC and
-HTTP): the client's W3C `traceparent` as the request span's parent, over HTTP and gRPC; the
-stages as child spans at the times they ran; the batch as a link; nothing sent when no
-endpoint is configured."""
+"""OpenTelemetry against a real OTLP receiver (tests/otlp_receiver.py, over gRPC and HTTP):
+the client's W3C `traceparent` as the request span's parent, over HTTP and gRPC; the stages as
+child spans at the times they ran; the batch as a link; the GenAI conventions' server metrics;
+nothing sent when traces are off."""
 
 from __future__ import annotations
 
@@ -25,7 +25,11 @@ from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_SERVER
 STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
-FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "inferd-under-test"}
+FAST_EXPORT = {
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_METRIC_EXPORT_INTERVAL": "200",
+    "OTEL_SERVICE_NAME": "inferd-under-test",
+}
 
 
 def parent_header() -> tuple[str, str, str]:
@@ -203,6 +207,63 @@ def test_a_generation_span_has_its_prefill_and_decode(
     stage = by_name(children)
     assert stage["prefill"].end_ns == stage["decode"].start_ns
     assert all(within(child, root) for child in children)
+
+
+def test_generation_reports_the_genai_server_metrics(
+    traced: RunningServer, receiver: OtlpReceiver
+) -> None:
+    with httpx.Client(base_url=traced.url, timeout=60) as http:
+        chat = http.post(
+            "/v1/chat/completions",
+            json={
+                "model": GENERATOR,
+                "messages": [{"role": "user", "content": "Say something"}],
+                "max_tokens": 6,
+                "temperature": 0,
+            },
+        )
+        assert chat.status_code == 200, chat.text
+        usage = chat.json()["usage"]
+        missing = http.post("/v1/chat/completions", json={"model": "nope", "messages": []})
+        assert missing.status_code >= 400
+    chat_of = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "inferd",
+        "gen_ai.request.model": GENERATOR,
+    }
+    names = {
+        "gen_ai.server.request.duration",
+        "gen_ai.server.time_to_first_token",
+        "gen_ai.server.time_per_output_token",
+        "gen_ai.client.token.usage",
+    }
+
+    def of_chat(points: list[Any]) -> dict[tuple[str, str], Any]:
+        return {
+            (p.metric, p.attributes.get("gen_ai.token.type", "")): p
+            for p in points
+            if all(p.attributes.get(k) == v for k, v in chat_of.items())
+            and "error.type" not in p.attributes
+        }
+
+    points = receiver.wait_for_points(lambda found: names <= {m for m, _ in of_chat(found)})
+    latest = of_chat(points)  # (the last export of each: cumulative)
+    duration = latest[("gen_ai.server.request.duration", "")]
+    assert duration.unit == "s" and duration.count >= 1 and duration.total > 0
+    assert duration.bounds[:3] == (0.01, 0.02, 0.04) and duration.bounds[-1] == 81.92
+    first = latest[("gen_ai.server.time_to_first_token", "")]
+    assert first.count >= 1 and 0 < first.total <= duration.total
+    assert first.bounds[0] == 0.001
+    assert latest[("gen_ai.server.time_per_output_token", "")].count >= 1
+    assert latest[("gen_ai.client.token.usage", "input")].total >= usage["prompt_tokens"]
+    assert latest[("gen_ai.client.token.usage", "output")].total >= usage["completion_tokens"]
+    # a request that failed counts in the duration with its error, and nowhere else
+    failed = receiver.wait_for_points(
+        lambda found: any("error.type" in p.attributes for p in found)
+    )
+    errors = [p for p in failed if "error.type" in p.attributes]
+    assert {p.metric for p in errors} == {"gen_ai.server.request.duration"}
+    assert errors[-1].attributes["error.type"] == str(missing.json()["error"]["code"])
 
 
 @pytest.fixture(scope="module")

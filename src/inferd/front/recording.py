@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 
+from inferd.observability.genai_metrics import shared_genai_metrics
 from inferd.observability.gpu import gpu_memory_mb
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
@@ -51,6 +52,8 @@ class RequestRecorder:
         self._random = random.Random()
         self.spans = shared_spans()
         """The OpenTelemetry spans' maker, when an OTLP endpoint is configured."""
+        self.genai = shared_genai_metrics()
+        """The GenAI conventions' metrics, when an OTLP endpoint is configured."""
 
     def finish(
         self,
@@ -79,6 +82,8 @@ class RequestRecorder:
                 self.spans.record(
                     trace, "grpc" if method == "gRPC" else "http", method, endpoint, status
                 )
+            if self.genai is not None:
+                self.genai.record(trace, endpoint, status, total_s)
             if quiet or endpoint in self.quiet:
                 return
             failed = status >= 400 or trace.error_code is not None

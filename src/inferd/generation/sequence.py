@@ -18,7 +18,7 @@ from inferd.generation.constraint import Constraint
 from inferd.generation.logprobs import Scored, TokenLogprob, named
 from inferd.generation.params import SamplingParams
 from inferd.generation.text import IncrementalText
-from inferd.observability.trace import current_trace
+from inferd.observability.trace import Answer, current_trace
 
 
 @dataclass(frozen=True)
@@ -223,9 +223,11 @@ class Sequence:
             if rest and not self._whole:
                 self.events.put_nowait(rest)
         first = None if self.first_token_at is None else self.first_token_at - self.created
-        if self.first_token_at is not None:
-            self._trace.mark("prefill", self.created, self.first_token_at)
-            self._trace.mark("decode", self.first_token_at, now)
+        self._trace.answered(
+            Answer(
+                len(self.prompt_ids), len(self.generated), self.created, self.first_token_at, now
+            )
+        )
         self.finished = Finished(
             self._text.text,
             reason,

@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from inferd.observability.trace import BatchPart, RequestTrace
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.otel")
 
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 BATCH_SPANS_KEPT = 4096
 """Batches whose span is remembered for the requests that ran in them still to end."""
 
@@ -46,14 +46,36 @@ def epoch_ns(perf_counter_s: float) -> int:
     return _EPOCH_OFFSET_NS + int(perf_counter_s * 1e9)
 
 
-def configured(environ: dict[str, str] | None = None) -> bool:
-    """Whether the standard variables ask for traces to be exported over OTLP."""
+def configured(environ: Mapping[str, str] | None = None, signal: str = "traces") -> bool:
+    """Whether the standard variables ask for `signal` (traces, metrics) to be exported
+    over OTLP."""
     env = os.environ if environ is None else environ
-    if env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+    if env.get(f"OTEL_{signal.upper()}_EXPORTER", "otlp").strip().lower() == "none":
         return False
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+    names = (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    return any(env.get(name, "").strip() for name in names)
+
+
+def protocol(signal: str) -> str:
+    """The OTLP protocol the standard variables name for `signal`: grpc or http/protobuf."""
+    return (
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    ).strip()
+
+
+def resource(service_version: str) -> Any:
+    """The resource inferd's telemetry describes: OTEL_SERVICE_NAME and
+    OTEL_RESOURCE_ATTRIBUTES first, `inferd` where they name no service."""
+    from opentelemetry.sdk.resources import Resource
+
+    found = Resource.create({"service.version": service_version})
+    if str(found.attributes.get("service.name", "")).startswith("unknown_service"):
+        found = found.merge(Resource({"service.name": "inferd"}))
+    return found
 
 
 @functools.cache
@@ -72,7 +94,6 @@ def request_spans(service_version: str) -> RequestSpans | None:
     if not configured():
         return None
     try:
-        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
@@ -82,23 +103,14 @@ def request_spans(service_version: str) -> RequestSpans | None:
         )
         return None
     exporter = _exporter()
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES first; "inferd" where they name no service
-    resource = Resource.create({"service.version": service_version})
-    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({"service.name": "inferd"}))
-    provider = TracerProvider(resource=resource)  # reads OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=resource(service_version))  # reads OTEL_TRACES_SAMPLER
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return RequestSpans(provider.get_tracer("inferd", service_version), provider)
 
 
 def _exporter() -> Any:
     """The OTLP exporter `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL` names: gRPC or HTTP."""
-    protocol = (
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    ).strip()
-    if protocol.startswith("http"):
+    if protocol("traces").startswith("http"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()

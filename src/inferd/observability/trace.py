@@ -24,6 +24,18 @@ PARTS_KEPT = 16
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """One generated answer of a request: its prompt's and its own tokens, when it was
+    created, when its first token came (None when none did) and when it ended."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    created: float
+    first_token_at: float | None
+    ended: float
+
+
+@dataclass(frozen=True, slots=True)
 class BatchPart:
     """One batch a request's items ran in: when they were queued, when the batch started, how
     long it ran, its rows, and its serial number (the same for every request in it)."""
@@ -75,6 +87,16 @@ class RequestTrace:
     """The stages it went through, named, with when each began and ended (`mark`)."""
     batches: list[BatchPart] = field(default_factory=list)
     """The batches its items ran in (at most PARTS_KEPT)."""
+    answers: list[Answer] = field(default_factory=list)
+    """The answers it generated (`answered`)."""
+
+    def answered(self, answer: Answer) -> None:
+        """Records a generated answer, and its `prefill` (to its first token) and `decode`
+        stages."""
+        self.answers.append(answer)
+        if answer.first_token_at is not None:
+            self.mark("prefill", answer.created, answer.first_token_at)
+            self.mark("decode", answer.first_token_at, answer.ended)
 
     def mark(self, stage: str, started: float, ended: float | None = None) -> float:
         """Records a stage that ran from `started` to `ended` (now when not given): its

@@ -1,5 +1,5 @@
 """A request's trace as OpenTelemetry reads it: the stages it marks, the W3C trace id of its
-client's `traceparent`, and when the standard variables turn span export on."""
+client's `traceparent`, and when the standard variables turn span and metric export on."""
 
 from __future__ import annotations
 
@@ -59,3 +59,17 @@ def test_spans_are_exported_only_when_an_endpoint_is_configured(
     environ: dict[str, str], on: bool
 ) -> None:
     assert configured(environ) is on
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, True),
+        ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4318/v1/metrics"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_METRICS_EXPORTER": "none"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_TRACES_EXPORTER": "none"}, True),
+    ],
+)
+def test_metrics_have_their_own_endpoint_and_switch(environ: dict[str, str], on: bool) -> None:
+    assert configured(environ, signal="metrics") is on
