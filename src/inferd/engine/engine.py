@@ -316,6 +316,13 @@ class Engine:
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return self.registry.model_states()
 
+    def kv_usages(self) -> list[tuple[str, str, int, int]]:
+        return self.registry.kv_usages()
+
+    @property
+    def max_loaded_versions(self) -> int:
+        return self._settings.max_loaded_versions
+
     def rollout_failures(self) -> list[tuple[str, bool]]:
         """Each model, and whether its rollout failed (its state file could not be read)."""
         failed = self.rollouts.failures()

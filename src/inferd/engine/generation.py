@@ -175,6 +175,10 @@ class GeneratorServable(Servable):
         return self._scheduler.waiting
 
     @property
+    def kv_usage(self) -> tuple[int, int] | None:
+        return self._scheduler.kv_tokens, self._scheduler.kv_limit
+
+    @property
     def saturated(self) -> bool:
         return self._scheduler.saturated
 

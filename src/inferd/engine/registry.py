@@ -223,6 +223,14 @@ class Registry:
     def queue_depths(self) -> list[tuple[str, str, int]]:
         return [(v.model, str(v.version), v.queued_items) for v in self.all_versions() if v.ready]
 
+    def kv_usages(self) -> list[tuple[str, str, int, int]]:
+        """Each generator serving: its KV cache tokens held and the most it may hold."""
+        return [
+            (v.model, str(v.version), *usage)
+            for v in self.all_versions()
+            if (usage := v.kv_usage) is not None
+        ]
+
     def model_states(self) -> list[tuple[str, str, bool, float | None]]:
         return [(v.model, str(v.version), v.ready, v.load_s) for v in self.all_versions()]
 

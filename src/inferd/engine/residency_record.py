@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.engine.version import Version
+from inferd.engine.version import Version, VersionState
 
 
 @dataclass
@@ -33,6 +33,8 @@ class ResidencyFacts:
     evictions: int
     cold_waits: int
     cold_wait_s: float
+    loading: bool = False
+    """Being loaded now (requests for it wait)."""
 
     @classmethod
     def of(cls, version: Version, on_demand: bool, record: Record | None) -> ResidencyFacts:
@@ -49,4 +51,5 @@ class ResidencyFacts:
             record.evictions,
             record.cold_waits,
             record.cold_wait_s,
+            version.state is VersionState.LOADING,
         )

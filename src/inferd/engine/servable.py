@@ -100,6 +100,12 @@ class Servable:
         return 0
 
     @property
+    def kv_usage(self) -> tuple[int, int] | None:
+        """A generator's KV cache: the tokens it holds and the most it may hold (None for
+        the kinds that keep none)."""
+        return None
+
+    @property
     def instances(self) -> Sequence[InstanceLoad]:
         """Each runtime instance's work and learned speed (none when it runs on another's)."""
         return self._pool.loads if self._pool is not None else ()

@@ -122,6 +122,10 @@ class Version:
         return self._servable.queued_items if self._servable is not None else 0
 
     @property
+    def kv_usage(self) -> tuple[int, int] | None:
+        return self._servable.kv_usage if self._servable is not None and self.ready else None
+
+    @property
     def instances(self) -> Sequence[InstanceLoad]:
         return self._servable.instances if self._servable is not None else ()
 

@@ -98,6 +98,11 @@ class Scheduler:
         return self._kv.held_tokens
 
     @property
+    def kv_limit(self) -> int:
+        """The KV cache tokens its running batch may hold at most (max_kv_tokens)."""
+        return self._config.max_kv_tokens
+
+    @property
     def capacity(self) -> int:
         """The generations its waiting line holds at most (besides those running)."""
         return self._config.max_waiting

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 
 from inferd.observability.batch_metrics import BatchMetrics
 from inferd.observability.engine_metrics import EngineCollector, ServerView
+from inferd.observability.gateway_metrics import GatewayCollector
 from inferd.observability.generation_metrics import GenerationMetrics
 from inferd.observability.gpu import GpuCollector
 from inferd.observability.job_metrics import JobMetrics
@@ -87,6 +88,7 @@ class Metrics(Observer):
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(MemoryLimitCollector())
         r.register(EngineCollector(lambda: self._view))
+        r.register(GatewayCollector(lambda: self._view))  # the inference gateway's gauges
         self.gpu_present = False
         if gpu:
             collector = GpuCollector()
