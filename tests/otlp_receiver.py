@@ -34,6 +34,7 @@ class ReceivedSpan:
     """(trace id, span id) of each linked span."""
     service: str
     status_code: int
+    resource: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def decode(request: trace_service_pb2.ExportTraceServiceRequest) -> list[Receive
                         links=tuple((li.trace_id.hex(), li.span_id.hex()) for li in span.links),
                         service=str(resource.get("service.name", "")),
                         status_code=span.status.code,
+                        resource=resource,
                     )
                 )
     return spans
