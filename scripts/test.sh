@@ -53,6 +53,10 @@ command -v kubectl >/dev/null 2>&1 || echo "kubectl is needed for the Kubernetes
 . "$VENV/bin/activate"
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e ".[dev]"
+# KServe's SDK as a wheel, not installed: its models are the KServe resources' schemas
+# (tests/kserve_schema.py reads them from the wheel; installed, it would bring a server's
+# worth of dependencies)
+python -m pip download --quiet --no-deps "kserve==0.21.0" --dest .cache/kserve
 # a line per test as it ends, and the 25 slowest at the end. TEST_WORKERS=N runs the test files
 # in N worker processes (pytest-xdist, a file to a worker), for a machine with cores to spare:
 # on 2 cores the tests that measure latency, deadlines or a rollout judge's p99 fail under that

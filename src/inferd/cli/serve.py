@@ -86,7 +86,7 @@ def build_engine(
             raise ConfigError(
                 f"no model repository given (--repo DIR, INFERD_REPOSITORY) and {exc}"
             ) from exc
-    entries = scan_repository(repository)
+    entries = scan_repository(repository, settings.model_name)
     if not entries:
         log.warning(
             "the repository holds no model folder: serving nothing until one is loaded "

@@ -67,10 +67,11 @@ class ServerSettings(ClientSettings):
     repository: Path | None = Field(
         None, description="Model repository folder; none: the demo repository (built once)."
     )
+    model_name: str | None = Field(
+        None, description="The name of the model of a repository of one model (KServe's)."
+    )
     demo_repository: Path = Field(
-        Path("~/.cache/inferd/demo"),
-        description="Where the demo repository is built and served from when no repository "
-        "is given.",
+        Path("~/.cache/inferd/demo"), description="Where the demo is built and served from."
     )
     log_level: LogLevel = Field("info", description="Log level.")
     log_format: Literal["auto", "json", "text"] = Field(
@@ -80,10 +81,7 @@ class ServerSettings(ClientSettings):
         "(plain is taken as text).",
     )
     log_sample_rate: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="Share of successful requests that get a log line (errors always do).",
+        0.01, ge=0, le=1, description="Share of successes that get a log line (errors all do)."
     )
     log_payloads: bool = Field(
         False,

@@ -24,7 +24,13 @@ from inferd.engine.version import Version, VersionState
 from inferd.engine.version_loader import RuntimeLoader, VersionLoader
 from inferd.errors import ConfigError, InvalidInputError, NotFoundError, UnavailableError
 from inferd.observability.observer import Observer
-from inferd.repository.scan import ModelEntry, scan_model, task_defaults, valid_name
+from inferd.repository.scan import (
+    ModelEntry,
+    one_model,
+    scan_model,
+    task_defaults,
+    valid_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +139,23 @@ class Loader:
         do not serve yet. Versions no longer selected are drained and closed only once a selected
         version serves: a new version that fails to load leaves the previous one serving. A
         second call for the same model waits for the first, then finds its versions serving."""
-        if self._root is None or not valid_name(name) or not (self._root / name).is_dir():
+        folder = self._folder(name)
+        if folder is None or not valid_name(name) or not folder.is_dir():
             raise NotFoundError(f"no model folder '{name}' in the repository")
         async with self._model_locks.setdefault(name, asyncio.Lock()):
-            return await self._load_model(name, self._root / name)
+            return await self._load_model(name, folder)
+
+    def _folder(self, name: str) -> Path | None:
+        """Where model `name`'s files are: its folder, or the top of a repository of one
+        model that serves it."""
+        if self._root is None:
+            return None
+        if one_model(self._root) and name in self._registry.models():
+            return self._root
+        return self._root / name
 
     async def _load_model(self, name: str, folder: Path) -> Version:
-        entry = self._select(scan_model(folder))
+        entry = self._select(scan_model(folder, name))
         if entry.error is not None or entry.config is None:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
         if not entry.config.needs_versions:
@@ -187,9 +203,10 @@ class Loader:
         """A served model's folder as it is now, holding a loadable version `number`, and its
         config (4040 for an unknown model or a missing version folder, 4004 for a model that
         cannot load)."""
-        if self._root is None or name not in self._registry.models():
+        folder = self._folder(name)
+        if folder is None or name not in self._registry.models():
             raise NotFoundError(f"unknown model '{name}'")
-        entry = scan_model(self._root / name)
+        entry = scan_model(folder, name)
         if entry.error is not None or entry.config is None:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
         if number not in {v.version for v in entry.available}:

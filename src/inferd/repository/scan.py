@@ -1,4 +1,7 @@
-"""Scanning `<repo>/<model>/config.yaml` and `<repo>/<model>/<N>/model.onnx`.
+"""Scanning `<repo>/<model>/config.yaml` and `<repo>/<model>/<N>/model.onnx`, or a repository
+of one model: `<repo>/model.onnx` (with its `config.yaml` and tokenizer files beside it), as
+KServe's storage initializer lays a model out in `/mnt/models`; that model is version 1, named
+by `model_name` (its config's `name`, else `model`).
 
 A problem with one model or one version is recorded on its entry and never stops the scan: the
 caller reports it and serves the rest.
@@ -17,6 +20,9 @@ from inferd.errors import ConfigError
 
 MODEL_FILE = "model.onnx"
 CONFIG_FILE = "config.yaml"
+ONE_MODEL_NAME = "model"
+"""The name of a repository of one model's model when neither the server nor its config
+names it."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
@@ -48,7 +54,14 @@ class ModelEntry:
     """Every version with a model file, ascending, selected or not (fallbacks for `latest`)."""
 
 
+def one_model(folder: Path) -> bool:
+    """Whether `folder` is a repository of one model (its model file at the top)."""
+    return (folder / MODEL_FILE).is_file()
+
+
 def _version_entries(folder: Path) -> list[VersionEntry]:
+    if one_model(folder):
+        return [VersionEntry(1, folder / MODEL_FILE)]
     found = []
     for child in folder.iterdir():
         if not child.is_dir() or not (child.name.isascii() and child.name.isdigit()):
@@ -64,24 +77,29 @@ def _version_entries(folder: Path) -> list[VersionEntry]:
     return found
 
 
-def scan_model(folder: Path) -> ModelEntry:
-    """One model folder; problems are recorded on the entry, never raised."""
-    name = folder.name
+def scan_model(folder: Path, name: str | None = None) -> ModelEntry:
+    """One model folder (or a repository of one model, named `name`, else by its config, else
+    ONE_MODEL_NAME); problems are recorded on the entry, never raised."""
+    alone = one_model(folder)
+    name = name or (None if alone else folder.name)
     config_path = folder / CONFIG_FILE
     try:
         # named by their place in the repository: these reasons reach unauthenticated /ready
-        shown = f"{name}/{CONFIG_FILE}"
+        shown = CONFIG_FILE if alone else f"{name}/{CONFIG_FILE}"
         raw = read_yaml_mapping(config_path, shown) if config_path.exists() else {}
         config = validate_mapping(ModelConfig, raw, shown)
     except ConfigError as exc:
-        return ModelEntry(name, folder, None, (), error=str(exc))
+        return ModelEntry(name or ONE_MODEL_NAME, folder, None, (), error=str(exc))
+    if name is None:
+        name = config.name or ONE_MODEL_NAME
     if config.name is not None and config.name != name:
         return ModelEntry(
             name,
             folder,
             config,
             (),
-            error=f"{name}/{CONFIG_FILE}: name '{config.name}' differs from the folder name",
+            error=f"{shown}: name '{config.name}' differs from "
+            + ("model_name" if alone else "the folder name"),
         )
     if not config.needs_versions:
         return ModelEntry(name, folder, config, ())
@@ -138,11 +156,16 @@ def task_defaults(entries: Sequence[ModelEntry]) -> dict[str, str]:
     return chosen
 
 
-def scan_repository(root: Path) -> list[ModelEntry]:
-    """Every model folder under `root`, sorted by name. Raises ConfigError if `root` is unusable
-    or two models claim to be the default of one task."""
+def scan_repository(root: Path, model_name: str | None = None) -> list[ModelEntry]:
+    """Every model folder under `root`, sorted by name, or the model of a repository of one
+    model (named `model_name`). Raises ConfigError if `root` is unusable, `model_name` is not a
+    valid name, or two models claim to be the default of one task."""
     if not root.is_dir():
         raise ConfigError(f"model repository {root} is not a folder")
+    if model_name is not None and not valid_name(model_name):
+        raise ConfigError(f"model_name '{model_name}' is not a valid model name")
+    if one_model(root):
+        return [scan_model(root, model_name)]
     models = []
     for folder in sorted(root.iterdir()):
         if not folder.is_dir() or folder.name.startswith((".", "_")):
