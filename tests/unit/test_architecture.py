@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "inferd"
 
 # part -> modules it must never import (prefix match)
 FORBIDDEN = {
+    "compat": ["inferd."],
     "config": [
         "inferd.repository",
         "inferd.runtime",
@@ -178,6 +179,24 @@ def test_only_the_session_module_imports_onnxruntime() -> None:
         and part_of(p) != "prep"
     }
     assert users == {"runtime/onnx_session.py"}
+
+
+PRIVATE_APIS = ("uvicorn.protocols", "ray.serve._private", "ray.serve.multiplex", "grpc._")
+"""Other projects' modules that are not their public API: only inferd.compat imports them
+(grpcio-tools' generated stubs, which check the grpcio version themselves, aside)."""
+
+
+def test_only_compat_touches_other_projects_private_apis() -> None:
+    users = {
+        str(p.relative_to(PACKAGE)): sorted(
+            i
+            for i in imports_of(p)
+            if any(_within(i, rule) or i.startswith(rule) for rule in PRIVATE_APIS)
+        )
+        for p in MODULES
+        if part_of(p) != "compat" and not p.name.endswith("_pb2_grpc.py")
+    }
+    assert {path: found for path, found in users.items() if found} == {}
 
 
 def test_serving_never_imports_the_preparation_tools() -> None:

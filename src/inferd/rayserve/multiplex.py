@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 
+from inferd.compat.ray_serve import multiplexed_ids
 from inferd.engine.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,6 @@ MODEL_ID_HEADER = "serve_multiplexed_model_id"
 `serve-multiplexed-model-id` too)."""
 FOLLOW_EVERY_S = 0.1
 """How often the ids follow the engine (Serve pushes a change to its controller as often)."""
-_WRAPPER = "__serve_multiplex_wrapper"
-"""Where Ray 2.60 keeps a multiplexed function's state (its `_ModelMultiplexWrapper`), on the
-function it decorates."""
-_PUSH = "_push_multiplexed_replica_info"
-"""Serve 2.60's flag that sends a replica's model ids to its controller at the next push."""
 
 
 class ModelIds:
@@ -85,13 +81,11 @@ class ModelIds:
 
     def follow(self) -> bool:
         """Makes Serve's ids of this replica the models it holds; whether they changed."""
-        wrapper = getattr(self._registered, _WRAPPER, None)
-        if wrapper is None:
-            return False  # no request has named a model yet: Serve has no ids of this replica
         try:
-            if not hasattr(wrapper, _PUSH):  # (assigning it would succeed and push nothing)
-                raise AttributeError(f"Serve's multiplexing has no {_PUSH}")
-            ids: OrderedDict[str, Any] = wrapper.models
+            found = multiplexed_ids(self._registered)
+            if found is None:
+                return False  # no request has named a model yet: Serve has no ids of it
+            ids = found.ids
             held = self.held()
             gone = [model for model in ids if model not in held]
             came = sorted(held - set(ids))
@@ -100,7 +94,7 @@ class ModelIds:
             for model in came:
                 ids[model] = model
             if gone or came:
-                setattr(wrapper, _PUSH, True)  # (pushed within 0.1 s)
+                found.push()
         except AttributeError as exc:  # (another Ray: the ids then stay as Serve keeps them)
             if not self._warned:
                 self._warned = True

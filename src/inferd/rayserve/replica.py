@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from fastapi import FastAPI
 from ray import serve
 
 from inferd.cli.serve import build_engine
+from inferd.compat.ray_serve import haproxy_ingress
 from inferd.config.server import ServerSettings
 from inferd.observability.logs import configure_logging
 from inferd.rayserve.multiplex import ModelAffinity, ModelIds
@@ -74,13 +74,3 @@ class InferdReplica:
     def record_autoscaling_stats(self) -> dict[str, float]:
         queued = sum(items for _, _, items in self._engine.queue_depths())
         return {QUEUE_METRIC: float(queued), "inferd_in_flight": float(self._engine.in_flight)}
-
-
-def haproxy_ingress() -> bool:
-    """Whether this node's Serve takes HTTP requests with HAProxy (Ray 2.60 reads it from the
-    environment of `ray start`)."""
-    try:
-        from ray.serve._private.constants import RAY_SERVE_ENABLE_HA_PROXY
-    except ImportError:  # (a private name: another Ray may not have it)
-        return os.environ.get("RAY_SERVE_ENABLE_HA_PROXY", "0") == "1"
-    return bool(RAY_SERVE_ENABLE_HA_PROXY)

@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from inferd.compat.uvicorn_http import HttpToolsProtocol, RequestResponseCycle
 from inferd.server.coalesce import CoalescedWrites
 from inferd.server.pacing import PACER, Pacer
 
