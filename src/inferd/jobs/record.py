@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from inferd.errors import ErrorCode
+from inferd.errors import ErrorCode, error_body
 
 LOST_REASON = "the job store lost this job"
 
@@ -74,7 +74,7 @@ class Job:
                 "state": JobState.FAILED.value,
                 "reason": LOST_REASON,
                 "created_at": self.created_at,
-                "error": {"error": LOST_REASON, "code": int(ErrorCode.INTERNAL)},
+                "error": error_body(ErrorCode.INTERNAL, LOST_REASON),
             }
         shown: dict[str, Any] = {
             "id": self.id,

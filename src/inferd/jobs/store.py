@@ -21,7 +21,7 @@ from typing import Protocol
 
 import orjson
 
-from inferd.errors import ErrorCode, QueueFullError
+from inferd.errors import ErrorCode, QueueFullError, error_body
 from inferd.jobs.reach import Reach
 from inferd.jobs.record import Job, JobState
 
@@ -104,7 +104,7 @@ class ResultBound:
             job,
             state=JobState.FAILED,
             status=400,
-            result=error_body(
+            result=error_json(
                 ErrorCode.TOO_MANY_ITEMS,
                 f"the job's answer is {size / 1e6:.1f} MB, over the "
                 f"{self.answer_bytes / 1e6:.1f} MB a job's answer may hold "
@@ -118,7 +118,7 @@ class ResultBound:
             job,
             state=JobState.FAILED,
             status=503,
-            result=error_body(
+            result=error_json(
                 ErrorCode.UNAVAILABLE,
                 "the job store had no room left for this job's answer (jobs_max_results_mb); "
                 "submit it again later",
@@ -126,8 +126,8 @@ class ResultBound:
         )
 
 
-def error_body(code: ErrorCode, message: str) -> bytes:
-    return orjson.dumps({"error": message, "code": int(code)})
+def error_json(code: ErrorCode, message: str) -> bytes:
+    return orjson.dumps(error_body(code, message))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from inferd.errors import ErrorCode, UnavailableError
+from inferd.errors import ErrorCode, UnavailableError, error_body
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.store import Delivery, JobStore, finished
@@ -233,4 +233,4 @@ class JobWorker:
 
 
 def _internal(message: str) -> tuple[int, bytes]:
-    return 500, orjson.dumps({"error": message, "code": int(ErrorCode.INTERNAL)})
+    return 500, orjson.dumps(error_body(ErrorCode.INTERNAL, message))

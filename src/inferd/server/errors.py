@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from inferd.errors import ErrorCode, InferdError, InvalidInputError
+from inferd.errors import error_body as inferd_error_body
 from inferd.front.statuses import http_status, retry_after_s
 from inferd.observability.trace import current_trace
 from inferd.server.disconnect import ClientDisconnected
@@ -123,7 +124,7 @@ def error_body(
                 "request_id": request_id,
             }
         }
-    return {"error": message, "code": code, "request_id": request_id}
+    return inferd_error_body(code, message, request_id)
 
 
 def request_id_of(request: Request) -> str:

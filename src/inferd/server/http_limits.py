@@ -32,6 +32,7 @@ from typing import Any, Protocol, cast
 import orjson
 
 from inferd.compat.uvicorn_http import HttpToolsProtocol, RequestResponseCycle
+from inferd.errors import error_body
 from inferd.server.coalesce import CoalescedWrites
 from inferd.server.pacing import PACER, Pacer
 
@@ -47,7 +48,7 @@ def received_at(scope: Mapping[str, Any]) -> float | None:
 
 
 def _answer(status: int, reason: str, message: str, code: int = 4002) -> bytes:
-    body = orjson.dumps({"error": message, "code": code, "request_id": ""})
+    body = orjson.dumps(error_body(code, message, ""))
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
