@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, median_of, parts_help, publish, run_entry
+from inferd.corpus import sentences
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
-from inferd.tools.corpus import sentences
 from inferd.tools.generator import GeneratorShape, build_generator
 
 MODEL = "bench-gen"

@@ -222,7 +222,7 @@ def merge_config(folder: Path, update: dict[str, Any]) -> None:
 
 
 def corpus(chars: int, count: int) -> list[str]:
-    from inferd.tools.corpus import docstrings
+    from inferd.corpus import docstrings
 
     texts = [t[:chars] for t in docstrings(count * chars * 2) if len(t) >= chars // 2]
     return (texts * (count // max(1, len(texts)) + 1))[:count]

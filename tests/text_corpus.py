@@ -1,5 +1,5 @@
-"""The test corpus is the package's own (inferd.tools.corpus): stdlib docstrings + hard cases."""
+"""The test corpus is the package's own (inferd.corpus): stdlib docstrings + hard cases."""
 
-from inferd.tools.corpus import HARD_CASES, sentences
+from inferd.corpus import HARD_CASES, sentences
 
 __all__ = ["HARD_CASES", "sentences"]

@@ -31,7 +31,7 @@ from common import machine_description
 from generate_bench import CASES, MODEL, build_repo
 from inferd.engine.loading import load_instances
 from inferd.generation.decoder import NEXT_IDS, TOKENS
-from inferd.generation.kvstore import kv_store
+from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams
 from inferd.generation.sampling import draw_inputs
 from inferd.repository.scan import scan_model

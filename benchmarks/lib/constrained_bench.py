@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
 from generate_bench import CASES, MODEL, build_repo
+from inferd.corpus import sentences
 from inferd.generation.constraint import Grammars
 from inferd.generation.grammar import json_schema
-from inferd.tools.corpus import sentences
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {

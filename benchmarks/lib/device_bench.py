@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
 from emulated_device import CALIBRATIONS
-from inferd.tools.corpus import docstrings
+from inferd.corpus import docstrings
 from overload_bench import pin
 from served_profile import embed_load, snapshot, where_the_time_goes
 

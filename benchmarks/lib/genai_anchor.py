@@ -36,7 +36,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Server, median_of
-from inferd.tools.corpus import docstrings, sentences
+from inferd.corpus import docstrings, sentences
 from inferd.tools.generator import train_tokenizer
 from steady import Load, steady_load
 

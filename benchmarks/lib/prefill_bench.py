@@ -131,7 +131,7 @@ def worker(path: Path, context: int, prompts: list[int], repeats: int) -> dict[s
     longest prompt's prefill (MB), and the median 16-row decode step (ms)."""
     from inferd.config.model import GenerationConfig, RuntimeOptions
     from inferd.generation.decoder import DecoderShape
-    from inferd.generation.kvstore import kv_store
+    from inferd.generation.kv_layout import kv_store
     from inferd.runtime.onnx_session import OnnxSession
 
     session = OnnxSession(path, RuntimeOptions(allow_spinning=True))

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish, worktree
-from inferd.tools.corpus import sentences
+from inferd.corpus import sentences
 from inferd.tools.demo import build_demo
 from inferd.tools.generator import GeneratorShape, build_generator
 

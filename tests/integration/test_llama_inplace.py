@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from inferd.tools.corpus import docstrings
+from inferd.corpus import docstrings
 from inferd.tools.generator import train_tokenizer
 from tests.integration.server import RunningServer, start_server
 

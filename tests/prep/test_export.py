@@ -353,7 +353,7 @@ def test_a_llama_folder_exports_and_batched_steps_give_its_own_logits(
 
     from inferd.config.model import GenerationConfig, RuntimeOptions
     from inferd.generation.decoder import LOGITS, DecoderShape
-    from inferd.generation.kvstore import kv_store
+    from inferd.generation.kv_layout import kv_store
     from inferd.runtime.onnx_session import OnnxSession
 
     assert export(tmp_path, "llama", str(tiny_llama), "--kv-cache", layout) == 0

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from inferd.bench.endpoints import ENDPOINTS
-from inferd.tools.corpus import sentences
+from inferd.corpus import sentences
 
 V2_NUMPY = {
     "FP32": np.float32,

@@ -141,7 +141,8 @@ def run_prep_command(args: argparse.Namespace) -> int:
                 reporter=reporter,
                 force=args.force,
             )
-        from inferd.prep.quantize import Thresholds, run_quantize
+        from inferd.prep.quantize import run_quantize
+        from inferd.prep.quantize_verdict import Thresholds
 
         thresholds = Thresholds(args.min_cosine, args.min_agreement, args.max_abs_diff)
         return run_quantize(

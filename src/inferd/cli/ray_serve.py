@@ -27,20 +27,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferd.config.server import ServerSettings, load_server_settings
+from inferd.rayserve.environment import AUTH_ENV, DIRECT_INGRESS_ENV
 
-DIRECT_INGRESS_ENV = {
-    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
-    "RAY_SERVE_ENABLE_HA_PROXY": "1",
-}
-"""Set in the environment of `ray start` (every node) for Serve's direct ingress: HAProxy on
-the HTTP port, routing to the replicas' own servers."""
 DRAINING_PERIOD_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
 LOCAL_DRAINING_PERIOD_S = 2.0
 """How long a stopping replica of a local cluster stays reachable before it drains. Serve's
 default (30 s) leaves an outside load balancer time to take it out, and made every stop of
 `inferd ray serve` last 30 s or more; in front of a local cluster there is only Serve's own
 HAProxy, which the controller updates as it stops a replica."""
-AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """A node that takes the loopback address as its own (Ray's switch for machines where a
 cluster stays on one host; on Linux a node otherwise takes the address of the interface

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from inferd.config.model import ModelConfig
 from inferd.generation.chat import ChatTemplate, load_chat_template
 from inferd.generation.decoder import DecoderShape
-from inferd.generation.kvstore import kv_store
+from inferd.generation.kv_layout import kv_store
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import TensorSpec
 from inferd.tasks.text import TokenizerError, find_tokenizer

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from inferd.engine import agreement
+from inferd.engine.agreement import tokens as agreeing_tokens
 from inferd.engine.rollout import Rollouts
 from inferd.engine.version import Version
 from inferd.errors import ErrorCode, InferdError
@@ -105,5 +105,5 @@ class Outcomes:
             return list(mirrored.generated)
 
         rollouts.mirror(
-            served.model, shadow(), lambda tokens: agreement.tokens(stable_tokens, tokens)
+            served.model, shadow(), lambda tokens: agreeing_tokens(stable_tokens, tokens)
         )

@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from inferd.config.model import GenerationConfig
-from inferd.generation.decoder import DecoderShape
-from inferd.runtime.protocol import Array, DeviceArray, DeviceMemory
+from inferd.runtime.protocol import Array, DeviceArray
 
 
 @dataclass(frozen=True)
@@ -97,19 +95,3 @@ class KVStore(Protocol):
         ...
 
     def clear(self) -> None: ...
-
-
-def kv_store(
-    shape: DecoderShape, config: GenerationConfig, memory: DeviceMemory | None = None
-) -> KVStore:
-    """The store for the decoder's layout; an in-place cache in `memory` (the host's when
-    None). A concatenating cache is new arrays every step: it stays on the host."""
-    from inferd.generation.kvcache import PaddedKV
-    from inferd.generation.slots import SlotKV
-    from inferd.runtime.memory import HostMemory
-
-    if shape.inplace:
-        capacity = min(config.context_length, config.max_kv_tokens)
-        rows = max(1, min(config.max_running, config.max_kv_tokens // capacity))
-        return SlotKV(shape, capacity, rows, memory or HostMemory())
-    return PaddedKV(shape)

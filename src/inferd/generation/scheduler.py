@@ -35,7 +35,7 @@ from inferd.generation.block import decode_block
 from inferd.generation.constraint import Constraint, taken
 from inferd.generation.decoder import TOKENS, DecoderShape
 from inferd.generation.draw import Draw
-from inferd.generation.kvstore import kv_store
+from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.sequence import twins

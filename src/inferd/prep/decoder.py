@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.prep.feeds import FeedPlan
-from inferd.prep.sources import Source, SourceError, tokenizer_dir
+from inferd.prep.source_record import Source, SourceError, tokenizer_dir
 from inferd.prep.spec import BATCH_AXIS
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 

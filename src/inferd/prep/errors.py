@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferd.errors import ConfigError
-from inferd.prep.sources import SourceError
+from inferd.prep.source_record import SourceError
 from inferd.prep.spec import SpecError
 from inferd.prep.torch_export import ExportError
 from inferd.prep.writer import TargetError

@@ -11,7 +11,8 @@ from inferd.prep.console import Reporter, megabytes
 from inferd.prep.ort import runner, session
 from inferd.prep.parity import ParityReport, check_parity
 from inferd.prep.quiet import quiet_transformers
-from inferd.prep.sources import TOKENIZER_FILES, Source, SourceError, load_source
+from inferd.prep.source_record import Source, SourceError
+from inferd.prep.sources import TOKENIZER_FILES, load_source
 from inferd.prep.spec import ModuleSpec
 from inferd.prep.torch_export import export, to_eval, torch_runner
 from inferd.prep.writer import (

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from inferd.generation.decoder import LOGITS, POSITIONS, SEQLENS, TOTAL
-from inferd.prep.sources import SourceError
+from inferd.prep.source_record import SourceError
 from inferd.runtime.kv_names import PAST, PRESENT, cache_names
 from inferd.runtime.protocol import Array
 
@@ -224,7 +224,7 @@ def decoder_logits(path: Path, vocab: int, context: int, seed: int = 0) -> dict[
     a `seed`, whatever the decoder's layout or precision."""
     from inferd.config.model import GenerationConfig, RuntimeOptions
     from inferd.generation.decoder import DecoderShape
-    from inferd.generation.kvstore import kv_store
+    from inferd.generation.kv_layout import kv_store
     from inferd.runtime.onnx_session import OnnxSession
 
     rng = np.random.default_rng(seed)

@@ -26,8 +26,8 @@ from inferd.config.model import ModelConfig
 from inferd.generation.decoder import LOGITS
 from inferd.prep.accuracy import Accuracy
 from inferd.prep.console import Reporter
-from inferd.prep.quantize import Thresholds, describe_diff, show_written, verdict
-from inferd.prep.sources import SourceError
+from inferd.prep.quantize_verdict import Thresholds, describe_diff, show_written, verdict
+from inferd.prep.source_record import SourceError
 from inferd.prep.versions import publish_version, set_metadata
 from inferd.prep.worth import refuse
 from inferd.prep.writer import staging, write_report

@@ -108,7 +108,7 @@ def check_ranked(path: Path, vocab: int, context: int, seed: int = 0) -> int:
     whose ranked candidates differ from the logits' own (by the serving order); 0 is right."""
     from inferd.config.model import GenerationConfig, RuntimeOptions
     from inferd.generation.decoder import DecoderShape
-    from inferd.generation.kvstore import kv_store
+    from inferd.generation.kv_layout import kv_store
     from inferd.generation.sampling import top_candidates
     from inferd.runtime.onnx_session import OnnxSession
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model import ModelConfig
+from inferd.corpus import sentences
 from inferd.prep.feeds import FeedPlan, Feeds
 from inferd.tasks.text import TextEncoder, find_tokenizer
-from inferd.tools.corpus import sentences
 
 BATCH = 16
 GENERATED_LENGTHS = (8, 16, 32, 64)

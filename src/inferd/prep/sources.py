@@ -1,9 +1,5 @@
-"""What `inferd export` exports: a Hugging Face model folder on disk or a `module:factory`.
-
-A `Source` is a `torch.nn.Module` with a positional `forward` over named input tensors, the
-output names, the dynamic axes, a way to make realistic sample inputs (for tracing and for the
-parity check), the serving config it implies and the tokenizer files to ship beside it.
-"""
+"""What `inferd export` exports: a Hugging Face model folder on disk or a `module:factory`,
+made into a `Source` (inferd.prep.source_record)."""
 
 from __future__ import annotations
 
@@ -12,14 +8,13 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
+from inferd.prep.feeds import FeedPlan, spec_plan
+from inferd.prep.source_record import Feeds, Source, SourceError, tokenizer_dir
 from inferd.prep.spec import BATCH_AXIS, ModuleSpec
 
 TOKENIZER_FILES = (
@@ -44,45 +39,6 @@ ENCODER_TYPES = {
 }
 DECODER_TYPES = {"gpt2", "llama"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-Feeds = dict[str, np.ndarray]
-
-
-class SourceError(ValueError):
-    """A source that cannot be exported: not a model folder, unknown architecture, no spec."""
-
-
-@dataclass
-class Source:
-    module: Any  # torch.nn.Module
-    input_names: list[str]
-    output_names: list[str]
-    dynamic_axes: dict[str, dict[int, str]]
-    plan: FeedPlan
-    """How to make sample inputs; stored in the ONNX metadata for the later steps."""
-    description: str
-    config: dict[str, Any] = field(default_factory=dict)
-    """The model's serving config.yaml, written when the model has none yet."""
-    tokenizer_dir: Path | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
-    """Stored in the ONNX file (architecture, heads, hidden size) for `inferd optimize`."""
-    inplace: Callable[[], Any] | None = None
-    """Decoders that can have an in-place KV cache: builds that graph (an onnx.ModelProto)."""
-    fixed_dims: dict[str, dict[int, int]] = field(default_factory=dict)
-    """Output axes of a fixed size that the exporter leaves symbolic (output -> axis -> size):
-    declared so in the ONNX file."""
-
-    @property
-    def kind(self) -> str:
-        return self.plan.kind
-
-    def make_feeds(self, batch: int, length: int, rng: np.random.Generator) -> Feeds:
-        """(batch, length, rng) -> feeds; `length` sizes the sequence (non-batch) axes."""
-        return self.plan.maker()(batch, min(length, self.plan.max_length), rng)
-
-    @property
-    def all_metadata(self) -> dict[str, str]:
-        return {**self.metadata, METADATA_KEY: self.plan.to_json()}
 
 
 def load_source(ref: str, spec: ModuleSpec | None = None) -> Source:
@@ -190,10 +146,6 @@ def _hf_source(folder: Path) -> Source:
         f"{', '.join(sorted(ENCODER_TYPES))}; decoders: {', '.join(sorted(DECODER_TYPES))}. "
         "Other models export as a module:factory with an input spec."
     )
-
-
-def tokenizer_dir(folder: Path) -> Path | None:
-    return folder if (folder / "tokenizer.json").is_file() else None
 
 
 def _sbert_pooling(folder: Path) -> tuple[str, bool] | None:
@@ -320,6 +272,6 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
 
 
 def _decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
-    from inferd.prep.decoder import decoder_source
+    from inferd.prep.decoder import decoder_source  # (torch and transformers: when exporting)
 
     return decoder_source(folder, raw)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from inferd.prep.parity import Feeds
-from inferd.prep.sources import Source
+from inferd.prep.source_record import Source
 
 MIN_OPSET = 13
 DEFAULT_OPSET = 17

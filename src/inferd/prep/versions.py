@@ -13,7 +13,7 @@ import onnx
 from inferd.generation.decoder import DRAW_BIAS, DRAW_UNIFORM, SEQLENS
 from inferd.prep.feeds import METADATA_KEY, FeedPlan, spec_plan
 from inferd.prep.ranked_logits import ranked_width
-from inferd.prep.sources import SourceError
+from inferd.prep.source_record import SourceError
 from inferd.prep.spec import DTYPES, InputSpec
 from inferd.prep.writer import copy_beside, publish
 from inferd.repository.scan import MODEL_FILE

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from inferd.bench.server import free_port
-from inferd.cli.ray_serve import AUTH_ENV, DIRECT_INGRESS_ENV
+from inferd.rayserve.environment import AUTH_ENV, DIRECT_INGRESS_ENV
 
 MARK = "INFERD_LOCAL_RAY"
 """In the environment of every process of a cluster (its value the cluster's own): how

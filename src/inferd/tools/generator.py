@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from inferd.tools.corpus import docstrings
+from inferd.corpus import docstrings
 
 log = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from inferd.corpus import docstrings
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.kvcache import KVBatch
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Finished, Sequence
 from inferd.generation.slots import SlotKV
 from inferd.generation.text import IncrementalText
-from inferd.tools.corpus import docstrings
 from inferd.tools.generator import train_tokenizer
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferd.prep.accuracy import Accuracy
-from inferd.prep.quantize import Thresholds, describe_diff, verdict
+from inferd.prep.quantize_verdict import Thresholds, describe_diff, verdict
 
 
 def test_an_embeddings_raw_diff_says_it_is_not_judged_and_against_what_range() -> None:
