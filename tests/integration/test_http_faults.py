@@ -17,7 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
-from inferd.cli.serve import build_engine
+from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
 from inferd.server.app import create_app
 from tests.integration.server import free_port

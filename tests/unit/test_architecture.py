@@ -12,6 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "inferd"
 # part -> modules it must never import (prefix match)
 FORBIDDEN = {
     "compat": ["inferd."],
+    "composition": ["inferd.cli", "inferd.rayserve"],
+    "rayserve": ["inferd.cli"],
     "corpus": ["inferd."],
     "config": [
         "inferd.repository",

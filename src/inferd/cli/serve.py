@@ -3,26 +3,18 @@ engine with ONNX Runtime as its runtime, the HTTP app, and gRPC beside it."""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import sys
 
+from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
-from inferd.engine import Engine
 from inferd.engine.version_loader import RuntimeLoader
-from inferd.errors import ConfigError
 from inferd.grpc_v2.server import GrpcServer
 from inferd.observability.live import LiveWindow
 from inferd.observability.logs import configure_logging
-from inferd.observability.metrics import Metrics
-from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
-from inferd.server.instruments import build_metrics
 from inferd.server.runner import run_server
-from inferd.tools.demo import DemoUnavailable, build_demo
-
-log = logging.getLogger(__name__)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -69,30 +61,3 @@ def _serve_on(settings: ServerSettings, sock: socket.socket, runtime: RuntimeLoa
     grpc = GrpcServer(settings, engine, metrics, live)  # off when grpc_port is 0
     drained = run_server(settings, engine, metrics, sock, live, (grpc,))
     return 0 if drained else 1  # 1: a second signal forced the exit
-
-
-def build_engine(
-    settings: ServerSettings, runtime: RuntimeLoader = OnnxSession
-) -> tuple[Engine, Metrics | None]:
-    """The engine of a server (or of a Ray Serve replica) and its metrics: the repository
-    scanned (the demo's, built first, when none is given), `runtime` opening its instances."""
-    repository = settings.repository
-    if repository is None:
-        repository = settings.demo_repository.expanduser()
-        log.info("no repository given: serving the demo", extra={"repository": str(repository)})
-        try:
-            build_demo(repository)
-        except DemoUnavailable as exc:
-            raise ConfigError(
-                f"no model repository given (--repo DIR, INFERD_REPOSITORY) and {exc}"
-            ) from exc
-    entries = scan_repository(repository, settings.model_name)
-    if not entries:
-        log.warning(
-            "the repository holds no model folder: serving nothing until one is loaded "
-            "(<repo>/<model>/<version>/model.onnx; inferd repo check tells what would load)",
-            extra={"repository": str(repository)},
-        )
-    metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
-    engine = Engine(settings, entries, runtime, observer=observer, root=repository)
-    return engine, metrics

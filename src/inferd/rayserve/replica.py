@@ -19,8 +19,8 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 
-from inferd.cli.serve import build_engine
 from inferd.compat.ray_serve import haproxy_ingress
+from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
 from inferd.observability.logs import configure_logging
 from inferd.rayserve.multiplex import ModelAffinity, ModelIds

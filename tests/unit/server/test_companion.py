@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from inferd.cli.serve import build_engine
+from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
 from inferd.server.app import create_app
 from tests.models import affine_model
