@@ -1,4 +1,4 @@
-"""What inferd's replicas rely on of Ray Serve's private state (inferd.compat.ray_serve),
+"""What inferd's replicas rely on of Ray Serve's private state (inferd.compat.ray_internals),
 checked on the Ray installed: a failure here names what an upgrade moved. (In the slow tier:
 it imports Ray. The multiplexing itself runs for real in test_ray.py.)"""
 
@@ -10,12 +10,12 @@ import re
 import ray
 from ray.serve import api, multiplex
 
-from inferd.compat.ray_serve import PUSH, WRAPPER, WRITTEN_FOR, MultiplexedIds, multiplexed_ids
+from inferd.compat.ray_internals import PUSH, WRAPPER, WRITTEN_FOR, MultiplexedIds, multiplexed_ids
 
 
 def test_the_installed_ray_is_the_series_it_was_written_for() -> None:
     assert ray.__version__.startswith(WRITTEN_FOR + "."), (
-        f"inferd.compat.ray_serve was written for Ray {WRITTEN_FOR}, and Ray {ray.__version__} "
+        f"inferd.compat.ray_internals was written for Ray {WRITTEN_FOR}, and Ray {ray.__version__} "
         "is installed: check the contract below, then update WRITTEN_FOR and the pin in "
         "pyproject.toml"
     )

@@ -5,7 +5,7 @@ which the fast tier does not import):
 
 - `uvicorn_http`: uvicorn's httptools protocol and request cycle, which inferd's bounded HTTP
   protocol (inferd.server.http_limits) subclasses to bound and refuse requests before the app;
-- `ray_serve`: Ray Serve's multiplexed model ids of a replica (so that they follow inferd's
+- `ray_internals`: Ray Serve's multiplexed model ids of a replica (so that they follow inferd's
   residency) and whether its direct ingress (HAProxy) is on.
 
 Nothing else in inferd imports a private name of another project. (The gRPC stubs that

@@ -32,7 +32,7 @@ from typing import Any
 
 from ray import serve
 
-from inferd.compat.ray_serve import multiplexed_ids
+from inferd.compat.ray_internals import multiplexed_ids
 from inferd.engine.engine import Engine
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 
-from inferd.compat.ray_serve import haproxy_ingress
+from inferd.compat.ray_internals import haproxy_ingress
 from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
 from inferd.observability.logs import configure_logging
