@@ -73,9 +73,11 @@ def slow_body(rows: int) -> dict[str, Any]:
     }
 
 
-def submit(url: str, route: str, body: dict[str, Any], **extra: Any) -> str:
+def submit(
+    url: str, route: str, body: dict[str, Any], headers: dict[str, str] | None = None, **extra: Any
+) -> str:
     response = httpx.post(
-        f"{url}/v1/jobs", json={"route": route, "body": body, **extra}, timeout=10
+        f"{url}/v1/jobs", json={"route": route, "body": body, **extra}, headers=headers, timeout=10
     )
     assert response.status_code == 202, response.text
     job = response.json()
@@ -289,8 +291,13 @@ def test_a_finished_job_is_posted_to_its_callback(repo: Path, tmp_path: Path) ->
     server = serve(repo, tmp_path, None, "", "--jobs-callback-hosts", f"127.0.0.1:{port}")
     try:
         callback = f"http://127.0.0.1:{port}/done"
+        parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         job_id = submit(
-            server.url, "/v2/models/affine/infer", affine_body(1), callback_url=callback
+            server.url,
+            "/v2/models/affine/infer",
+            affine_body(1),
+            headers={"traceparent": parent},
+            callback_url=callback,
         )
         wait_done(server.url, job_id)
         deadline = time.monotonic() + 15
@@ -301,6 +308,7 @@ def test_a_finished_job_is_posted_to_its_callback(repo: Path, tmp_path: Path) ->
         assert record["id"] == job_id and record["state"] == "succeeded"
         assert record["result"]["outputs"][0]["data"] == [1.0, 3.0, 5.0, 7.0]
         assert headers["x-inferd-job-id"] == job_id
+        assert headers["traceparent"] == parent  # the submitter's trace, carried on
         other = httpx.post(
             f"{server.url}/v1/jobs",
             json={

@@ -67,6 +67,8 @@ class Callbacks:
             self._client = httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False)
         body = orjson.dumps(job.view())
         headers = {"content-type": "application/json", "x-inferd-job-id": job.id}
+        if job.traceparent is not None:  # the submitter's trace goes on to its callback
+            headers["traceparent"] = job.traceparent
         pause = FIRST_PAUSE_S
         for attempt in range(1, ATTEMPTS + 1):
             try:

@@ -50,6 +50,8 @@ class Job:
     """A hash of the API key that submitted it (never the key); None: the server had no keys."""
     lost: bool = False
     """The store lost it: only `id` and `created_at` are known."""
+    traceparent: str | None = None
+    """The W3C `traceparent` of the request that submitted it: its callback carries it on."""
 
     @property
     def done(self) -> bool:
@@ -125,6 +127,7 @@ class Job:
             status=int(status) if status is not None else None,
             result=text.get("result"),
             owner=text["owner"].decode() if "owner" in text else None,
+            traceparent=text["traceparent"].decode() if "traceparent" in text else None,
         )
 
 

@@ -131,6 +131,7 @@ class RedisJobStore:
             callback_url=job.callback_url,
             id=epoch.issue(time.time()),
             owner=job.owner,
+            traceparent=job.traceparent,
         )
         fields: list[Any] = []
         for name, value in queued.to_fields().items():

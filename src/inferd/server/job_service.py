@@ -31,7 +31,7 @@ from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound, ResultBound
 from inferd.jobs.worker import JobWorker
 from inferd.observability.live import LiveWindow
 from inferd.observability.observer import JobsLost, Observer, notify
-from inferd.observability.trace import RequestTrace, tracing
+from inferd.observability.trace import RequestTrace, current_trace, tracing
 from inferd.server.dataplane import DataPlane
 from inferd.server.errors import error_response
 
@@ -145,6 +145,7 @@ class Jobs:
             body=orjson.dumps(body),
             callback_url=callback_url,
             owner=owner_of(api_key) if self.owned else None,
+            traceparent=current_trace().traceparent,
         )
         return await self.store.submit(job)
 

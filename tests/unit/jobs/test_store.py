@@ -61,3 +61,14 @@ async def test_an_answer_that_does_not_fit_fails_its_job_with_5030() -> None:
     assert first.state is JobState.SUCCEEDED
     second = await run(store, Job(route="/embed", body=b"{}"), orjson.dumps({"a": "y" * 20}))
     assert second.state is JobState.FAILED and second.view()["error"]["code"] == 5030
+
+
+def test_a_job_record_keeps_its_submitters_traceparent_through_the_store_fields() -> None:
+    from inferd.jobs.record import Job
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job = Job(route="/embed", body=b"{}", callback_url="http://h/x", traceparent=parent)
+    fields = {k.encode(): v for k, v in job.to_fields().items()}
+    assert Job.from_fields(fields).traceparent == parent
+    untraced = {k.encode(): v for k, v in Job(route="/embed", body=b"{}").to_fields().items()}
+    assert Job.from_fields(untraced).traceparent is None
