@@ -11,7 +11,7 @@ import numpy as np
 
 from inferd.batching import BatcherSettings
 from inferd.config.model import ModelConfig
-from inferd.engine.batched import batcher_settings as engine_batcher_settings
+from inferd.engine.kinds.batched import batcher_settings as engine_batcher_settings
 from inferd.errors import InferdError
 from inferd.runtime.protocol import Array
 

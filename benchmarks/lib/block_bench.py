@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import machine_description
 from generate_bench import CASES, MODEL, build_repo
-from inferd.engine.loading import load_instances
+from inferd.engine.versions.loading import load_instances
 from inferd.generation.decoder import NEXT_IDS, TOKENS
 from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams

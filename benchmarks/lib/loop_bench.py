@@ -46,8 +46,8 @@ DRIVER = r"""
 import asyncio, json, sys, time
 from pathlib import Path
 import numpy as np
-from inferd.engine.decoder_parts import load_generation
-from inferd.engine.loading import load_instances
+from inferd.engine.kinds.decoder_parts import load_generation
+from inferd.engine.versions.loading import load_instances
 from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import Scheduler
 from inferd.repository.scan import scan_model

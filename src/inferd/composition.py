@@ -9,7 +9,7 @@ import logging
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
-from inferd.engine.version_loader import RuntimeLoader
+from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.errors import ConfigError
 from inferd.observability.metrics import Metrics
 from inferd.repository.scan import scan_repository

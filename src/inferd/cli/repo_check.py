@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from inferd.config.model import RuntimeOptions
-from inferd.engine.loading import load_instances
 from inferd.engine.rollout import ServingPolicy
+from inferd.engine.versions.loading import load_instances
 from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
 from inferd.runtime.placement import one_instance, placements

@@ -9,7 +9,7 @@ import sys
 
 from inferd.composition import build_engine
 from inferd.config.server import ServerSettings
-from inferd.engine.version_loader import RuntimeLoader
+from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.grpc_v2.server import GrpcServer
 from inferd.observability.live import LiveWindow
 from inferd.observability.logs import configure_logging

@@ -6,12 +6,12 @@ the server or a web framework, and it is handed its runtime loader by the compos
 """
 
 from inferd.engine.engine import Engine
-from inferd.engine.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
-from inferd.engine.registry import Readiness
-from inferd.engine.servable import Classified, Embeddings, Reranked
-from inferd.engine.specs import served_shape
-from inferd.engine.version import Version, VersionState
-from inferd.engine.version_loader import RuntimeLoader
+from inferd.engine.kinds.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
+from inferd.engine.kinds.servable import Classified, Embeddings, Reranked
+from inferd.engine.kinds.specs import served_shape
+from inferd.engine.versions.registry import Readiness
+from inferd.engine.versions.version import Version, VersionState
+from inferd.engine.versions.version_loader import RuntimeLoader
 
 __all__ = [
     "FINAL",

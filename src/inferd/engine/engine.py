@@ -3,11 +3,11 @@
 It composes the registry (which version answers), the loader (what serves), and admission (may
 this request start, by when is it due, what a drain waits for), and runs each request on the
 version's servable (through its response cache when it has one), with its parts: routing (the
-version a request gets, written in its trace: inferd.engine.routing), outcomes (the version's
-statistics, a rollout's windows and shadow traffic: inferd.engine.outcomes), the early refusal
-(inferd.engine.early_refusal) and its life (start, readiness, abort, close:
-inferd.engine.lifecycle). It never imports a web framework, and it does not choose the runtime:
-the composition root (the CLI) passes a runtime loader in.
+version a request gets, written in its trace: inferd.engine.requests.routing), outcomes (the
+version's statistics, a rollout's windows and shadow traffic: inferd.engine.requests.outcomes),
+the early refusal (inferd.engine.requests.early_refusal) and its life (start, readiness, abort,
+close: inferd.engine.versions.lifecycle). It never imports a web framework, and it does not
+choose the runtime: the composition root passes a runtime loader in.
 """
 
 from __future__ import annotations
@@ -18,25 +18,25 @@ from typing import TypeVar
 
 from inferd.clients import current_client
 from inferd.config.server import ServerSettings
-from inferd.engine import agreement, cached
-from inferd.engine.admission import Admission
-from inferd.engine.cached import Answer
-from inferd.engine.early_refusal import refusal_before_reading
-from inferd.engine.generation import Generation
-from inferd.engine.generation_start import GenerationStart
-from inferd.engine.lifecycle import Lifecycle
-from inferd.engine.load_limits import LoadLimits
-from inferd.engine.loader import Loader
-from inferd.engine.outcomes import Outcomes
-from inferd.engine.registry import Readiness, Registry
-from inferd.engine.residency import Residency
-from inferd.engine.residency_record import ResidencyFacts
-from inferd.engine.response_cache import ResponseCache
+from inferd.engine.kinds.generation import Generation
+from inferd.engine.kinds.servable import Classified, Embeddings, Reranked, Servable
+from inferd.engine.requests import agreement, cached
+from inferd.engine.requests.admission import Admission
+from inferd.engine.requests.cached import Answer
+from inferd.engine.requests.early_refusal import refusal_before_reading
+from inferd.engine.requests.generation_start import GenerationStart
+from inferd.engine.requests.outcomes import Outcomes
+from inferd.engine.requests.response_cache import ResponseCache
+from inferd.engine.requests.routing import Routing
+from inferd.engine.resident.load_limits import LoadLimits
+from inferd.engine.resident.residency import Residency
+from inferd.engine.resident.residency_record import ResidencyFacts
 from inferd.engine.rollout import Rollouts, ServingPolicy
-from inferd.engine.routing import Routing
-from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
-from inferd.engine.version import Version
-from inferd.engine.version_loader import RuntimeLoader
+from inferd.engine.versions.lifecycle import Lifecycle
+from inferd.engine.versions.loader import Loader
+from inferd.engine.versions.registry import Readiness, Registry
+from inferd.engine.versions.version import Version
+from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.errors import InferdError
 from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
@@ -222,8 +222,8 @@ class Engine:
         sampling: SamplingRequest,
         version: str | None = None,
     ) -> Generation:
-        """Admits and queues a generation (inferd.engine.generation_start). The handle holds
-        an in-flight slot until its stream ends or it is closed."""
+        """Admits and queues a generation (inferd.engine.requests.generation_start). The handle
+        holds an in-flight slot until its stream ends or it is closed."""
         (generation,) = await self._starts.start(model, prompt, sampling, version)
         return generation
 
@@ -241,7 +241,7 @@ class Engine:
         arriving: int = 0,
     ) -> InferdError | None:
         """What every request to `model` would be refused with now, whatever its body holds
-        (inferd.engine.early_refusal); None when the request must be read to know."""
+        (inferd.engine.requests.early_refusal); None when the request must be read to know."""
         return refusal_before_reading(
             self.admission, self.registry, model, version, purpose, arriving
         )

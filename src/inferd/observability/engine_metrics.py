@@ -51,7 +51,7 @@ class CacheFacts(Protocol):
 
 
 class ResidencyFacts(Protocol):
-    """A version's residency (inferd.engine.residency), as the metrics read it."""
+    """A version's residency (inferd.engine.resident.residency), as the metrics read it."""
 
     @property
     def model(self) -> str: ...

@@ -56,7 +56,7 @@ def _version(served: Version, queue_depth: int) -> dict[str, Any]:
         "state": served.state.value,
         "reason": served.reason,
         "queue_depth": queue_depth,
-        # what its load added to memory, while it is in memory (inferd.engine.residency);
+        # what its load added to memory, while it is in memory (inferd.engine.resident.residency);
         # nothing where the load measured none (not "0 MB")
         "resident_mb": (
             max(0.1, round(served.footprint_bytes / 2**20, 1))

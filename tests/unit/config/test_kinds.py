@@ -11,8 +11,8 @@ import pytest
 
 from inferd.config.kinds import KINDS, TaskName, Verb
 from inferd.config.model import ModelConfig
-from inferd.engine.servable import Servable
-from inferd.engine.version_loader import servable_class
+from inferd.engine.kinds.servable import Servable
+from inferd.engine.versions.version_loader import servable_class
 
 PACKAGE = Path(__file__).resolve().parents[3] / "src" / "inferd"
 VERB_METHODS = {verb: "_infer" if verb == "infer" else verb for verb in get_args(Verb)}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.engine import agreement
-from inferd.engine.servable import Classified, Embeddings, Reranked
+from inferd.engine.kinds.servable import Classified, Embeddings, Reranked
+from inferd.engine.requests import agreement
 from inferd.tasks.classification import top_k
 
 LABELS = ["positive", "negative"]

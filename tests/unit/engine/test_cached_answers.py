@@ -12,7 +12,7 @@ import pytest
 
 from inferd.clients import ANONYMOUS, Client, address_client
 from inferd.engine import Engine
-from inferd.engine.cached import partition_of, request_key
+from inferd.engine.requests.cached import partition_of, request_key
 from inferd.observability.trace import RequestTrace, tracing
 from tests.unit.engine.repo import FakeRuntime, add_model, engine_for, fake_loader
 

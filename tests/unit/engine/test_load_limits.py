@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from inferd.clients import Client, address_client
-from inferd.engine import load_limits
-from inferd.engine.load_limits import LoadLimits
+from inferd.engine.resident import load_limits
+from inferd.engine.resident.load_limits import LoadLimits
 from inferd.errors import ErrorCode, TooManyLoadsError
 
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from inferd.engine.response_cache import COALESCED, HIT, MISS, ResponseCache
+from inferd.engine.requests.response_cache import COALESCED, HIT, MISS, ResponseCache
 from inferd.errors import DeadlineExceededError
 from tests.fakes import Clock
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from inferd.config.model import GenerationConfig
-from inferd.engine.decoder_parts import GenerationParts
-from inferd.engine.loading import load_instances
+from inferd.engine.kinds.decoder_parts import GenerationParts
+from inferd.engine.versions.loading import load_instances
 from inferd.errors import InputTooLongError, InvalidInputError, QueueFullError
 from inferd.generation.batch import shared_prefill
 from inferd.generation.chat import load_chat_template

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.engine.residency_record import ResidencyFacts
+from inferd.engine.resident.residency_record import ResidencyFacts
 from inferd.observability.gateway_metrics import GatewayCollector
 
 

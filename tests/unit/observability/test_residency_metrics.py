@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.engine.residency_record import ResidencyFacts
+from inferd.engine.resident.residency_record import ResidencyFacts
 from inferd.observability.engine_metrics import _residency_metrics
 
 MB = 2**20

@@ -184,7 +184,7 @@ def test_memory_is_shown_only_where_a_load_measured_some() -> None:
     """A version whose load added nothing measurable shows no figure (not "0 MB"); a small
     one shows at least 0.1 MB."""
     from inferd.config.model import ModelConfig
-    from inferd.engine.version import Version, VersionState
+    from inferd.engine.versions.version import Version, VersionState
     from inferd.server.status_view import _version
 
     served = Version("m", 1, ModelConfig())

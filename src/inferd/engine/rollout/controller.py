@@ -30,8 +30,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from inferd.config.model import RolloutConfig
-from inferd.engine.loader import Loader
-from inferd.engine.registry import Registry
 from inferd.engine.rollout.decisions import Decisions
 from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
 from inferd.engine.rollout.policy import ServingPolicy
@@ -39,7 +37,9 @@ from inferd.engine.rollout.router import BASELINE, Router, Window
 from inferd.engine.rollout.store import RolloutRecord, Status
 from inferd.engine.rollout.view import RolloutView
 from inferd.engine.rollout.watcher import RepositoryWatcher
-from inferd.engine.version import Version
+from inferd.engine.versions.loader import Loader
+from inferd.engine.versions.registry import Registry
+from inferd.engine.versions.version import Version
 from inferd.errors import InferdError, InvalidInputError, NotFoundError
 from inferd.observability.observer import Observer, RolloutDecided, notify
 

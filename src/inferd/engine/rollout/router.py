@@ -17,7 +17,7 @@ the same minutes, and, with a baseline, two of the same share of traffic.
 
 Shadow traffic. `shadow_percent` of the requests routed to the stable version also run on the
 candidate, in the background, after the client's answer is computed (never delaying or
-failing it), and the two answers are compared (inferd.engine.agreement). Shadow work is the
+failing it), and the two answers are compared (inferd.engine.requests.agreement). Shadow work is the
 first shed: none while anything waits in either version's queue; and it runs as background
 work (inferd.runtime.priority).
 """
@@ -32,11 +32,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from inferd.engine.registry import Registry
 from inferd.engine.rollout.judge import Sample, Shadowed
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.statistics import quantile
-from inferd.engine.version import Version
+from inferd.engine.versions.registry import Registry
+from inferd.engine.versions.version import Version
 from inferd.observability.observer import Observer, Routed, ShadowOutcome, notify
 from inferd.runtime import priority
 

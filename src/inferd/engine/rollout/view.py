@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from inferd.engine.registry import Registry
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router
 from inferd.engine.rollout.store import Status
+from inferd.engine.versions.registry import Registry
 from inferd.errors import NotFoundError
 
 NO_ROLLOUT = "none"

@@ -10,8 +10,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from inferd.engine.registry import Registry
 from inferd.engine.rollout.policy import ServingPolicy
+from inferd.engine.versions.registry import Registry
 from inferd.errors import NotFoundError
 from inferd.repository.scan import scan_model
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from inferd.batching import Timing
-from inferd.engine.batched import BatchedServable, start_batcher
-from inferd.engine.build import BuildContext
-from inferd.engine.validation import validate_feeds
+from inferd.engine.kinds.batched import BatchedServable, start_batcher
+from inferd.engine.kinds.build import BuildContext
+from inferd.engine.kinds.validation import validate_feeds
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds
 

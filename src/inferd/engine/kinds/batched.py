@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 from inferd.batching import BatcherSettings, DynamicBatcher, build_layout
 from inferd.config.model import ModelConfig
-from inferd.engine.loading import LoadedModel
-from inferd.engine.servable import Servable
+from inferd.engine.kinds.servable import Servable
+from inferd.engine.versions.loading import LoadedModel
 from inferd.errors import InferdError
 from inferd.observability.observer import Observer
 from inferd.runtime.pool import close_off_loop

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 
 from inferd.config.model import ModelConfig
-from inferd.engine.cached import Answer
-from inferd.engine.response_cache import MISS, ResponseCache
-from inferd.engine.servable import ParameterSpec, Servable
+from inferd.engine.kinds.servable import ParameterSpec, Servable
+from inferd.engine.requests.cached import Answer
+from inferd.engine.requests.response_cache import MISS, ResponseCache
 from inferd.errors import UnavailableError
 from inferd.observability.observer import (
     BatchRan,
@@ -50,7 +50,8 @@ class Version:
         """Failed, but an older version serves in its place (readiness is not held back)."""
         self.load_s: float | None = None
         self.footprint_bytes: int | None = None
-        """What its last load added to the process's resident memory (inferd.engine.residency)."""
+        """What its last load added to the process's resident memory
+        (inferd.engine.resident.residency)."""
         self.device_footprint: dict[int, int] | None = None
         """What its last load added to the memory used on each GPU its instances run on (by
         GPU index; empty on the CPU only; None until measured, or without NVML to measure)."""

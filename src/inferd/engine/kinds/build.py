@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
-from inferd.engine.loading import LoadedModel
+from inferd.engine.versions.loading import LoadedModel
 from inferd.observability.observer import Observer
 
 

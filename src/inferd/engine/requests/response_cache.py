@@ -3,7 +3,7 @@ time to live, and single flight: a request identical to one still running waits 
 one's answer instead of running again.
 
 One cache belongs to one model version (the engine looks each request to the version up in it:
-`inferd.engine.cached`), so the version is part of every key by construction, and a version
+`inferd.engine.requests.cached`), so the version is part of every key by construction, and a version
 that is retired or reloaded takes its entries with it. Runs on the event loop only: no locks.
 
 A failure is never shared: when the request that runs fails (its own deadline, its client

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import functools
 
-from inferd.engine.admission import Admission
-from inferd.engine.generation import Generation
-from inferd.engine.outcomes import Outcomes
-from inferd.engine.residency import Residency
-from inferd.engine.routing import Routing
-from inferd.engine.version import Version
+from inferd.engine.kinds.generation import Generation
+from inferd.engine.requests.admission import Admission
+from inferd.engine.requests.outcomes import Outcomes
+from inferd.engine.requests.routing import Routing
+from inferd.engine.resident.residency import Residency
+from inferd.engine.versions.version import Version
 from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq

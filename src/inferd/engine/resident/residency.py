@@ -7,16 +7,16 @@ measured when it loads (the process's resident memory before and after: the runt
 and the warm-up included; loads are one at a time, so the difference is that version's). When
 a load would take the versions in memory over `model_memory_budget_mb` (or their count over
 `max_loaded_versions`, or what the versions on a GPU hold of its memory over
-`device_memory_budget_mb`: inferd.engine.budget), the least recently used idle `on_demand`
+`device_memory_budget_mb`: inferd.engine.resident.budget), the least recently used idle `on_demand`
 versions are evicted first (for a GPU's memory, only those holding some of it): never one
 with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. When
 the idle ones do not suffice, nothing is evicted and the load waits for busy ones to go idle,
 for as long as a request waits for it (each within its deadline, then 5030 with the reason);
 a load that could not fit even with every version that may go gone (on demand, not in a
 rollout) is refused 5030 at once, and one that can never fit the budget beside the pinned
-versions (inferd.engine.budget.Budget.never_fits) 5071. Nothing serving is touched. An
+versions (inferd.engine.resident.budget.Budget.never_fits) 5071. Nothing serving is touched. An
 evicted version's footprint is remembered: its next load is budgeted by it. The request
-that starts a load counts it against its client's limit (inferd.engine.load_limits: 4291
+that starts a load counts it against its client's limit (inferd.engine.resident.load_limits: 4291
 over it); one that finds its version resident or loading counts nothing.
 """
 
@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from inferd.clients import current_client
-from inferd.engine.budget import Budget, Need, device_mb, mb
-from inferd.engine.heap import SettleLater
-from inferd.engine.load_limits import LoadLimits
-from inferd.engine.residency_record import Record, ResidencyFacts
-from inferd.engine.version import Version, VersionState
+from inferd.engine.resident.budget import Budget, Need, device_mb, mb
+from inferd.engine.resident.heap import SettleLater
+from inferd.engine.resident.load_limits import LoadLimits
+from inferd.engine.resident.residency_record import Record, ResidencyFacts
+from inferd.engine.versions.version import Version, VersionState
 from inferd.errors import (
     DeadlineExceededError,
     ModelTooLargeError,
@@ -76,8 +76,8 @@ class Residency:
         every registered version; `pinned_anyway`: an `on_demand` version kept like a pinned
         one (a zero-shot model's base, which the zero-shot model holds); `disk_bytes`: the size
         of a version's files, from which a version never loaded is budgeted
-        (inferd.engine.budget.UNMEASURED_FACTOR times it); `load_limits`: the on-demand loads
-        each client may cause (None: no limit)."""
+        (inferd.engine.resident.budget.UNMEASURED_FACTOR times it); `load_limits`: the on-demand
+        loads each client may cause (None: no limit)."""
         self._budget = Budget(budget_mb, max_versions, device_budget_mb, disk_bytes)
         self._load = load
         self._evict = evict
@@ -96,7 +96,7 @@ class Residency:
         """One for each load waiting for room: set when an on-demand version goes idle."""
         self._aborted = False
         self._settling = SettleLater()
-        """The heap settled after loads and evictions (inferd.engine.heap)."""
+        """The heap settled after loads and evictions (inferd.engine.resident.heap)."""
         self._load_limits = load_limits
 
     def on_demand(self, version: Version) -> bool:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.batching import Timing
-from inferd.engine.batched import BatchedServable, start_batcher
-from inferd.engine.build import BuildContext
-from inferd.engine.servable import TEXT_INPUT, Classified, Embeddings, Servable
+from inferd.engine.kinds.batched import BatchedServable, start_batcher
+from inferd.engine.kinds.build import BuildContext
+from inferd.engine.kinds.servable import TEXT_INPUT, Classified, Embeddings, Servable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, Head, TensorSpec

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 from inferd.config.model import ModelConfig
-from inferd.engine.servable import Classified, Servable
-from inferd.engine.text import TEXT_INPUTS, LabelsOverV2, label_outputs, report_classified
+from inferd.engine.kinds.servable import Classified, Servable
+from inferd.engine.kinds.text import TEXT_INPUTS, LabelsOverV2, label_outputs, report_classified
 from inferd.errors import InvalidInputError
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace

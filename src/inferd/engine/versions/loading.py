@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model import ModelConfig, RuntimeOptions
-from inferd.engine.decoder_parts import GenerationParts, load_generation, warm_up_decoder
-from inferd.engine.specs import apply_overrides, check_batch_axis
-from inferd.engine.text_pipeline import TextPipeline
+from inferd.engine.kinds.decoder_parts import GenerationParts, load_generation, warm_up_decoder
+from inferd.engine.kinds.specs import apply_overrides, check_batch_axis
+from inferd.engine.kinds.text_pipeline import TextPipeline
 from inferd.runtime.datatypes import numpy_dtype
 from inferd.runtime.placement import available_cores, cores_held, placements, solo_placement
 from inferd.runtime.pool import InstancePool

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
-from inferd.engine.memory import MemoryGate
+from inferd.engine.requests.memory import MemoryGate
 from inferd.errors import InferdError, QueueFullError, UnavailableError
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What a request's outcome feeds: its version's statistics and, in a rollout, the version's
 window (inferd.engine.rollout.router), with shadow traffic: a request routed to the stable
 version may run again on the candidate, in the background, the two answers compared
-(inferd.engine.agreement)."""
+(inferd.engine.requests.agreement)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from inferd.engine.agreement import tokens as agreeing_tokens
+from inferd.engine.requests.agreement import tokens as agreeing_tokens
 from inferd.engine.rollout import Rollouts
-from inferd.engine.version import Version
+from inferd.engine.versions.version import Version
 from inferd.errors import ErrorCode, InferdError
 from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest

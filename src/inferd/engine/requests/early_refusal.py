@@ -4,9 +4,9 @@ overload answers at once instead of reading what it will refuse."""
 
 from __future__ import annotations
 
-from inferd.engine.admission import Admission
-from inferd.engine.registry import Registry
-from inferd.engine.servable import Servable
+from inferd.engine.kinds.servable import Servable
+from inferd.engine.requests.admission import Admission
+from inferd.engine.versions.registry import Registry
 from inferd.errors import InferdError, QueueFullError
 
 

@@ -1,7 +1,8 @@
 """Loading one version: its runtime instances, warmed up off the event loop
-(inferd.engine.loading), then the servable its kind names (inferd.config.kinds: `servable`),
-built over them; a kind built over a base (zero-shot) is built over its base model's servable.
-Loading never raises: a failure is recorded on the version (its state and reason) and logged."""
+(inferd.engine.versions.loading), then the servable its kind names (inferd.config.kinds:
+`servable`), built over them; a kind built over a base (zero-shot) is built over its base
+model's servable. Loading never raises: a failure is recorded on the version (its state and
+reason) and logged."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from typing import Any
 from inferd.config.kinds import Kind
 from inferd.config.model import RuntimeOptions
 from inferd.config.server import ServerSettings
-from inferd.engine.budget import device_mb, placed_gpus
-from inferd.engine.build import BuildContext
-from inferd.engine.loading import LoadedModel, load_instances
-from inferd.engine.memory import resident_bytes
-from inferd.engine.registry import Registry
-from inferd.engine.servable import Servable
-from inferd.engine.version import Version
+from inferd.engine.kinds.build import BuildContext
+from inferd.engine.kinds.servable import Servable
+from inferd.engine.requests.memory import resident_bytes
+from inferd.engine.resident.budget import device_mb, placed_gpus
+from inferd.engine.versions.loading import LoadedModel, load_instances
+from inferd.engine.versions.registry import Registry
+from inferd.engine.versions.version import Version
 from inferd.errors import InferdError
 from inferd.observability.gpu import device_memory_used
 from inferd.observability.observer import Observer
@@ -33,7 +34,7 @@ from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Runtime
 from inferd.runtime.share import RuntimeShare
 
-log = logging.getLogger("inferd.engine.loader")  # (the loader's lines keep its name)
+log = logging.getLogger("inferd.engine.versions.loader")  # (the loader's lines keep its name)
 
 RuntimeLoader = Callable[[Path, RuntimeOptions], Runtime]
 """Opens one runtime instance of a model file (the composition root chooses: ONNX Runtime)."""

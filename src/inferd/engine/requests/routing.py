@@ -5,9 +5,9 @@ the request's trace."""
 
 from __future__ import annotations
 
-from inferd.engine.registry import Registry
 from inferd.engine.rollout import Rollouts
-from inferd.engine.version import Version
+from inferd.engine.versions.registry import Registry
+from inferd.engine.versions.version import Version
 from inferd.errors import InferdError
 from inferd.observability.trace import current_trace
 

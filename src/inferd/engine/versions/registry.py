@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
-from inferd.engine.cached import Answer
-from inferd.engine.response_cache import ResponseCache
-from inferd.engine.version import Version, VersionState
+from inferd.engine.requests.cached import Answer
+from inferd.engine.requests.response_cache import ResponseCache
+from inferd.engine.versions.version import Version, VersionState
 from inferd.errors import InvalidInputError, NotFoundError, UnavailableError
 from inferd.repository.scan import ModelEntry, valid_name
 from inferd.runtime.dispatch import InstanceLoad

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.engine.version import Version, VersionState
+from inferd.engine.versions.version import Version, VersionState
 
 
 @dataclass

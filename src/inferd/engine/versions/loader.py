@@ -1,7 +1,7 @@
 """The loader: turns repository entries into serving versions, at start-up (in the background,
 with fallback to an older version), on the admin's load and unload, for rollouts (a candidate
 beside the versions serving, a baseline outside the registry) and for residency (a version
-loaded on demand, or evicted). One version is loaded by inferd.engine.version_loader, which
+loaded on demand, or evicted). One version is loaded by inferd.engine.versions.version_loader, which
 never raises: a failure is the version's, and the other models serve. One change per model
 runs at a time.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 
 from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
-from inferd.engine.heap import settle
-from inferd.engine.memory import release_freed
-from inferd.engine.registry import Registry
-from inferd.engine.residency import NOT_RESIDENT
-from inferd.engine.version import Version, VersionState
-from inferd.engine.version_loader import RuntimeLoader, VersionLoader
+from inferd.engine.requests.memory import release_freed
+from inferd.engine.resident.heap import settle
+from inferd.engine.resident.residency import NOT_RESIDENT
+from inferd.engine.versions.registry import Registry
+from inferd.engine.versions.version import Version, VersionState
+from inferd.engine.versions.version_loader import RuntimeLoader, VersionLoader
 from inferd.errors import ConfigError, InvalidInputError, NotFoundError, UnavailableError
 from inferd.observability.observer import Observer
 from inferd.repository.scan import (
@@ -52,8 +52,8 @@ class Loader:
         """`draining`: whether the server drains; `in_flight`: the requests it holds;
         `select`: the serving policy, which versions of a scanned model serve
         (inferd.engine.rollout.policy); `on_demand`: a version left unloaded at start, for
-        its first request to load (inferd.engine.residency); `loaded_by_admin`: told of each
-        version an admin's load brought into memory (the residency budget makes room)."""
+        its first request to load (inferd.engine.resident.residency); `loaded_by_admin`: told of
+        each version an admin's load brought into memory (the residency budget makes room)."""
         self._registry = registry
         self._settings = settings
         self._versions = VersionLoader(
@@ -267,7 +267,7 @@ class Loader:
         async with self._model_locks.setdefault(version.model, asyncio.Lock()):
             if version.ready:
                 return
-            # (no collection here, others serve: inferd.engine.residency settles later)
+            # (no collection here, others serve: inferd.engine.resident.residency settles later)
             await self._versions.load(self._registry.entries[version.model], version)
 
     def disk_bytes(self, version: Version) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from inferd.engine.servable import Classified, Embeddings, Reranked
+from inferd.engine.kinds.servable import Classified, Embeddings, Reranked
 from inferd.runtime.protocol import Array
 
 

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inferd.clients import Client
-from inferd.engine.response_cache import MISS, ResponseCache
-from inferd.engine.servable import Classified, Embeddings, Reranked, Servable
+from inferd.engine.kinds.servable import Classified, Embeddings, Reranked, Servable
+from inferd.engine.requests.response_cache import MISS, ResponseCache
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 
 from inferd.config.model import GenerationConfig
-from inferd.engine.build import BuildContext
-from inferd.engine.decoder_parts import GenerationParts
-from inferd.engine.servable import ParameterSpec, Servable
+from inferd.engine.kinds.build import BuildContext
+from inferd.engine.kinds.decoder_parts import GenerationParts
+from inferd.engine.kinds.servable import ParameterSpec, Servable
 from inferd.errors import InputTooLongError, InvalidInputError
 from inferd.generation.chat import Conversation, Prompt
 from inferd.generation.chat_tokens import ChatEncoder

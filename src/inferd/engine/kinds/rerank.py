@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inferd.engine.build import BuildContext
-from inferd.engine.servable import Reranked
-from inferd.engine.text import TextServable
+from inferd.engine.kinds.build import BuildContext
+from inferd.engine.kinds.servable import Reranked
+from inferd.engine.kinds.text import TextServable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, TensorSpec

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from inferd.config.server import ServerSettings
-from inferd.engine.admission import Admission
-from inferd.engine.loader import Loader
-from inferd.engine.registry import Readiness, Registry
-from inferd.engine.residency import Residency
+from inferd.engine.requests.admission import Admission
+from inferd.engine.resident.residency import Residency
 from inferd.engine.rollout import Rollouts
+from inferd.engine.versions.loader import Loader
+from inferd.engine.versions.registry import Readiness, Registry
 
 
 class Lifecycle:

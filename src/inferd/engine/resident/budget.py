@@ -1,4 +1,4 @@
-"""The budgets that versions in memory are held to (inferd.engine.residency): the host's
+"""The budgets that versions in memory are held to (inferd.engine.resident.residency): the host's
 resident memory (`model_memory_budget_mb`), their count (`max_loaded_versions`), and each GPU's
 device memory (`device_memory_budget_mb`, per device: the versions whose instances run on GPU
 d may hold that much of d's memory). What a version needs of each is what its last load was
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model import ModelConfig
-from inferd.engine.version import Version
+from inferd.engine.versions.version import Version
 from inferd.runtime.placement import GPU_PROVIDERS, placements
 
 UNMEASURED_FACTOR = 2.0
