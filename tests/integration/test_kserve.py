@@ -99,7 +99,9 @@ def test_the_runtime_serves_the_storage_initializers_layout_by_the_services_name
     args[args.index("--host") + 1] = "127.0.0.1"
     port_at = args.index("--port")
     del args[port_at : port_at + 2]  # start_server picks a free port
-    server = start_server(None, tmp_path / "server.log", *args[1:])
+    keys = tmp_path / "admin.keys"
+    keys.write_text("admin-key\n")
+    server = start_server(None, tmp_path / "server.log", *args[1:], "--admin-keys-file", str(keys))
     try:
         probe = container["readinessProbe"]["httpGet"]["path"]
         assert httpx.get(server.url + probe, timeout=10).status_code == 200
@@ -114,6 +116,14 @@ def test_the_runtime_serves_the_storage_initializers_layout_by_the_services_name
         assert len(embedded.json()["data"][0]["embedding"]) == 384
         task = httpx.post(server.url + "/embed", json={"model": name, "texts": ["hi"]}, timeout=30)
         assert task.status_code == 200, task.text
+        # an admin's unload and load find the one model at the top of /mnt/models again
+        admin = {"Authorization": "Bearer admin-key"}
+        for action in ("unload", "load"):
+            done = httpx.post(
+                f"{server.url}/v2/repository/models/{name}/{action}", headers=admin, timeout=60
+            )
+            assert done.status_code == 200, (action, done.text)
+        assert httpx.get(f"{server.url}/v2/models/{name}/ready").status_code == 200
         path = runtime["spec"]["annotations"]["prometheus.kserve.io/path"]
         assert (
             f'inferd_model_ready{{model="{name}",version="1"}} 1.0'

@@ -1,7 +1,7 @@
 """Scanning `<repo>/<model>/config.yaml` and `<repo>/<model>/<N>/model.onnx`, or a repository
 of one model: `<repo>/model.onnx` (with its `config.yaml` and tokenizer files beside it), as
 KServe's storage initializer lays a model out in `/mnt/models`; that model is version 1, named
-by `model_name` (its config's `name`, else `model`).
+by `model_name` (which wins over its config's `name`), else its config's `name`, else `model`.
 
 A problem with one model or one version is recorded on its entry and never stops the scan: the
 caller reports it and serves the rest.
@@ -92,14 +92,14 @@ def scan_model(folder: Path, name: str | None = None) -> ModelEntry:
         return ModelEntry(name or ONE_MODEL_NAME, folder, None, (), error=str(exc))
     if name is None:
         name = config.name or ONE_MODEL_NAME
-    if config.name is not None and config.name != name:
+    if config.name is not None and config.name != name and not alone:
+        # (a repository of one model is named by the server: KServe's InferenceService name)
         return ModelEntry(
             name,
             folder,
             config,
             (),
-            error=f"{shown}: name '{config.name}' differs from "
-            + ("model_name" if alone else "the folder name"),
+            error=f"{shown}: name '{config.name}' differs from the folder name",
         )
     if not config.needs_versions:
         return ModelEntry(name, folder, config, ())

@@ -37,9 +37,10 @@ def test_without_a_name_its_configs_name_or_model(tmp_path: Path) -> None:
     assert [v.version for v in scan_model(tmp_path / "b").available] == [1]
 
 
-def test_a_name_that_differs_from_the_configs_or_is_not_a_name_is_said(tmp_path: Path) -> None:
+def test_the_servers_name_wins_and_a_name_that_is_not_one_is_said(tmp_path: Path) -> None:
+    # KServe names the model after its InferenceService, whatever the config's name says
     (entry,) = scan_repository(one_model(tmp_path / "a", "name: encoder\n"), "other")
-    assert entry.error == "config.yaml: name 'encoder' differs from model_name"
+    assert entry.error is None and entry.name == "other"
     with pytest.raises(ConfigError, match="not a valid model name"):
         scan_repository(one_model(tmp_path / "b"), "../escape")
 

@@ -150,8 +150,9 @@ class Loader:
         model that serves it."""
         if self._root is None:
             return None
-        if one_model(self._root) and name in self._registry.models():
-            return self._root
+        if one_model(self._root):  # its one model, by the name it is served under (unloaded too)
+            alone = scan_model(self._root, self._settings.model_name).name
+            return self._root if name == alone else self._root / name
         return self._root / name
 
     async def _load_model(self, name: str, folder: Path) -> Version:
