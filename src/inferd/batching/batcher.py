@@ -121,6 +121,11 @@ class DynamicBatcher:
         return len(self._backlog.queue)
 
     @property
+    def queued_requests(self) -> int:
+        """Requests waiting (a request over the batch size, queued in parts, counts once)."""
+        return self._backlog.queued_requests
+
+    @property
     def capacity(self) -> int:
         """The items its queue holds at most (besides those running: how many run depends on
         the batches formed)."""

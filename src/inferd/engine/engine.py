@@ -319,6 +319,9 @@ class Engine:
     def kv_usages(self) -> list[tuple[str, str, int, int]]:
         return self.registry.kv_usages()
 
+    def waiting_requests(self) -> int:
+        return self.registry.waiting_requests()
+
     @property
     def max_loaded_versions(self) -> int:
         return self._settings.max_loaded_versions

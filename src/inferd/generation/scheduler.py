@@ -39,6 +39,7 @@ from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.sequence import twins
+from inferd.generation.slots import SlotKV
 from inferd.generation.step_runner import RunNow, RunStep, StepRunner
 from inferd.generation.waiting import WaitingLine
 from inferd.observability.observer import GenerationTokens, Observer, notify
@@ -94,13 +95,25 @@ class Scheduler:
         return len(self._waiting)
 
     @property
+    def waiting_requests(self) -> int:
+        """Requests none of whose answers has joined the running batch yet."""
+        return sum(1 for seq in self._waiting if seq.twin_of is None)
+
+    @property
     def kv_tokens(self) -> int:
         return self._kv.held_tokens
 
     @property
-    def kv_limit(self) -> int:
-        """The KV cache tokens its running batch may hold at most (max_kv_tokens)."""
-        return self._config.max_kv_tokens
+    def kv_usage(self) -> tuple[int, int]:
+        """How full the KV cache is, as admission sees it: the tokens the running sequences
+        reserve (each its prompt and its most new tokens), and the most they may reserve
+        (`max_kv_tokens`, or a slot store's rows times their positions where that is less).
+        At the limit, no sequence more joins for want of cache."""
+        reserved = sum(seq.budget for seq in self._batch.running)
+        limit = self._config.max_kv_tokens
+        if isinstance(self._kv, SlotKV):
+            limit = min(limit, self._kv.max_rows * self._kv.capacity)
+        return reserved, limit
 
     @property
     def capacity(self) -> int:

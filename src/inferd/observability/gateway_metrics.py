@@ -3,11 +3,14 @@ gateway's endpoint picker (EPP) scrapes from each replica's /metrics to pick whe
 goes, with the protocol's types and meaning, under inferd's names.
 
 - TotalQueuedRequests (gauge): `inferd:num_requests_waiting`, the requests admitted and
-  waiting, in batchers' queues and generators' waiting lines;
+  waiting to start, in batchers' queues and generators' waiting lines (a request counts once,
+  however many texts or answers it holds);
 - TotalRunningRequests (gauge): `inferd:num_requests_running`, those admitted and not waiting
   (running, or being read, tokenized, answered);
-- KVCacheUtilization (gauge): `inferd:kv_cache_usage_perc`, the generators' KV cache tokens
-  held over the most they may hold, 0 to 1 as vLLM gives it (0 without a generator);
+- KVCacheUtilization (gauge): `inferd:kv_cache_usage_perc`, the KV cache tokens the running
+  generations reserve (each its prompt and its most new tokens) over the most they may
+  reserve, 0 to 1 as vLLM gives it: at 1 no generation more joins for want of cache (0
+  without a generator);
 - LoRA adapters (gauge with labels): `inferd:lora_requests_info`, the time of the scrape,
   labelled with the models in memory (`running_lora_adapters`), those being loaded for
   waiting requests (`waiting_lora_adapters`) and how many may be in memory at once
@@ -52,7 +55,7 @@ class GatewayCollector(Collector):
         view = self._view()
         if view is None:
             return
-        waiting = sum(items for _, _, items in view.queue_depths())
+        waiting = view.waiting_requests()
         yield _gauge(
             WAITING, "Requests waiting in the queues (the protocol's TotalQueuedRequests)", waiting
         )

@@ -12,14 +12,14 @@ from inferd.observability.gateway_metrics import GatewayCollector
 
 @dataclass
 class View:
-    depths: list[tuple[str, str, int]] = field(default_factory=list)
+    waiting: int = 0
     flight: int = 0
     kv: list[tuple[str, str, int, int]] = field(default_factory=list)
     facts: list[ResidencyFacts] = field(default_factory=list)
     max_loaded_versions: int = 0
 
-    def queue_depths(self) -> list[tuple[str, str, int]]:
-        return self.depths
+    def waiting_requests(self) -> int:
+        return self.waiting
 
     @property
     def in_flight(self) -> int:
@@ -42,11 +42,11 @@ def read(view: View) -> dict[str, Any]:
 
 
 def test_waiting_is_every_queue_and_running_the_rest_admitted() -> None:
-    samples = read(View(depths=[("a", "1", 3), ("gen", "1", 2)], flight=9))
+    samples = read(View(waiting=5, flight=9))
     assert samples["inferd:num_requests_waiting"][0].value == 5
     assert samples["inferd:num_requests_running"][0].value == 4
     # a request admitted and counted queued before in_flight counts it: never below zero
-    assert read(View(depths=[("a", "1", 3)], flight=1))["inferd:num_requests_running"][0].value == 0
+    assert read(View(waiting=3, flight=1))["inferd:num_requests_running"][0].value == 0
 
 
 def test_kv_cache_use_is_the_generators_tokens_over_their_limits() -> None:

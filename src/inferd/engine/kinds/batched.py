@@ -109,6 +109,10 @@ class BatchedServable(Servable):
         return self._batcher.queued_items
 
     @property
+    def queued_requests(self) -> int:
+        return self._batcher.queued_requests
+
+    @property
     def saturated(self) -> bool:
         return self._batcher.saturated
 

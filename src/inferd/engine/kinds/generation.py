@@ -175,8 +175,12 @@ class GeneratorServable(Servable):
         return self._scheduler.waiting
 
     @property
+    def queued_requests(self) -> int:
+        return self._scheduler.waiting_requests
+
+    @property
     def kv_usage(self) -> tuple[int, int] | None:
-        return self._scheduler.kv_tokens, self._scheduler.kv_limit
+        return self._scheduler.kv_usage
 
     @property
     def saturated(self) -> bool:

@@ -100,6 +100,11 @@ class Servable:
         return 0
 
     @property
+    def queued_requests(self) -> int:
+        """Requests waiting to start (an item count may count one request in parts)."""
+        return 0
+
+    @property
     def kv_usage(self) -> tuple[int, int] | None:
         """A generator's KV cache: the tokens it holds and the most it may hold (None for
         the kinds that keep none)."""

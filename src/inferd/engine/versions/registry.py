@@ -223,6 +223,10 @@ class Registry:
     def queue_depths(self) -> list[tuple[str, str, int]]:
         return [(v.model, str(v.version), v.queued_items) for v in self.all_versions() if v.ready]
 
+    def waiting_requests(self) -> int:
+        """Requests waiting to start, over every version serving."""
+        return sum(v.queued_requests for v in self.all_versions() if v.ready)
+
     def kv_usages(self) -> list[tuple[str, str, int, int]]:
         """Each generator serving: its KV cache tokens held and the most it may hold."""
         return [

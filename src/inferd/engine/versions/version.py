@@ -123,6 +123,10 @@ class Version:
         return self._servable.queued_items if self._servable is not None else 0
 
     @property
+    def queued_requests(self) -> int:
+        return self._servable.queued_requests if self._servable is not None else 0
+
+    @property
     def kv_usage(self) -> tuple[int, int] | None:
         return self._servable.kv_usage if self._servable is not None and self.ready else None
 
