@@ -20,11 +20,11 @@ import tritonclient.grpc as grpcclient
 from tests.generator_model import MODEL as GENERATOR
 from tests.generator_model import build_generator_repo
 from tests.integration.server import RunningServer, start_server
-from tests.models import affine_model
+from tests.models import affine_model, write_config
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_SERVER
-STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+STATUS_UNSET = 0  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_UNSET
 FAST_EXPORT = {
     "OTEL_BSP_SCHEDULE_DELAY": "100",
     "OTEL_METRIC_EXPORT_INTERVAL": "200",
@@ -57,6 +57,7 @@ def traced(
 
     root = build_demo(tmp_path_factory.mktemp("traced") / "repo")
     affine_model(root / "affine" / "1" / "model.onnx")
+    write_config(root / "affine", {"max_batch_size": 8, "residency": "on_demand"})
     build_generator_repo(root)
     log = tmp_path_factory.mktemp("traced-logs") / "server.log"
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, **FAST_EXPORT}
@@ -126,6 +127,9 @@ def test_an_http_request_span_has_the_clients_parent_its_stages_and_its_batch(
     assert batch.trace_id == link[0] and batch.name == "inferd.batch"
     assert batch.attributes["inferd.batch.rows"] >= 2
     assert batch.start_ns == stage["run"].start_ns and batch.end_ns == stage["run"].end_ns
+    assert batch.attributes["inferd.batch.id"] == stage["run"].attributes["inferd.batch.id"]
+    runs = [c for c in children if c.name == "run"]  # one a batch, however many texts in it
+    assert len({r.attributes["inferd.batch.id"] for r in runs}) == len(runs) <= 2
     # the log line names the trace, so a log can be joined to its spans
     line = next(
         line
@@ -153,7 +157,7 @@ def test_a_request_without_a_parent_starts_a_trace_of_its_own(
     assert line["trace_id"] == root.trace_id
 
 
-def test_a_refused_request_span_is_an_error_with_its_code(
+def test_a_refused_request_span_names_its_code_and_stays_unset(
     traced: RunningServer, receiver: OtlpReceiver
 ) -> None:
     header, trace_id, _ = parent_header()
@@ -165,8 +169,10 @@ def test_a_refused_request_span_is_an_error_with_its_code(
     )
     assert response.status_code == 404
     root, _ = request_spans(receiver, trace_id, "POST /embed", set())
-    assert root.status_code == STATUS_ERROR
+    # the client's error, not the server's: the conventions leave a server span's status unset
+    assert root.status_code == STATUS_UNSET
     assert root.attributes["inferd.error.code"] == response.json()["code"]
+    assert root.attributes["error.type"] == str(response.json()["code"])
     assert root.attributes["http.response.status_code"] == 404
 
 
@@ -185,10 +191,12 @@ def test_a_grpc_call_takes_its_parent_from_metadata(
         receiver,
         trace_id,
         "inference.GRPCInferenceService/ModelInfer",
-        {"parse", "queue", "run", "respond"},
+        {"load", "parse", "queue", "run", "respond"},  # (the first request loads `affine`)
     )
     assert root.parent_span_id == parent_id and root.kind == SERVER_KIND
     assert root.attributes["rpc.system"] == "grpc" and root.attributes["inferd.model"] == "affine"
+    assert root.attributes["rpc.service"] == "inference.GRPCInferenceService"
+    assert root.attributes["rpc.method"] == "ModelInfer"
     assert all(within(child, root) for child in children)
 
 

@@ -29,10 +29,12 @@ class Timing:
     parts: list[BatchPart] = field(default_factory=list)
 
     def record(self, part: BatchPart) -> None:
+        """A batch that carried items of the request (recorded once a batch, however many of
+        its items it carried)."""
         self.queue_s = max(self.queue_s, part.started - part.enqueued_at)
         self.run_s = max(self.run_s, part.run_s)
         self.batch_rows = max(self.batch_rows, part.rows)
-        if len(self.parts) < PARTS_KEPT:
+        if len(self.parts) < PARTS_KEPT and all(p.serial != part.serial for p in self.parts):
             self.parts.append(part)
 
     def fill(self, trace: RequestTrace) -> None:

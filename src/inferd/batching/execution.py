@@ -125,7 +125,10 @@ class BatchExecution:
             await self.execute(batch[:half])
             await self.execute(batch[half:])
             return
-        batch[0].fail(error)
+        failed = batch[0]
+        if failed.timing is not None:  # (its trace shows the batch it failed in)
+            failed.timing.record(BatchPart(failed.enqueued_at, started, run_s, sum(rows), serial))
+        failed.fail(error)
         reason = self._health.failed(error)
         if reason is not None:
             self._on_unhealthy(reason)

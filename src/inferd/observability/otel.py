@@ -5,8 +5,8 @@ Off unless an OTLP endpoint is configured with the standard variables
 turns it off whatever they say). The exporter reads the rest of the standard variables itself:
 `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc`, the default, or `http/protobuf`), headers, timeout,
 certificates, `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, and
-the batch processor's `OTEL_BSP_*`. Off, nothing is imported and a request pays one attribute
-test.
+the batch processor's `OTEL_BSP_*`. Off, nothing is imported and a request pays two `is None`
+tests.
 
 Spans are made when a request ends, from what its trace (inferd.observability.trace) measured:
 the request's span (`SERVER` kind) from the moment its first byte was read to its answer, the
@@ -38,12 +38,19 @@ log = logging.getLogger("inferd.otel")
 BATCH_SPANS_KEPT = 4096
 """Batches whose span is remembered for the requests that ran in them still to end."""
 
-_EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
+UNMATCHED = "unmatched"
+"""The endpoint the recorder names a request that matched no route."""
 
 
-def epoch_ns(perf_counter_s: float) -> int:
+def epoch_offset_ns() -> int:
+    """What turns a `time.perf_counter()` reading into nanoseconds since the epoch, now (read
+    for each request: the wall clock may be stepped while the server runs)."""
+    return time.time_ns() - time.perf_counter_ns()
+
+
+def epoch_ns(perf_counter_s: float, offset_ns: int) -> int:
     """A `time.perf_counter()` reading as nanoseconds since the epoch, as spans are timed."""
-    return _EPOCH_OFFSET_NS + int(perf_counter_s * 1e9)
+    return offset_ns + int(perf_counter_s * 1e9)
 
 
 def configured(environ: Mapping[str, str] | None = None, signal: str = "traces") -> bool:
@@ -148,53 +155,56 @@ class RequestSpans:
                 carrier["tracestate"] = trace.tracestate
             parent = self._propagator.extract(carrier)
         ended = time.perf_counter()
-        name = f"{method} {endpoint}" if protocol == "http" else endpoint.lstrip("/")
+        offset = epoch_offset_ns()
+
+        def at(perf_counter_s: float) -> int:
+            return epoch_ns(perf_counter_s, offset)
+
         span = self._tracer.start_span(
-            name,
+            _span_name(protocol, method, endpoint),
             context=parent,
             kind=self._kind.SERVER,
-            start_time=epoch_ns(trace.started),
+            start_time=at(trace.started),
             attributes=_attributes(trace, protocol, method, endpoint, status),
         )
-        if status >= 500 or (trace.error_code is not None and status >= 400):
+        if status >= 500:  # (a client's error is not the server's: its span stays unset)
             span.set_status(self._status(self._code.ERROR, f"inferd code {trace.error_code}"))
         inside = set_span_in_context(span)
         for stage, begun, finished in trace.intervals:
-            self._tracer.start_span(stage, context=inside, start_time=epoch_ns(begun)).end(
-                epoch_ns(finished)
-            )
+            self._tracer.start_span(stage, context=inside, start_time=at(begun)).end(at(finished))
         for part in trace.batches:
             queued = self._tracer.start_span(
-                "queue", context=inside, start_time=epoch_ns(part.enqueued_at)
+                "queue", context=inside, start_time=at(part.enqueued_at)
             )
-            queued.end(epoch_ns(part.started))
-            link = self._link(self._batch_span(trace, part))
+            queued.end(at(part.started))
+            link = self._link(self._batch_span(trace, part, offset))
             ran = self._tracer.start_span(
                 "run",
                 context=inside,
-                start_time=epoch_ns(part.started),
+                start_time=at(part.started),
                 links=[link],
-                attributes={"inferd.batch.rows": part.rows},
+                attributes={"inferd.batch.rows": part.rows, "inferd.batch.id": part.serial},
             )
-            ran.end(epoch_ns(part.started + part.run_s))
-        span.end(epoch_ns(ended))
+            ran.end(at(part.started + part.run_s))
+        span.end(at(ended))
         trace.trace_id = format(span.get_span_context().trace_id, "032x")
 
-    def _batch_span(self, trace: RequestTrace, part: BatchPart) -> SpanContext:
+    def _batch_span(self, trace: RequestTrace, part: BatchPart, offset: int) -> SpanContext:
         """The span of the batch `part` ran in, made by the first of its requests to end."""
         known = self._batches.get(part.serial)
         if known is not None:
             return known
         span = self._tracer.start_span(
             "inferd.batch",
-            start_time=epoch_ns(part.started),
+            start_time=epoch_ns(part.started, offset),
             attributes={
+                "inferd.batch.id": part.serial,
                 "inferd.batch.rows": part.rows,
                 "inferd.model": trace.model or "",
                 "inferd.model.version": trace.version or "",
             },
         )
-        span.end(epoch_ns(part.started + part.run_s))
+        span.end(epoch_ns(part.started + part.run_s, offset))
         context = span.get_span_context()
         self._batches[part.serial] = context
         while len(self._batches) > BATCH_SPANS_KEPT:
@@ -209,23 +219,34 @@ class RequestSpans:
             log.exception("the span exporter failed to shut down")
 
 
+def _span_name(protocol: str, method: str, endpoint: str) -> str:
+    """`POST /embed`, `POST` for a request that matched no route, the gRPC method's full name."""
+    if protocol != "http":
+        return endpoint.lstrip("/")
+    return method if endpoint == UNMATCHED else f"{method} {endpoint}"
+
+
 def _attributes(
     trace: RequestTrace, protocol: str, method: str, endpoint: str, status: int
 ) -> dict[str, Any]:
     found: dict[str, Any] = {"inferd.request_id": trace.request_id}
     if protocol == "http":
         found["http.request.method"] = method
-        found["http.route"] = endpoint
+        if endpoint != UNMATCHED:
+            found["http.route"] = endpoint
         found["http.response.status_code"] = status
     else:
+        service, _, rpc = endpoint.lstrip("/").rpartition("/")
         found["rpc.system"] = "grpc"
-        found["rpc.method"] = endpoint
+        found["rpc.service"] = service
+        found["rpc.method"] = rpc
     if trace.model is not None:
         found["inferd.model"] = trace.model
     if trace.version is not None:
         found["inferd.model.version"] = trace.version
     if trace.error_code is not None:
         found["inferd.error.code"] = trace.error_code
+        found["error.type"] = str(trace.error_code)
     if trace.items:
         found["inferd.items"] = trace.items
     if trace.input_length:

@@ -16,7 +16,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-STAGE_FIELDS = {"tokenize": "preprocess_s", "parse": "preprocess_s", "respond": "postprocess_s"}
+STAGE_FIELDS = {
+    "tokenize": "preprocess_s",
+    "parse": "preprocess_s",
+    "respond": "postprocess_s",
+    "load": "load_s",
+}
 """The stages timed by `RequestTrace.mark` that also add to one of its stage durations (the
 others, such as generation's `prefill` and `decode`, are intervals only)."""
 PARTS_KEPT = 16

@@ -32,10 +32,12 @@ class TensorServable(BatchedServable):
     ) -> dict[str, Array]:
         rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
         timing = Timing()
-        outputs = await self._batcher.submit(feeds, rows, deadline, timing)
         trace = current_trace()
         trace.items = rows
         trace.input_length = sum(int(a.size) for a in feeds.values())
+        try:
+            outputs = await self._batcher.submit(feeds, rows, deadline, timing)
+        finally:  # (a request that failed or timed out shows how far it got)
+            timing.fill(trace)
         trace.output_length = sum(int(a.size) for a in outputs.values())
-        timing.fill(trace)
         return outputs

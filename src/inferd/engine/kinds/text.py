@@ -124,8 +124,10 @@ class TextServable(BatchedServable):
         trace.items = len(encoded.items)
         trace.input_length = sum(encoded.token_counts)
         timing = Timing()
-        outputs = await self._batcher.submit_items(encoded.items, deadline, timing)
-        timing.fill(trace)
+        try:
+            outputs = await self._batcher.submit_items(encoded.items, deadline, timing)
+        finally:  # (a request that failed or timed out shows how far it got)
+            timing.fill(trace)
         return [out[self._output] for out in outputs]
 
 

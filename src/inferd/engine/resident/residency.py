@@ -197,10 +197,10 @@ class Residency:
             self._waiters[key] -= 1
             if not self._waiters[key]:
                 del self._waiters[key]
-            waited = time.perf_counter() - started
+            ended = time.perf_counter()
             record.cold_waits += 1
-            record.cold_wait_s += waited
-            current_trace().load_s += waited
+            record.cold_wait_s += ended - started
+            current_trace().mark("load", started, ended)  # (its load_s too)
 
     async def loaded_by_admin(self, version: Version) -> None:
         """An admin's load brought `version` into memory: the idle on-demand versions go,
