@@ -225,7 +225,12 @@ class Sequence:
         first = None if self.first_token_at is None else self.first_token_at - self.created
         self._trace.answered(
             Answer(
-                len(self.prompt_ids), len(self.generated), self.created, self.first_token_at, now
+                len(self.prompt_ids),
+                len(self.generated),
+                self.created,
+                self.first_token_at,
+                now,
+                shares_prompt=self.twin_of is not None,
             )
         )
         self.finished = Finished(

@@ -141,7 +141,8 @@ class GenAiMetrics:
                 after = answer.ended - answer.first_token_at
                 self.per_token.record(after / (answer.completion_tokens - 1), attributes)
         if answers:
-            prompt = answers[0].prompt_tokens  # (the n answers of one prompt share it)
+            # each prompt once: the n answers to one prompt share it (a list of prompts: each)
+            prompt = sum(a.prompt_tokens for a in answers if not a.shares_prompt)
             self.tokens.record(prompt, {**attributes, "gen_ai.token.type": "input"})
             output = sum(a.completion_tokens for a in answers)
             self.tokens.record(output, {**attributes, "gen_ai.token.type": "output"})

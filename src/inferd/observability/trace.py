@@ -38,6 +38,8 @@ class Answer:
     created: float
     first_token_at: float | None
     ended: float
+    shares_prompt: bool = False
+    """Another answer to the same prompt (of one request's `n`): its prompt counts once."""
 
 
 @dataclass(frozen=True, slots=True)
