@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import (
@@ -18,6 +18,8 @@ from opentelemetry.proto.collector.metrics.v1 import (
     metrics_service_pb2_grpc,
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -172,22 +174,21 @@ class OtlpReceiver:
         self, found: Callable[[list[ReceivedPoint]], bool], timeout_s: float = 15.0
     ) -> list[ReceivedPoint]:
         """The metric points received, once `found` holds of them (or when the time is up)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self._lock:
-                points = list(self.points)
-            if found(points) or time.monotonic() > deadline:
-                return points
-            time.sleep(0.05)
+        return self._wait(self.points, found, timeout_s)
 
     def wait_for(
         self, found: Callable[[list[ReceivedSpan]], bool], timeout_s: float = 15.0
     ) -> list[ReceivedSpan]:
         """The spans received, once `found` holds of them (or when the time is up)."""
+        return self._wait(self.spans, found, timeout_s)
+
+    def _wait(
+        self, received: list[T], found: Callable[[list[T]], bool], timeout_s: float
+    ) -> list[T]:
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
-                spans = list(self.spans)
-            if found(spans) or time.monotonic() > deadline:
-                return spans
+                seen = list(received)
+            if found(seen) or time.monotonic() > deadline:
+                return seen
             time.sleep(0.05)

@@ -25,6 +25,7 @@ from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_SERVER
 STATUS_UNSET = 0  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_UNSET
+AFFINE_BODY = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 FAST_EXPORT = {
     "OTEL_BSP_SCHEDULE_DELAY": "100",
     "OTEL_METRIC_EXPORT_INTERVAL": "200",
@@ -292,11 +293,10 @@ def test_spans_go_over_otlp_http_when_the_protocol_says_so(
     server = start_server(affine_repo, tmp_path / "server.log", env=env)
     try:
         header, trace_id, parent_id = parent_header()
-        body = {
-            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
-        }
         response = httpx.post(
-            server.url + "/v2/models/affine/infer", json=body, headers={"traceparent": header}
+            server.url + "/v2/models/affine/infer",
+            json=AFFINE_BODY,
+            headers={"traceparent": header},
         )
         assert response.status_code == 200, response.text
         root, _ = request_spans(
@@ -322,12 +322,11 @@ def test_nothing_is_sent_when_traces_are_off_and_the_log_still_names_the_trace(
     server = start_server(affine_repo, tmp_path / "server.log", "--log-sample-rate", "1", env=env)
     try:
         header, trace_id, _ = parent_header()
-        body = {
-            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
-        }
         for _ in range(3):
             response = httpx.post(
-                server.url + "/v2/models/affine/infer", json=body, headers={"traceparent": header}
+                server.url + "/v2/models/affine/infer",
+                json=AFFINE_BODY,
+                headers={"traceparent": header},
             )
             assert response.status_code == 200
         time.sleep(1.0)  # ten export periods, were an exporter running
