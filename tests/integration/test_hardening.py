@@ -190,7 +190,21 @@ def health_while_sent(
     budget_s: float = HEALTH_BUDGET_S,
 ) -> list[httpx.Response]:
     """`copies` POSTs of `content` at once (gzip-compressed as sent, with `gzipped`), while
-    /health is probed; every probe must answer within `budget_s`."""
+    /health is probed; every probe must answer within `budget_s`. A burst of another process
+    on these two cores can hold one probe once; a blocked event loop holds one every time the
+    body arrives. So a slow measurement is taken again, and only two slow ones fail."""
+    answers, slowest = sent_while_probing(server, path, content, copies, gzipped)
+    if slowest >= budget_s:
+        answers, again = sent_while_probing(server, path, content, copies, gzipped)
+        slowest = min(slowest, again)
+    assert slowest < budget_s, f"/health took {slowest * 1000:.0f} ms (twice)"
+    return answers
+
+
+def sent_while_probing(
+    server: RunningServer, path: str, content: bytes, copies: int, gzipped: bool
+) -> tuple[list[httpx.Response], float]:
+    """The answers to `copies` POSTs sent at once, and the slowest /health probe meanwhile."""
     headers = {"content-type": "application/json"}
     if gzipped:
         headers["content-encoding"] = "gzip"
@@ -211,9 +225,7 @@ def health_while_sent(
             assert probe.get("/health").status_code == 200
             slowest = max(slowest, time.perf_counter() - started)
             time.sleep(0.02)
-        answers = [p.result() for p in pending]
-    assert slowest < budget_s, f"/health took {slowest * 1000:.0f} ms"
-    return answers
+        return [p.result() for p in pending], slowest
 
 
 def test_huge_requests_are_refused_before_any_work(demo: RunningServer) -> None:
