@@ -9,9 +9,11 @@ The table sits beside the configuration because every part reads it (the reposit
 engine, the offline tools) and the configuration imports nothing of inferd; the engine's
 servable is therefore named by its place (`module:Class`), which the loader imports.
 
-A new kind is a servable module under `engine/`, a row here (and, when it has settings, its
-section in `config/text.py` or a module of its own, a field of `ModelConfig` in
-`config/model.py`), and a route when it has a verb of its own.
+A new kind is a servable module under `engine/kinds/` and a row here (and, when it has settings
+of its own, its section in `config/text.py` or a module of its own, a field of `ModelConfig`
+in `config/model.py`). A verb of its own (its request and answer types, its HTTP forms) goes
+in the same module, named by the row's `own_verb`: the engine serves it and the data plane
+routes it from there (inferd.engine.kinds.tagger is one).
 """
 
 from __future__ import annotations
@@ -26,12 +28,9 @@ TaskName = Literal[
     "zero-shot-classification",
     "text-generation",
     "rerank",
+    "token-classification",
 ]
 """The `task` of config.yaml: one per row of `KINDS` (a test holds them equal)."""
-
-Verb = Literal["infer", "embed", "classify", "generate", "rerank"]
-"""What the engine can be asked of a model: `Engine.infer`, `.embed`, `.classify`,
-`.start_generation`, `.rerank`."""
 
 Loads = Literal["file", "base"]
 """file: version folders each holding a model.onnx; base: no file of its own, built over the
@@ -59,7 +58,9 @@ class Kind:
     servable: str
     """`module:Class` of the servable: `Class.build(BuildContext)` for a kind that loads a
     file, `await Class.build(model, config, base, observer)` for one built over a base."""
-    verbs: frozenset[Verb]
+    verbs: frozenset[str]
+    """The verbs it accepts (inferd.verbs: `infer`, `embed`, `classify`, `rerank`, its own,
+    and `generate`, which a decoder answers with a stream); any other is refused."""
     v2_inputs: tuple[Tensor, ...] | None
     """What its V2 metadata shows as inputs; None: the model file's own tensors."""
     v2_outputs: tuple[Tensor, ...] | None
@@ -67,6 +68,9 @@ class Kind:
     """Its section of config.yaml (a field of `ModelConfig`), if it has one."""
     drift: bool
     """Its inputs are texts whose lengths (and top scores) the drift monitor watches."""
+    own_verb: str | None = None
+    """`module:NAME` of a verb this kind brings of its own (inferd.verbs.verb.Verb): its
+    request, answer, refusal and HTTP forms; the servable module usually holds it."""
 
     @property
     def batched(self) -> bool:
@@ -168,6 +172,22 @@ KINDS: dict[str, Kind] = {
             v2_outputs=(("scores", "FP32"),),
             section="rerank",
             drift=True,
+        ),
+        Kind(
+            name="token-classification",
+            description="texts in, through the tokenizer, a label for each token and the "
+            "entities they form out (/tag); labels from `classification`",
+            purpose="tag",
+            loads="file",
+            tokenizer=True,
+            decoder=False,
+            servable="inferd.engine.kinds.tagger:TaggerServable",
+            verbs=frozenset({"infer", "tag"}),
+            v2_inputs=TEXT_IN,
+            v2_outputs=(("entities", "BYTES"),),
+            section="classification",
+            drift=True,
+            own_verb="inferd.engine.kinds.tagger:TAG",
         ),
     )
 }

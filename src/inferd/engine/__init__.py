@@ -7,7 +7,6 @@ the server or a web framework, and it is handed its runtime loader by the compos
 
 from inferd.engine.engine import Engine
 from inferd.engine.kinds.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
-from inferd.engine.kinds.servable import Classified, Embeddings, Reranked
 from inferd.engine.kinds.specs import served_shape
 from inferd.engine.versions.registry import Readiness
 from inferd.engine.versions.version import Version, VersionState
@@ -17,12 +16,9 @@ __all__ = [
     "FINAL",
     "TEXT_INPUT",
     "TEXT_OUTPUT",
-    "Classified",
-    "Embeddings",
     "Engine",
     "Generation",
     "Readiness",
-    "Reranked",
     "RuntimeLoader",
     "Version",
     "VersionState",

@@ -12,15 +12,14 @@ choose the runtime: the composition root passes a runtime loader in.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from inferd.clients import current_client
 from inferd.config.server import ServerSettings
 from inferd.engine.kinds.generation import Generation
-from inferd.engine.kinds.servable import Classified, Embeddings, Reranked, Servable
-from inferd.engine.requests import agreement, cached
+from inferd.engine.requests import cached
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.cached import Answer
 from inferd.engine.requests.early_refusal import refusal_before_reading
@@ -44,9 +43,10 @@ from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.repository.scan import ModelEntry
 from inferd.runtime.dispatch import InstanceLoad
-from inferd.runtime.protocol import Array, Feeds
+from inferd.verbs.verb import Verb, VerbRequest
 
-T = TypeVar("T")
+R = TypeVar("R", bound=VerbRequest)
+A = TypeVar("A")
 
 
 class Engine:
@@ -99,100 +99,25 @@ class Engine:
 
     # -- inference --------------------------------------------------------------------------
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        feeds: Feeds,
-        output_names: Sequence[str] | None = None,
-        timeout_s: float | None = None,
-    ) -> tuple[Version, dict[str, Array]]:
-        rows = self._settings.max_request_rows
-        return await self._serve(
-            "infer",
-            (feeds, list(output_names or ())),
-            lambda: self._routing.resolve(model, version),
-            timeout_s,
-            lambda servable, deadline: servable.infer(feeds, output_names, deadline, rows),
-            lambda served, a, b: agreement.tensors(a, b, served.config.rollout.tensor_tolerance),
-        )
+    async def serve(
+        self, verb: Verb[R, A], request: R, timeout_s: float | None = None
+    ) -> tuple[Version, A]:
+        """One request for any verb (inferd.verbs): admitted, given its version, run by its
+        servable before its deadline, its outcome recorded; then, in a rollout, maybe mirrored
+        to the candidate. Answered from the version's response cache when it has one: the key
+        is the verb and its request's `arguments`."""
+        arguments = verb.arguments(request)
 
-    async def embed(
-        self,
-        model: str | None,
-        texts: Sequence[str],
-        dimensions: int | None = None,
-        timeout_s: float | None = None,
-        version: str | None = None,
-    ) -> tuple[Version, Embeddings]:
-        return await self._serve(
-            "embed",
-            (list(texts), dimensions),
-            lambda: self._routing.task_model(model, "embed", version),
-            timeout_s,
-            lambda servable, deadline: servable.embed(texts, deadline, dimensions),
-            lambda served, a, b: agreement.embeddings(a, b),
-        )
-
-    async def classify(
-        self,
-        model: str | None,
-        texts: Sequence[str],
-        k: int = 1,
-        timeout_s: float | None = None,
-        version: str | None = None,
-    ) -> tuple[Version, Classified]:
-        return await self._serve(
-            "classify",
-            (list(texts), k),
-            lambda: self._routing.task_model(model, "predict", version),
-            timeout_s,
-            lambda servable, deadline: servable.classify(texts, k, deadline),
-            lambda served, a, b: agreement.labels(a, b),
-        )
-
-    async def rerank(
-        self,
-        model: str | None,
-        query: str,
-        texts: Sequence[str],
-        raw_scores: bool = False,
-        timeout_s: float | None = None,
-        version: str | None = None,
-    ) -> tuple[Version, Reranked]:
-        return await self._serve(
-            "rerank",
-            (query, list(texts), raw_scores),
-            lambda: self._routing.task_model(model, "rerank", version),
-            timeout_s,
-            lambda servable, deadline: servable.rerank(query, texts, raw_scores, deadline),
-            lambda served, a, b: agreement.rankings(a, b),
-        )
-
-    async def _serve(
-        self,
-        verb: str,
-        arguments: Sequence[cached.Argument],
-        choose: Callable[[], Version],
-        timeout_s: float | None,
-        run: Callable[[Servable, float | None], Awaitable[T]],
-        agree: Callable[[Version, T, T], float],
-    ) -> tuple[Version, T]:
-        """One request: admitted, given its version, run by its servable before its deadline,
-        its outcome recorded; then, in a rollout, maybe mirrored to the candidate. Answered
-        from the version's response cache when it has one, whatever the verb: the key is the
-        verb and its `arguments` (everything `run` passes the servable but the deadline)."""
-
-        def answered(version: Version, deadline: float | None) -> Awaitable[T]:
+        def answered(version: Version, deadline: float | None) -> Awaitable[A]:
             servable = version.servable
             if version.cache is None:
-                return run(servable, deadline)
+                return verb.answer(servable, request, deadline)
             return cached.answer(
                 version.cache,
                 servable,
-                verb,
+                verb.name,
                 arguments,
-                lambda: run(servable, deadline),
+                lambda: verb.answer(servable, request, deadline),
                 deadline,
                 version.cache_lookup,
                 cached.partition_of(
@@ -201,7 +126,9 @@ class Engine:
             )
 
         async with self.admission.admit():
-            served = Routing.named(choose())
+            served = Routing.named(
+                self._routing.choose(request.model, verb.purpose, request.version)
+            )
             deadline = self.admission.deadline_for(served.config, timeout_s)
             # the client's deadline when it sent one the server keeps (not cut by its cap)
             current_trace().deadline_by_client = (
@@ -211,7 +138,9 @@ class Engine:
                 async with self.residency.hold(served, deadline):
                     answer = await answered(served, deadline)
         self._outcomes.mirror(
-            served, lambda v: answered(v, None), lambda shadow: agree(served, answer, shadow)
+            served,
+            lambda v: answered(v, None),
+            lambda shadow: verb.agree(served.config, answer, shadow),
         )
         return served, answer
 

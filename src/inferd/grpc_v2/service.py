@@ -40,6 +40,7 @@ from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.stream import Put, stream_error, windowed
 from inferd.grpc_v2.wire import InferAnswer, InferCall
 from inferd.observability.trace import current_trace
+from inferd.verbs.infer import INFER, TensorRequest
 
 MAX_PARAMETERS = 1024
 """Parameters of one request that are read (more: refused)."""
@@ -190,9 +191,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
         timeout_s = _timeout_s(context, parameters)
         trace.mark("parse", started)
-        served, outputs = await self._engine.infer(
-            request.model_name, request.model_version or None, feeds, output_names, timeout_s
+        asked = TensorRequest(
+            request.model_name, request.model_version or None, feeds, output_names or ()
         )
+        served, outputs = await self._engine.serve(INFER, asked, timeout_s)
         started = time.perf_counter()
         answer = encode_outputs(
             InferAnswer(

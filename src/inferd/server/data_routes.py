@@ -17,7 +17,9 @@ from starlette.routing import Route
 
 from inferd.front.v2_codec import InferRequest
 from inferd.server.dataplane import Endpoint, data_route
-from inferd.server.routes import chat, completions, generate, openai, tasks, v2
+from inferd.server.routes import chat, completions, generate, v2
+from inferd.server.verb_routes import verb_endpoint
+from inferd.verbs.catalog import all_verbs
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,35 +41,16 @@ class DataRoute:
         object.__setattr__(self, "route", data_route(self.path, self.endpoint))
 
 
+VERB_ROUTES = tuple(
+    DataRoute(form.path, verb_endpoint(verb, form), verb.purpose, form.summary, form.body, form.tag)
+    for verb in all_verbs()
+    for form in verb.forms
+)
+"""Each verb's HTTP forms (inferd.verbs): `/predict`, `/embed`, `/v1/embeddings`, `/rerank`,
+a kind's own verb's, ..."""
+
 DATA_ROUTES = (
-    DataRoute(
-        "/predict", tasks.predict, "predict", "Classify texts", tasks.PredictRequest, "tasks"
-    ),
-    DataRoute("/embed", tasks.embed, "embed", "Embed texts", tasks.EmbedRequest, "tasks"),
-    DataRoute(
-        "/rerank",
-        tasks.rerank,
-        "rerank",
-        "Rank texts against a query",
-        tasks.RerankRequest,
-        "tasks",
-    ),
-    DataRoute(
-        "/v1/rerank",
-        tasks.rerank,
-        "rerank",
-        "Rank texts against a query (the path Cohere's and Jina's clients call)",
-        tasks.RerankRequest,
-        "tasks",
-    ),
-    DataRoute(
-        "/v1/embeddings",
-        openai.embeddings,
-        "embed",
-        "Embeddings (OpenAI)",
-        openai.EmbeddingsRequest,
-        "openai",
-    ),
+    *VERB_ROUTES,
     DataRoute("/v2/models/{model}/infer", v2.infer, None, "Inference", InferRequest, "v2"),
     DataRoute(
         "/v2/models/{model}/versions/{version}/infer",

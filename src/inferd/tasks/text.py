@@ -59,10 +59,16 @@ def find_tokenizer(config: TokenizerConfig, version_folder: Path, model_folder: 
     )
 
 
+Span = tuple[int, int] | None
+"""Where a token lies in its text (start and end, in characters); None for a special token."""
+
+
 @dataclass(frozen=True)
 class EncodedTexts:
     items: list[dict[str, Array]]
     token_counts: list[int]
+    spans: list[list[Span]] | None = None
+    """Each text's tokens' spans, when asked for (`TextEncoder.encode(spans=True)`)."""
 
 
 class TextEncoder:
@@ -133,14 +139,20 @@ class TextEncoder:
         chars = sum(len(t) for t in texts)
         return chars > OFF_LOOP_CHARS or (not quiet and chars > BUSY_OFF_LOOP_CHARS)
 
-    def encode(self, texts: Sequence[str]) -> EncodedTexts:
+    def encode(self, texts: Sequence[str], spans: bool = False) -> EncodedTexts:
+        """One item per text; with `spans`, where each token lies in its text too."""
         self.check(texts)
         texts = self._cut(texts)
         if len(texts) < BULK:  # few texts: the parallel batch path costs more than it saves
             encodings = [self._tokenizer.encode(text) for text in texts]
+        elif spans:
+            encodings = self._tokenizer.encode_batch(list(texts))
         else:
             encodings = self._encode_batch(list(texts))
-        return self._items(encodings, pairs=False)
+        encoded = self._items(encodings, pairs=False)
+        if not spans:
+            return encoded
+        return EncodedTexts(encoded.items, encoded.token_counts, [_spans(e) for e in encodings])
 
     def encode_pairs(self, query: str, texts: Sequence[str]) -> EncodedTexts:
         """One item per (query, text) pair, in the tokenizer's pair form (`[CLS] query [SEP]
@@ -190,6 +202,15 @@ class TextEncoder:
             items.append(item)
             counts.append(n)
         return EncodedTexts(items, counts)
+
+
+def _spans(encoding: Encoding) -> list[Span]:
+    return [
+        None if special else (start, end)
+        for (start, end), special in zip(
+            encoding.offsets, encoding.special_tokens_mask, strict=True
+        )
+    ]
 
 
 def _pad_id(tokenizer: Tokenizer) -> int:

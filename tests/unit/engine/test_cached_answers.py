@@ -14,6 +14,7 @@ from inferd.clients import ANONYMOUS, Client, address_client
 from inferd.engine import Engine
 from inferd.engine.requests.cached import partition_of, request_key
 from inferd.observability.trace import RequestTrace, tracing
+from tests.unit.engine import asks
 from tests.unit.engine.repo import FakeRuntime, add_model, engine_for, fake_loader
 
 CACHE = {"response_cache": {"enabled": True, "max_mb": 1, "ttl_s": 60}}
@@ -79,7 +80,7 @@ def runs(engine: Engine, made: list[FakeRuntime]) -> int:
 async def infer(engine: Engine, model: str, x: np.ndarray, outputs: list[str] | None = None) -> str:
     trace = RequestTrace("r")
     with tracing(trace):
-        await engine.infer(model, None, {"x": x}, outputs)
+        await asks.infer(engine, model, None, {"x": x}, outputs)
     assert trace.cache is not None
     return trace.cache
 
@@ -93,7 +94,7 @@ async def test_a_repeated_tensor_request_is_answered_without_running(
     assert await infer(engine, "affine", x) == "miss"
     assert await infer(engine, "affine", x.copy()) == "hit"
     assert runs(engine, made) == before + 1
-    _, first = await engine.infer("affine", None, {"x": x})
+    _, first = await asks.infer(engine, "affine", None, {"x": x})
     np.testing.assert_array_equal(first["y"], x * 2 + 1)
     assert not first["y"].flags.writeable  # shared by every request it answers
     stats = engine.registry.resolve("affine").stats.as_dict()["inference_stats"]
@@ -113,7 +114,7 @@ async def test_a_changed_input_or_parameter_never_hits(
     assert await infer(engine, "affine", x, ["y"]) == "miss"  # the outputs asked for
     trace = RequestTrace("e")
     with tracing(trace):
-        await engine.embed("encoder", ["good film", "bad"])
+        await asks.embed(engine, "encoder", ["good film", "bad"])
     assert trace.cache == "miss"
     for texts, dimensions in (
         (["good film", "bad"], None),
@@ -123,13 +124,13 @@ async def test_a_changed_input_or_parameter_never_hits(
     ):
         trace = RequestTrace("e")
         with tracing(trace):
-            await engine.embed("encoder", texts, dimensions)
+            await asks.embed(engine, "encoder", texts, dimensions)
         repeat = (texts, dimensions) == (["good film", "bad"], None)
         assert trace.cache == ("hit" if repeat else "miss")
     for k, expected in ((1, "miss"), (1, "hit"), (2, "miss")):
         trace = RequestTrace("c")
         with tracing(trace):
-            await engine.classify("sentiment", ["the film is good"], k)
+            await asks.classify(engine, "sentiment", ["the film is good"], k)
         assert trace.cache == expected
 
 
@@ -138,12 +139,12 @@ async def test_an_answer_from_the_cache_equals_a_fresh_one(
 ) -> None:
     engine, _ = served
     texts = ["good film", "awful"]
-    _, fresh = await engine.embed("encoder", texts)
-    _, cached = await engine.embed("encoder", texts)
+    _, fresh = await asks.embed(engine, "encoder", texts)
+    _, cached = await asks.embed(engine, "encoder", texts)
     np.testing.assert_array_equal(cached.vectors, fresh.vectors)
     assert cached.token_counts == fresh.token_counts
-    _, first = await engine.classify("sentiment", texts, 2)
-    _, again = await engine.classify("sentiment", texts, 2)
+    _, first = await asks.classify(engine, "sentiment", texts, 2)
+    _, again = await asks.classify(engine, "sentiment", texts, 2)
     assert again.predictions == first.predictions
 
 
@@ -156,7 +157,7 @@ async def test_a_model_without_a_cache_runs_every_request(
     for _ in range(3):
         trace = RequestTrace("p")
         with tracing(trace):
-            await engine.infer("plain", None, {"x": x})
+            await asks.infer(engine, "plain", None, {"x": x})
         assert trace.cache is None
     assert runs(engine, made) == before + 3
     assert [name for name, _, _ in engine.cache_states()] == [
@@ -185,7 +186,7 @@ async def test_the_server_setting_turns_every_cache_off(tmp_path: Path) -> None:
     try:
         trace = RequestTrace("o")
         with tracing(trace):
-            await engine.infer("affine", None, {"x": np.ones((1, 4), np.float32)})
+            await asks.infer(engine, "affine", None, {"x": np.ones((1, 4), np.float32)})
         assert trace.cache is None and engine.cache_states() == []
     finally:
         await engine.close()
@@ -207,11 +208,11 @@ async def test_every_verb_is_cached_a_new_one_too(
     ):
         trace = RequestTrace("r")
         with tracing(trace):
-            await engine.rerank("ranker", query, texts, raw)
+            await asks.rerank(engine, "ranker", query, texts, raw)
         assert trace.cache == expected
         assert trace.items == len(texts)  # a hit reports its texts as a run does
     assert runs(engine, made) == before + 3
-    _, fresh = await engine.rerank("ranker", "film", texts)
+    _, fresh = await asks.rerank(engine, "ranker", "film", texts)
     assert not fresh.scores.flags.writeable  # shared by every request it answers
     assert list(np.argsort(-fresh.scores)) == [0, 2, 1]
     stats = engine.registry.resolve("ranker").stats.as_dict()["inference_stats"]

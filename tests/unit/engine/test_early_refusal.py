@@ -15,6 +15,7 @@ from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import QueueFullError, UnavailableError
 from inferd.repository.scan import scan_repository
+from tests.unit.engine import asks
 from tests.unit.engine.repo import FACTORIES, FakeRuntime, add_model, demo_like
 
 X = {"x": np.ones((1, 4), np.float32)}
@@ -72,13 +73,13 @@ async def test_a_full_queue_refuses_before_reading(tmp_path: Path) -> None:
         assert engine.refusal_before_reading("nosuch") is None  # the app answers 404
         assert engine.refusal_before_reading(None, purpose="embed") is None
         # one running and a full queue behind it
-        running += await one_by_one(lambda: engine.infer("affine", None, X))
+        running += await one_by_one(lambda: asks.infer(engine, "affine", None, X))
         refused = engine.refusal_before_reading("affine")
         assert isinstance(refused, QueueFullError), refused
         assert "model 'affine'" in refused.message
         assert engine.refusal_before_reading("affine", version="1") is not None  # named
         # /embed has one model; /predict has two, and refuses only when both are full
-        running += await one_by_one(lambda: engine.embed(None, ["good"]))
+        running += await one_by_one(lambda: asks.embed(engine, None, ["good"]))
         assert isinstance(engine.refusal_before_reading(None, purpose="embed"), QueueFullError)
         assert engine.refusal_before_reading(None, purpose="predict") is None  # sentiment
         assert engine.refusal_before_reading("mood") is not None  # the encoder's queue

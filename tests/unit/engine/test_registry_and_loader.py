@@ -13,6 +13,7 @@ import pytest
 
 from inferd.engine import VersionState
 from inferd.errors import InvalidInputError, NotFoundError, QueueFullError, UnavailableError
+from tests.unit.engine import asks
 from tests.unit.engine.repo import FakeRuntime, add_model, demo_like, engine_for, fake_loader
 
 X = {"x": np.ones((1, 4), np.float32)}
@@ -49,7 +50,7 @@ async def test_a_broken_newest_version_falls_back_to_the_older_one(tmp_path: Pat
     assert failed.state is VersionState.FAILED and failed.superseded
     assert "truncated" in (failed.reason or "")
     assert engine.readiness(strict=True).ready  # a superseded failure does not hold it back
-    _, out = await engine.infer("affine", None, X)
+    _, out = await asks.infer(engine, "affine", None, X)
     assert out["y"].tolist() == [[3.0] * 4]
     await engine.close()
 
@@ -63,8 +64,8 @@ async def test_a_failed_model_is_reported_and_the_others_serve(tmp_path: Path) -
     assert "mood" in readiness.reason  # its base failed, so it did too
     assert engine.readiness(strict=False).ready
     with pytest.raises(UnavailableError, match=r"is not ready \(failed\): cannot read"):
-        await engine.embed("encoder", ["good"])
-    _, result = await engine.classify("sentiment", ["good"])
+        await asks.embed(engine, "encoder", ["good"])
+    _, result = await asks.classify(engine, "sentiment", ["good"])
     assert result.predictions[0].labels == ["positive"]
     await engine.close()
 
@@ -93,7 +94,7 @@ async def test_admin_load_adds_a_version_and_a_failing_one_leaves_the_old(
 
     await engine.loader.unload_model("affine")
     with pytest.raises(NotFoundError):
-        await engine.infer("affine", None, X)
+        await asks.infer(engine, "affine", None, X)
     assert engine.registry.index() == [
         {"name": "affine", "state": "UNAVAILABLE", "reason": "unloaded"}
     ]
@@ -120,7 +121,7 @@ async def test_two_defaults_for_one_task_cannot_be_loaded(tmp_path: Path) -> Non
         )
     engine.loader._versions._runtime_loader = fake_loader(aliases={"first": "sentiment"})
     await engine.loader.load_model("first")
-    version, _ = await engine.classify(None, ["good"])  # the default now
+    version, _ = await asks.classify(engine, None, ["good"])  # the default now
     assert version.model == "first"
     with pytest.raises(InvalidInputError, match="two models are the default of /predict"):
         await engine.loader.load_model("second")
@@ -136,12 +137,12 @@ async def test_admission_caps_in_flight_and_drain_waits(tmp_path: Path) -> None:
     admission = engine.admission
     admission.enter()
     with pytest.raises(QueueFullError, match="1 requests in flight"):
-        await engine.infer("affine", None, X)
+        await asks.infer(engine, "affine", None, X)
     drained = asyncio.create_task(engine.drain(5))
     await asyncio.sleep(0)
     assert not drained.done() and not engine.readiness(strict=True).ready
     with pytest.raises(UnavailableError, match="shutting down"):
-        await engine.infer("affine", None, X)
+        await asks.infer(engine, "affine", None, X)
     admission.leave()
     assert await drained
     assert engine.readiness(strict=True).reason == "draining"
@@ -169,7 +170,7 @@ async def test_concurrent_loads_of_one_model_take_turns_and_leak_nothing(tmp_pat
     served = await asyncio.gather(*(engine.loader.load_model("affine") for _ in range(8)))
     assert {v.version for v in served} == {2}
     assert len(made) == 4  # version 1 and version 2 once each, two instances each
-    _, out = await engine.infer("affine", None, X)
+    _, out = await asks.infer(engine, "affine", None, X)
     assert out["y"].tolist() == [[3.0] * 4]
     await asyncio.gather(engine.loader.unload_model("affine"), engine.loader.load_model("affine"))
     await engine.loader.unload_model("affine")

@@ -37,6 +37,7 @@ def test_the_text_paths_are_the_routes_with_a_purpose() -> None:
         "/rerank",
         "/v1/rerank",
         "/v1/embeddings",
+        "/tag",
         "/generate",
         "/v1/completions",
         "/v1/chat/completions",

@@ -21,6 +21,8 @@ class BuildContext:
     """The engine's observer (metrics, drift)."""
     batch_observer: Observer
     """The version's own: its statistics and health first, then the engine's observer."""
+    max_request_rows: int
+    """The most rows (batch-axis entries) one V2 request may carry (the server's setting)."""
     quiet: Callable[[], bool] = field(default=lambda: False)
     """Whether the server holds no request but the caller's (nothing else waits for the event
     loop: work that would stall it for a moment may run on it)."""

@@ -190,9 +190,7 @@ class GeneratorServable(Servable):
     def capacity(self) -> int | None:
         return self._scheduler.capacity
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
         raise InvalidInputError(
             f"model '{self.model}' generates text: use POST /generate or /v1/completions "
             f"(or, over gRPC, ModelInfer with a BYTES '{TEXT_INPUT}')"
@@ -242,3 +240,12 @@ class Generation:
         ended, self._ended = self._ended, None
         if ended is not None:
             ended()
+
+
+def generator(servable: Servable) -> GeneratorServable:
+    """`servable` as the generator it is; a 4004 for a kind that does not generate."""
+    if not isinstance(servable, GeneratorServable):
+        raise InvalidInputError(
+            f"model '{servable.model}' is {servable.kind}; it does not generate text"
+        )
+    return servable

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.engine.kinds.build import BuildContext
-from inferd.engine.kinds.servable import Reranked
 from inferd.engine.kinds.text import TextServable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
+from inferd.verbs.rerank import Reranked
 
 QUERY, TEXTS, SCORES = "query", "texts", "scores"
 RERANK_INPUTS = (
@@ -72,9 +72,7 @@ class RerankServable(TextServable):
         self.report_texts(result.token_counts)
         return result
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
         query, texts = pairs_of(feeds)
         return {SCORES: (await self.rerank(query, texts, False, deadline)).scores}
 

@@ -1,9 +1,10 @@
-"""What a loaded model version does: the `Servable` base, and the answers of the text tasks.
+"""What a loaded model version does: the `Servable` base.
 
-One class per model kind (inferd.config.kinds) derives from `Servable` and overrides the
-requests it serves; the base refuses every other one with a 4004 that says what the model
-does instead. Nothing above the engine asks which kind a model is: it calls the verb, and the
-servable answers or refuses.
+One class per model kind (inferd.config.kinds) derives from `Servable` and implements the
+verbs its row of the kinds table names (`embed`, `classify`, ...: each verb's module,
+inferd.verbs, says what it calls); a verb asked of a kind that does not accept it is refused
+by the verb, with a 4004 that says what the model is. Every kind answers KServe V2 (`infer`):
+the base refuses V2 tensors, each kind maps them to its own answer.
 
 A servable is built ready (by the loader, once its runtimes are warm) and lives until `close`.
 """
@@ -16,14 +17,10 @@ from typing import ClassVar
 
 from inferd.config.model import ModelConfig
 from inferd.errors import InferdError, InvalidInputError
-from inferd.generation.chat import Prompt
-from inferd.generation.params import SamplingRequest
-from inferd.generation.sequence import Sequence as Seq
 from inferd.observability.observer import Observer, TextsServed, notify
 from inferd.runtime.dispatch import InstanceLoad
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
-from inferd.tasks.classification import Prediction
 
 TEXT_INPUT = "text"
 """Text models take their texts over KServe V2 as one BYTES input of this name."""
@@ -38,28 +35,6 @@ class ParameterSpec:
     type: str
     direction: str
     """`request` (the model reads it) or `response` (its answers carry it)."""
-
-
-@dataclass(frozen=True)
-class Embeddings:
-    vectors: Array
-    """[texts, dimension], float32."""
-    token_counts: list[int]
-
-
-@dataclass(frozen=True)
-class Classified:
-    predictions: list[Prediction]
-    probabilities: Array
-    token_counts: list[int]
-
-
-@dataclass(frozen=True)
-class Reranked:
-    scores: Array
-    """[texts], float32: each text's score against the query, in the order given."""
-    token_counts: list[int]
-    """Tokens of each (query, text) pair."""
 
 
 class Servable:
@@ -144,7 +119,6 @@ class Servable:
         feeds: Feeds,
         output_names: Sequence[str] | None,
         deadline: float | None,
-        max_rows_per_request: int,
     ) -> dict[str, Array]:
         """KServe V2: validates, runs, and returns the named outputs (all when none are)."""
         if output_names:
@@ -154,31 +128,13 @@ class Servable:
                 raise InvalidInputError(
                     f"unknown output(s) {unknown}; the model gives {sorted(known)}"
                 )
-        outputs = await self._infer(feeds, deadline, max_rows_per_request)
+        outputs = await self._infer(feeds, deadline)
         if output_names:
             return {name: outputs[name] for name in output_names}
         return outputs
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
         raise InvalidInputError(f"model '{self.model}' is {self.kind}: it takes no V2 tensors")
-
-    async def embed(
-        self, texts: Sequence[str], deadline: float | None, dimensions: int | None = None
-    ) -> Embeddings:
-        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not embed texts")
-
-    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
-        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not classify texts")
-
-    async def generate(self, prompt: Prompt, sampling: SamplingRequest, n: int = 1) -> list[Seq]:
-        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not generate text")
-
-    async def rerank(
-        self, query: str, texts: Sequence[str], raw_scores: bool, deadline: float | None
-    ) -> Reranked:
-        raise InvalidInputError(f"model '{self.model}' is {self.kind}; it does not rerank texts")
 
     # -- life ----------------------------------------------------------------------------
 

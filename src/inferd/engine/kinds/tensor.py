@@ -17,7 +17,7 @@ class TensorServable(BatchedServable):
     def build(cls, ctx: BuildContext) -> TensorServable:
         loaded = ctx.loaded
         batcher = start_batcher(ctx.model, ctx.version, ctx.config, loaded, ctx.batch_observer)
-        return cls(
+        servable = cls(
             ctx.model,
             ctx.version,
             ctx.config,
@@ -26,11 +26,14 @@ class TensorServable(BatchedServable):
             (loaded.inputs, loaded.outputs),
             ctx.observer,
         )
+        servable._max_rows = ctx.max_request_rows
+        return servable
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
-        rows = validate_feeds(feeds, self.inputs, self.batched, max_rows_per_request)
+    _max_rows = 4096
+    """The most rows one request may carry (the server's `max_request_rows`)."""
+
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
+        rows = validate_feeds(feeds, self.inputs, self.batched, self._max_rows)
         timing = Timing()
         trace = current_trace()
         trace.items = rows

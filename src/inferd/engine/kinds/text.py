@@ -13,7 +13,7 @@ import numpy as np
 from inferd.batching import Timing
 from inferd.engine.kinds.batched import BatchedServable, start_batcher
 from inferd.engine.kinds.build import BuildContext
-from inferd.engine.kinds.servable import TEXT_INPUT, Classified, Embeddings, Servable
+from inferd.engine.kinds.servable import TEXT_INPUT, Servable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, Head, TensorSpec
@@ -21,6 +21,8 @@ from inferd.runtime.reduction import POOLED
 from inferd.tasks.classification import ClassificationTask, top_k
 from inferd.tasks.embedding import EmbeddingTask
 from inferd.tasks.text import EncodedTexts
+from inferd.verbs.classify import Classified
+from inferd.verbs.embed import Embeddings
 
 
 def texts_of(model: str, feeds: Feeds) -> list[str]:
@@ -101,15 +103,16 @@ class TextServable(BatchedServable):
         """The output each item's answer is read from (a head's, where the task has one)."""
 
     async def _run_texts(
-        self, texts: Sequence[str], deadline: float | None
+        self, texts: Sequence[str], deadline: float | None, spans: bool = False
     ) -> tuple[EncodedTexts, list[Array]]:
-        """Each text's output (the task's one), in order."""
+        """Each text's output (the task's one), in order; with `spans`, the encoded texts
+        say where each token lies."""
         started = time.perf_counter()
         if self._off_loop(texts):
             self._encoder.check(texts)  # its refusals cost nothing: answered here
-            encoded = await asyncio.to_thread(self._encoder.encode, texts)
+            encoded = await asyncio.to_thread(self._encoder.encode, texts, spans)
         else:
-            encoded = self._encoder.encode(texts)
+            encoded = self._encoder.encode(texts, spans)
         current_trace().mark("tokenize", started)
         return encoded, await self._run_encoded(encoded, deadline)
 
@@ -173,9 +176,7 @@ class EmbeddingServable(TextServable):
         self.report_texts(result.token_counts)
         return result
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
         embedded = await self.embed(texts_of(self.model, feeds), deadline)
         return {"embedding": embedded.vectors}
 
@@ -184,9 +185,10 @@ class LabelsOverV2(Servable):
     """A text classifier's KServe V2 answer: its texts in (BYTES `text`), the top label, its
     score and every probability out."""
 
-    async def _infer(
-        self, feeds: Feeds, deadline: float | None, max_rows_per_request: int
-    ) -> dict[str, Array]:
+    async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
+        raise NotImplementedError  # (each classifier kind answers it)
+
+    async def _infer(self, feeds: Feeds, deadline: float | None) -> dict[str, Array]:
         return label_arrays(await self.classify(texts_of(self.model, feeds), 1, deadline))
 
 

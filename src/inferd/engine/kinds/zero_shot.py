@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import cast
 
 from inferd.config.model import ModelConfig
-from inferd.engine.kinds.servable import Classified, Servable
+from inferd.engine.kinds.servable import Servable
 from inferd.engine.kinds.text import TEXT_INPUTS, LabelsOverV2, label_outputs, report_classified
 from inferd.errors import InvalidInputError
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace
 from inferd.tasks.classification import top_k
 from inferd.tasks.zero_shot import ZeroShotTask
+from inferd.verbs.classify import Classified
+from inferd.verbs.embed import Embedder
 
 
 class ZeroShotServable(LabelsOverV2):
@@ -32,6 +35,7 @@ class ZeroShotServable(LabelsOverV2):
         )
         self._task = task
         self._base = base
+        self._embedder = cast(Embedder, base)  # (`build` checked its kind embeds)
 
     @classmethod
     async def build(
@@ -45,7 +49,7 @@ class ZeroShotServable(LabelsOverV2):
                 f"base model '{config.zero_shot.base_model}' is not an embedding model"
             )
         task = ZeroShotTask(config.zero_shot)
-        embedded = await base.embed(task.descriptions, deadline=None)
+        embedded = await cast(Embedder, base).embed(task.descriptions, deadline=None)
         task.set_label_vectors(embedded.vectors)
         return cls(model, config, task, base, observer)
 
@@ -54,7 +58,7 @@ class ZeroShotServable(LabelsOverV2):
         return self._base.holder
 
     async def classify(self, texts: Sequence[str], k: int, deadline: float | None) -> Classified:
-        embedded = await self._base.embed(texts, deadline)
+        embedded = await self._embedder.embed(texts, deadline)
         started = time.perf_counter()
         probabilities = self._task.probabilities(embedded.vectors)
         predictions = top_k(probabilities, self._task.labels, k)

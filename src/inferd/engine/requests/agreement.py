@@ -1,7 +1,7 @@
 """How far two versions' answers to the same request agree, as one number in [0, 1] per
-request (shadow traffic in a rollout): the share of texts given the same top label, the mean
-cosine of the embeddings, the share of places a reranking orders alike, the share of greedy
-generated tokens that match, or whether every output tensor is within a tolerance."""
+request (shadow traffic in a rollout), for the answers the engine gives itself: the share of
+greedy generated tokens that match, or whether every output tensor is within a tolerance.
+Each task verb says how its own answers agree (inferd.verbs)."""
 
 from __future__ import annotations
 
@@ -9,36 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from inferd.engine.kinds.servable import Classified, Embeddings, Reranked
 from inferd.runtime.protocol import Array
-
-
-def labels(stable: Classified, candidate: Classified) -> float:
-    same = [
-        a.labels[0] == b.labels[0]
-        for a, b in zip(stable.predictions, candidate.predictions, strict=True)
-    ]
-    return float(np.mean(same)) if same else 1.0
-
-
-def embeddings(stable: Embeddings, candidate: Embeddings) -> float:
-    a = np.asarray(stable.vectors, dtype=np.float64)
-    b = np.asarray(candidate.vectors, dtype=np.float64)
-    if a.shape != b.shape:
-        return 0.0
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    cosine = np.sum(a * b, axis=1) / np.where(norms == 0, 1.0, norms)
-    return float(np.clip(cosine.mean(), 0.0, 1.0)) if len(cosine) else 1.0
-
-
-def rankings(stable: Reranked, candidate: Reranked) -> float:
-    """Reranked texts: the share of places of the order by score where both put the same
-    text."""
-    a = np.argsort(-np.asarray(stable.scores, dtype=np.float64), kind="stable")
-    b = np.argsort(-np.asarray(candidate.scores, dtype=np.float64), kind="stable")
-    if a.shape != b.shape:
-        return 0.0
-    return float(np.mean(a == b)) if len(a) else 1.0
 
 
 def tokens(stable: Sequence[int], candidate: Sequence[int]) -> float:

@@ -29,13 +29,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inferd.clients import Client
-from inferd.engine.kinds.servable import Classified, Embeddings, Reranked, Servable
+from inferd.engine.kinds.servable import Servable
 from inferd.engine.requests.response_cache import MISS, ResponseCache
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds
 
-Answer = dict[str, Array] | Embeddings | Classified | Reranked
-"""What a cached verb answers: V2 outputs, or one of the task answers."""
+Answer = object
+"""What a cached verb answers: V2 outputs, or a verb's answer (a dataclass of arrays and
+lists: inferd.verbs)."""
 LookupHook = Callable[[str, float], None]
 """Told of every lookup: how it was answered (hit, miss, coalesced) and how long it took."""
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from inferd.engine.kinds.generation import Generation
+from inferd.engine.kinds.generation import Generation, generator
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.outcomes import Outcomes
 from inferd.engine.requests.routing import Routing
@@ -49,7 +49,7 @@ class GenerationStart:
             waits_until = admission.deadline_for(served.config, None)
             with self._outcomes.recorded(served, finished_only=True):
                 async with self._residency.hold(served, waits_until):
-                    seqs = await served.servable.generate(prompt, sampling, n)
+                    seqs = await generator(served.servable).generate(prompt, sampling, n)
                     for _ in seqs:
                         self._residency.enter(served)  # (held until its stream ends)
         except BaseException:

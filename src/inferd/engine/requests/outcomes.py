@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from inferd.engine.kinds.generation import generator
 from inferd.engine.requests.agreement import tokens as agreeing_tokens
 from inferd.engine.rollout import Rollouts
 from inferd.engine.versions.version import Version
@@ -100,7 +101,7 @@ class Outcomes:
         stable_tokens = list(seq.generated)
 
         async def shadow() -> list[int]:
-            (mirrored,) = await candidate.servable.generate(prompt, sampling)
+            (mirrored,) = await generator(candidate.servable).generate(prompt, sampling)
             await mirrored.result()
             return list(mirrored.generated)
 

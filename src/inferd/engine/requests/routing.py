@@ -8,7 +8,7 @@ from __future__ import annotations
 from inferd.engine.rollout import Rollouts
 from inferd.engine.versions.registry import Registry
 from inferd.engine.versions.version import Version
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidInputError
 from inferd.observability.trace import current_trace
 
 
@@ -16,6 +16,15 @@ class Routing:
     def __init__(self, registry: Registry, rollouts: Rollouts) -> None:
         self._registry = registry
         self._rollouts = rollouts
+
+    def choose(self, model: str | None, purpose: str | None, version: str | None) -> Version:
+        """The version for a request of a verb with `purpose` (None: the request names its
+        model, as V2's do)."""
+        if purpose is not None:
+            return self.task_model(model, purpose, version)
+        if not model:
+            raise InvalidInputError("name the model")
+        return self.resolve(model, version)
 
     def task_model(self, model: str | None, purpose: str, version: str | None = None) -> Version:
         """`resolve`, for `model` or, naming none, for the default model for `purpose`."""

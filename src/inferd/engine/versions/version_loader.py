@@ -109,6 +109,7 @@ class VersionLoader:
             loaded,
             self._observer,
             version.watch(self._observer),
+            self._settings.max_request_rows,
             self._quiet,
         )
         try:

@@ -23,6 +23,7 @@ from inferd.server.body import parsing_turn, read_body
 from inferd.server.disconnect import cancel_on_disconnect
 from inferd.server.responses import json_response
 from inferd.server.state import engine_of, header_timeout_s
+from inferd.verbs.infer import INFER, TensorRequest
 
 router = APIRouter(tags=["v2"])
 
@@ -120,8 +121,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     timeout_s = _timeout_s(request, parsed)
     trace.mark("parse", started)
     async with cancel_on_disconnect(request.receive):
-        served, outputs = await engine_of(request).infer(
-            model, version, feeds, output_names, timeout_s
+        served, outputs = await engine_of(request).serve(
+            INFER, TensorRequest(model, version, feeds, output_names or ()), timeout_s
         )
     started = time.perf_counter()
     as_binary = binary_outputs(parsed, list(outputs))
