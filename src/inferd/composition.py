@@ -1,6 +1,7 @@
 """What a server is made of, built from its settings: the engine over the model repository (the
-demo's, built first, when none is given) with its runtime, and its metrics. The one place both
-composition roots build it from: `inferd serve` (inferd.cli.serve, which adds the HTTP app,
+demo's, built first, when none is given) with its runtime, its metrics, its API and admin keys
+(read once, here, for every protocol) and its job store. The one place both composition roots
+build it from: `inferd serve` (inferd.cli.serve, which adds the HTTP app,
 gRPC and the runner) and a Ray Serve replica (inferd.rayserve.replica, which adds its app)."""
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from inferd.config.server import ServerSettings
 from inferd.engine import Engine
 from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.errors import ConfigError
+from inferd.front.keys import Keys, read_keys
+from inferd.jobs.store import JobStore
+from inferd.jobs.store_choice import open_store
 from inferd.observability.metrics import Metrics
+from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_repository
 from inferd.runtime.onnx_session import OnnxSession
 from inferd.server.instruments import build_metrics
@@ -45,3 +50,13 @@ def build_engine(
     metrics, observer = build_metrics(entries) if settings.metrics else (None, None)
     engine = Engine(settings, entries, runtime, observer=observer, root=repository)
     return engine, metrics
+
+
+def read_access(settings: ServerSettings) -> Keys:
+    """The server's API and admin keys, from the files its settings name (none: open)."""
+    return Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
+
+
+def open_jobs(settings: ServerSettings, metrics: Metrics | None) -> JobStore:
+    """The job store its settings choose, reporting to `metrics` (jobs a store lost)."""
+    return open_store(settings, metrics or Observer())

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
-from inferd.composition import build_engine
+from inferd.composition import build_engine, open_jobs, read_access
 from inferd.config.server import ServerSettings
 from inferd.server.app import create_app
 from tests.integration.server import free_port
@@ -36,7 +36,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     affine_model(repo / "affine" / "1" / "model.onnx")
     settings = ServerSettings(repository=repo, grpc_port=0, port=free_port())
     engine, metrics = build_engine(settings)
-    app = create_app(settings, engine, metrics)
+    app = create_app(settings, engine, read_access(settings), open_jobs(settings, metrics), metrics)
 
     @app.get("/defect")
     async def defect() -> None:

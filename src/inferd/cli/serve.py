@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from inferd.composition import build_engine
+from inferd.composition import build_engine, open_jobs, read_access
 from inferd.config.server import ServerSettings
 from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.grpc_v2.server import GrpcServer
@@ -57,7 +57,9 @@ def _serve_on(settings: ServerSettings, sock: socket.socket, runtime: RuntimeLoa
     configure_logging(settings.log_level, settings.log_format)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
     engine, metrics = build_engine(settings, runtime)
+    keys = read_access(settings)
     live = LiveWindow()  # HTTP's requests and gRPC's calls, in one window
-    grpc = GrpcServer(settings, engine, metrics, live)  # off when grpc_port is 0
-    drained = run_server(settings, engine, metrics, sock, live, (grpc,))
+    grpc = GrpcServer(settings, engine, keys, metrics, live)  # off when grpc_port is 0
+    jobs = open_jobs(settings, metrics)
+    drained = run_server(settings, engine, keys, jobs, metrics, sock, live, (grpc,))
     return 0 if drained else 1  # 1: a second signal forced the exit

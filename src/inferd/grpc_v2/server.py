@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
-from inferd.front.keys import Keys, read_keys
+from inferd.front.keys import Keys
 from inferd.front.recording import RequestRecorder
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.gate import Gate, gated_handlers
@@ -49,12 +49,15 @@ class GrpcServer:
         self,
         settings: ServerSettings,
         engine: Engine,
+        keys: Keys,
         metrics: Metrics | None,
         live: LiveWindow | None = None,
     ) -> None:
-        """`live`: the app's window of recent requests, which gRPC's calls join."""
+        """`keys`: the server's API and admin keys; `live`: the app's window of recent
+        requests, which gRPC's calls join."""
         self._settings = settings
         self._engine = engine
+        self._keys = keys
         self._metrics = metrics
         self._live = live
         self._running: tuple[grpc.aio.Server, Reader, LoopThread] | None = None
@@ -83,7 +86,6 @@ class GrpcServer:
             ("grpc.server.max_pending_requests", pending),
             ("grpc.server.max_pending_requests_hard_limit", pending),
         ]
-        keys = Keys(read_keys(settings.api_keys_file), read_keys(settings.admin_keys_file))
         recorder = RequestRecorder(
             metrics,
             settings.log_sample_rate,
@@ -94,7 +96,7 @@ class GrpcServer:
         service = InferenceService(
             self._engine, recorder, settings.strict_readiness, reader, settings.grpc_stream_window
         )
-        gate = Gate(keys, settings.grpc_max_calls, metrics)
+        gate = Gate(self._keys, settings.grpc_max_calls, metrics)
         health = _Handlers()
         health_pb2_grpc.add_HealthServicer_to_server(
             Health(self._engine, settings.strict_readiness), health

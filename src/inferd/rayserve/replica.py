@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from ray import serve
 
 from inferd.compat.ray_internals import haproxy_ingress
-from inferd.composition import build_engine
+from inferd.composition import build_engine, open_jobs, read_access
 from inferd.config.server import ServerSettings
 from inferd.observability.logs import configure_logging
 from inferd.rayserve.multiplex import ModelAffinity, ModelIds
@@ -58,7 +58,9 @@ class InferdReplica:
                 )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        app = create_app(self._settings, self._engine, self._metrics, load=False)
+        settings, metrics = self._settings, self._metrics
+        keys, jobs = read_access(settings), open_jobs(settings, metrics)
+        app = create_app(settings, self._engine, keys, jobs, metrics, load=False)
         if self._model_ids is not None:
             app.add_middleware(ModelAffinity, ids=self._model_ids)
         return app

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferd.clients import client_scope
 from inferd.errors import ErrorCode
-from inferd.front.keys import ApiKey, Keys, bearer
+from inferd.front.keys import Keys, bearer
 from inferd.server.errors import response_for
 
 OPEN_PATHS = frozenset(
@@ -32,11 +32,9 @@ ADMIN_PREFIXES = ("/v2/repository/models/",)
 
 
 class AuthMiddleware:
-    def __init__(
-        self, app: ASGIApp, api_keys: tuple[ApiKey, ...], admin_keys: tuple[ApiKey, ...]
-    ) -> None:
+    def __init__(self, app: ASGIApp, keys: Keys) -> None:
         self.app = app
-        self.keys = Keys(api_keys, admin_keys)
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:

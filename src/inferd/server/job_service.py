@@ -1,7 +1,8 @@
-"""The server's side of asynchronous jobs (inferd.jobs): the store chosen by the settings, the
-worker of this process, and how a job's route runs here: through the data plane itself (the
-same parsing, validation, engine calls and error answers as a request on the wire), with a
-request made in memory. Authentication and the body limit were applied to `POST /v1/jobs`.
+"""The server's side of asynchronous jobs (inferd.jobs): the store the composition root opened
+(inferd.jobs.store_choice), the worker of this process, and how a job's route runs here:
+through the data plane itself (the same parsing, validation, engine calls and error answers as
+a request on the wire), with a request made in memory. Authentication and the body limit
+were applied to `POST /v1/jobs`.
 
 A job belongs to the API key that submitted it: the job keeps a hash of the key (never the
 key), and another key reading it gets the 404 of an unknown job. Without API keys, jobs have
@@ -27,10 +28,10 @@ from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
 from inferd.jobs.record import Job
 from inferd.jobs.share import JobShare
-from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound, ResultBound
+from inferd.jobs.store import JobStore
 from inferd.jobs.worker import JobWorker
 from inferd.observability.live import LiveWindow
-from inferd.observability.observer import JobsLost, Observer, notify
+from inferd.observability.observer import Observer
 from inferd.observability.trace import RequestTrace, current_trace, tracing
 from inferd.server.dataplane import DataPlane
 from inferd.server.errors import error_response
@@ -39,33 +40,6 @@ log = logging.getLogger(__name__)
 
 CLIENTS_QUIET_S = 1.0
 """With no client request for this long, jobs are not held to their share."""
-
-
-def open_store(settings: ServerSettings, observer: Observer) -> JobStore:
-    bound = QueueBound(settings.jobs_max_queued, int(settings.jobs_max_queued_mb * 1e6))
-    results = ResultBound(
-        settings.jobs_max_results,
-        int(settings.jobs_max_results_mb * 1e6),
-        int(settings.jobs_max_result_mb * 1e6),
-        settings.jobs_key_share,
-    )
-    if settings.jobs_redis_url is None:
-        return ProcessJobStore(bound, settings.jobs_result_ttl_s, results)
-    try:
-        from inferd.jobs.redis_store import RedisJobStore
-    except ImportError as exc:
-        raise RuntimeError(
-            f"jobs_redis_url needs the redis extra: pip install 'inferd[redis]' ({exc})"
-        ) from exc
-    return RedisJobStore(
-        settings.jobs_redis_url,
-        settings.jobs_redis_prefix,
-        bound,
-        settings.jobs_result_ttl_s,
-        settings.jobs_claim_after_s,
-        results,
-        lambda count: notify(observer, JobsLost(count)),
-    )
 
 
 def owner_of(api_key: bytes | None) -> str | None:
@@ -85,16 +59,18 @@ class Jobs:
         handlers: Any,
         observer: Observer,
         live: LiveWindow,
+        store: JobStore,
         owned: bool = False,
     ) -> None:
-        """`owned`: the server has API keys, so jobs belong to the key that submitted them."""
+        """`store`: where jobs are kept (this process, or Redis); `owned`: the server has API
+        keys, so jobs belong to the key that submitted them."""
         self._settings = settings
         self.owned = owned
         self._engine = engine
         self._app = app
         self._routes = list(routes)
         self._plane = DataPlane(_no_route, self._routes, handlers)
-        self.store = open_store(settings, observer)
+        self.store = store
         hosts = [h for h in settings.jobs_callback_hosts.split(",") if h.strip()]
         self.callbacks = Callbacks(hosts)
         self._share = JobShare(settings.jobs_max_share, live.idle_s, CLIENTS_QUIET_S)

@@ -28,7 +28,8 @@ import uvicorn
 
 from inferd.config.server import ServerSettings
 from inferd.engine import Engine
-from inferd.front.keys import Keys, read_keys
+from inferd.front.keys import Keys
+from inferd.jobs.store import JobStore
 from inferd.observability.live import LiveWindow
 from inferd.observability.metrics import Metrics
 from inferd.server.companion import Companion
@@ -165,6 +166,8 @@ class DrainingServer(uvicorn.Server):
 def run_server(
     settings: ServerSettings,
     engine: Engine,
+    keys: Keys,
+    job_store: JobStore,
     metrics: Metrics | None = None,
     sock: socket.socket | None = None,
     live: LiveWindow | None = None,
@@ -176,8 +179,7 @@ def run_server(
     from inferd.server.app import create_app
     from inferd.server.data_routes import DATA_ROUTES
 
-    app = create_app(settings, engine, metrics, live=live, companions=companions)
-    keys = Keys(read_keys(settings.api_keys_file), ())
+    app = create_app(settings, engine, keys, job_store, metrics, live=live, companions=companions)
     early = EarlyRefusal(engine, DATA_ROUTES, metrics, keys)
     config = uvicorn.Config(
         app,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from inferd.composition import build_engine
+from inferd.composition import build_engine, open_jobs, read_access
 from inferd.config.server import ServerSettings
 from inferd.server.app import create_app
 from tests.models import affine_model
@@ -38,7 +38,14 @@ async def test_companions_start_first_and_stop_after_the_drain_and_the_jobs(
     settings = ServerSettings(repository=tmp_path, grpc_port=0)
     engine, metrics = build_engine(settings)
     companion = Recording()
-    app = create_app(settings, engine, metrics, companions=[companion])
+    app = create_app(
+        settings,
+        engine,
+        read_access(settings),
+        open_jobs(settings, metrics),
+        metrics,
+        companions=[companion],
+    )
     companion.app = app
     async with app.router.lifespan_context(app):
         companion.steps.append("serving")
