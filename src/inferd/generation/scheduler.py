@@ -45,6 +45,8 @@ from inferd.generation.waiting import WaitingLine
 from inferd.observability.observer import GenerationTokens, Observer, notify
 from inferd.runtime.protocol import DeviceMemory
 
+STOPPED = "the model stopped: unloaded, or the server is stopping"
+"""What the generations a stopped model held are answered (5030)."""
 log = logging.getLogger(__name__)
 
 
@@ -171,7 +173,7 @@ class Scheduler:
     async def close(self) -> None:
         self._closing = True
         for seq in [*self._waiting, *self._batch.running]:
-            seq.fail(UnavailableError("the model stopped: unloaded, or the server is stopping"))
+            seq.fail(UnavailableError(STOPPED))
         self._waiting.clear()
         self._batch.clear()
         self._wake.set()
@@ -219,10 +221,14 @@ class Scheduler:
                     await asyncio.sleep(0)
 
     async def _guarded(self, step: Callable[[list[Seq]], Awaitable[None]], seqs: list[Seq]) -> None:
-        """A failing step fails its sequences (with a stable code), never the scheduler."""
+        """A failing step fails its sequences (with a stable code), never the scheduler; a step
+        cut short by `close` fails them too (a prefill's are in neither the waiting line nor
+        the batch: without this, their streams would wait for ever)."""
         try:
             await step(seqs)
         except asyncio.CancelledError:
+            for seq in seqs:
+                seq.fail(UnavailableError(STOPPED))
             raise
         except Exception as exc:
             log.exception("generation step failed", extra={"model": self._model})

@@ -21,7 +21,7 @@ import pytest
 from inferd.config.model import GenerationConfig
 from inferd.engine.kinds.decoder_parts import GenerationParts
 from inferd.engine.versions.loading import load_instances
-from inferd.errors import InputTooLongError, InvalidInputError, QueueFullError
+from inferd.errors import InputTooLongError, InvalidInputError, QueueFullError, UnavailableError
 from inferd.generation.batch import shared_prefill
 from inferd.generation.chat import load_chat_template
 from inferd.generation.params import SamplingParams
@@ -742,3 +742,29 @@ async def test_more_answers_at_once_than_the_waiting_line_holds_are_a_4005(make:
         scheduler.submit_twins(scheduler.encode("w1"), [greedy(3)] * 3, [None] * 3)
     (alone,) = scheduler.submit_twins(scheduler.encode("w1"), [greedy(3)], [None])
     assert (await alone.result()).completion_tokens == 3
+
+
+class StalledPrefill:
+    """A decoder whose first step (a prefill) never returns: a close arrives during it."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_close_during_a_prefill_answers_its_sequences() -> None:
+    # the sequences of a prefill in progress are in neither the waiting line nor the batch:
+    # a close (a drain out of time, an unload) must still end their streams, with 5030
+    parts = _fake().parts
+    stalled = StalledPrefill()
+    config = GenerationConfig(context_length=512, max_new_tokens_limit=1000, max_running=8)
+    scheduler = Scheduler(stalled, parts.shape, parts.tokenizer, config, parts.eos_id, parts.pad_id)
+    scheduler.start()
+    seq = scheduler.submit(scheduler.encode("hello there"), greedy(8))
+    await asyncio.wait_for(stalled.entered.wait(), 5)
+    await scheduler.close()
+    with pytest.raises(UnavailableError, match="the model stopped"):
+        await asyncio.wait_for(seq.result(), 5)
