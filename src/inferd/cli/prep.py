@@ -55,6 +55,7 @@ def add_prep_commands(commands: Any) -> None:
         action="store_true",
         help="write the version even when it is larger or measurably slower than its source",
     )
+    _timing(optimize)
 
     quantize = commands.add_parser(
         "quantize", help="int8 (CPU) or fp16 (GPU) variant as a new version, with a report"
@@ -87,6 +88,17 @@ def add_prep_commands(commands: Any) -> None:
         action="store_true",
         help="write the version even when the loss is too high, or it is larger or measurably "
         "slower than fp32",
+    )
+    _timing(quantize)
+
+
+def _timing(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timing-s",
+        type=float,
+        default=None,
+        help="the most seconds the speed comparison with the source may take once each has "
+        "run 15 rounds (default: 30; it stops sooner once the ratio is known within 2%%)",
     )
 
 
@@ -140,6 +152,7 @@ def run_prep_command(args: argparse.Namespace) -> int:
                 atol=args.atol,
                 reporter=reporter,
                 force=args.force,
+                timing_s=args.timing_s,
             )
         from inferd.prep.quantize import run_quantize
         from inferd.prep.quantize_verdict import Thresholds
@@ -156,6 +169,7 @@ def run_prep_command(args: argparse.Namespace) -> int:
             thresholds=thresholds,
             force=args.force,
             reporter=reporter,
+            timing_s=args.timing_s,
         )
     except PREP_ERRORS as exc:
         reporter.fail(str(exc))

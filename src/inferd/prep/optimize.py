@@ -59,6 +59,7 @@ def run_optimize(
     atol: float,
     reporter: Reporter,
     force: bool = False,
+    timing_s: float | None = None,
 ) -> int:
     folder = model_folder(repo, model)
     src_version, src_path = source_version(folder, from_version)
@@ -96,7 +97,9 @@ def run_optimize(
             )
         timing = original.plan.cases(TIMING_CASES, seed=7)
         with reporter.step("timing both on this machine"):
-            speed = compare_speed(runner(reference, names), runner(candidate, names), timing)
+            speed = compare_speed(
+                runner(reference, names), runner(candidate, names), timing, budget_s=timing_s
+            )
         size_ratio = out.stat().st_size / src_path.stat().st_size
         problems = refusals(size_ratio, speed)
         changed = sorted(op for op in set(before) | set(after) if before[op] != after[op])

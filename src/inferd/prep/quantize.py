@@ -70,6 +70,7 @@ def run_quantize(
     thresholds: Thresholds,
     force: bool,
     reporter: Reporter,
+    timing_s: float | None = None,
 ) -> int:
     folder = model_folder(repo, model)
     src_version, src_path = source_version(folder, from_version)
@@ -126,7 +127,7 @@ def run_quantize(
         accuracy = compare(config, specs, sample_set.batches, want, got)
         timing = sample_set.batches[: min(4, len(sample_set.batches))]
         with reporter.step("timing both on this machine"):
-            speed = compare_speed(run_ref, run_new, timing)
+            speed = compare_speed(run_ref, run_new, timing, budget_s=timing_s)
         size_ratio = out.stat().st_size / src_path.stat().st_size
         # fp16 timed on CPU kernels says nothing of its speed on a GPU: only int8's is judged
         problems = verdict(accuracy, thresholds) + refusals(

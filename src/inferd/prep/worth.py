@@ -24,6 +24,8 @@ import numpy as np
 from inferd.prep.console import Reporter
 from inferd.prep.parity import Feeds, Runner
 
+TIMING_S = 30.0
+"""How long a speed comparison may take at most, by default (`--timing-s`)."""
 SIZE_SLACK = 0.01
 """A candidate's file may exceed its source's by this fraction before it counts as larger."""
 
@@ -91,7 +93,7 @@ def compare_speed(
     *,
     min_rounds: int = 15,
     max_rounds: int = 120,
-    budget_s: float = 30.0,
+    budget_s: float | None = None,
     tolerance: float = 0.02,
     clock: Callable[[], float] = time.perf_counter,
 ) -> SpeedComparison:
@@ -100,6 +102,7 @@ def compare_speed(
     is reached."""
     if not feeds:
         raise ValueError("no timing batches")
+    budget = TIMING_S if budget_s is None else budget_s
     for run in (source, candidate):  # warm-up: first runs allocate
         _pass(run, feeds, clock)
     started = clock()
@@ -120,7 +123,7 @@ def compare_speed(
         ratios = [s / c for s, c in zip(source_times, candidate_times, strict=True)]
         speedup, low, high = median_interval(ratios)
         tight = (high - low) / 2 <= tolerance * speedup
-        if tight or rounds >= max_rounds or clock() - started > budget_s:
+        if tight or rounds >= max_rounds or clock() - started > budget:
             return SpeedComparison(
                 speedup,
                 low,
