@@ -272,6 +272,7 @@ def test_an_admins_load_is_held_to_the_count(tmp_path: Path) -> None:
             timeout=60,
         )
         assert loaded.status_code == 200, loaded.text
+        assert loaded.json()["evicted"] == [{"name": "m0", "version": "1"}]
         assert resident(url) == {"pinned", "m1"}
         seen = metrics(url)
         assert seen["inferd_model_evictions_total", "m0"] == 1

@@ -27,6 +27,7 @@ from inferd.engine.requests.generation_start import GenerationStart
 from inferd.engine.requests.outcomes import Outcomes
 from inferd.engine.requests.response_cache import ResponseCache
 from inferd.engine.requests.routing import Routing
+from inferd.engine.resident.holdings import EngineHoldings
 from inferd.engine.resident.load_limits import LoadLimits
 from inferd.engine.resident.residency import Residency
 from inferd.engine.resident.residency_record import ResidencyFacts
@@ -63,29 +64,21 @@ class Engine:
         self.policy = ServingPolicy.for_repository(root)
         self.registry = Registry([self.policy.select(entry) for entry in entries])
         self.admission = Admission(settings)
-        self.residency = Residency(
-            settings.model_memory_budget_mb,
-            settings.max_loaded_versions,
-            lambda version: self.loader.load_resident(version),
-            lambda version: self.loader.evict(version),
-            lambda: list(self.registry.all_versions()),
-            self.policy.in_rollout,
-            self._zero_shot_base,
-            lambda version: self.loader.disk_bytes(version),
-            settings.device_memory_budget_mb,
-            LoadLimits(settings.client_loads_per_minute, settings.client_load_burst),
-        )
         self.loader = Loader(
             self.registry,
             settings,
             runtime_loader,
             observer or Observer(),
             root,
-            lambda: self.admission.draining,
-            lambda: self.admission.in_flight,
+            self.admission,
             self.policy.select,
-            self.residency.on_demand,
-            self.residency.loaded_by_admin,
+        )
+        self.residency = Residency(
+            settings.model_memory_budget_mb,
+            settings.max_loaded_versions,
+            EngineHoldings(self.registry, self.policy, self.loader),
+            settings.device_memory_budget_mb,
+            LoadLimits(settings.client_loads_per_minute, settings.client_load_burst),
         )
         self.rollouts = Rollouts(self.registry, self.loader, observer or Observer(), self.policy)
         self._routing = Routing(self.registry, self.rollouts)
@@ -188,13 +181,18 @@ class Engine:
         async with self.residency.hold(served, deadline):
             return served
 
-    def _zero_shot_base(self, version: Version) -> bool:
-        """Whether `version`'s model is a zero-shot model's base (which it holds)."""
-        return any(
-            config.zero_shot is not None and config.zero_shot.base_model == version.model
-            for name in self.registry.models()
-            if (config := self.registry.config_of(name)) is not None
-        )
+    async def load_model(self, name: str) -> tuple[Version, list[Version]]:
+        """An admin's load of a model (inferd.engine.versions.loader): the version that serves,
+        and the on-demand versions evicted to make room for what it brought into memory."""
+        served, fresh = await self.loader.load_model(name)
+        evicted = []
+        for version in fresh:
+            evicted += await self.residency.loaded_by_admin(version)
+        return served, evicted
+
+    async def unload_model(self, name: str) -> None:
+        """An admin's unload: every version of the model drained and closed."""
+        await self.loader.unload_model(name)
 
     # -- life -------------------------------------------------------------------------------
 

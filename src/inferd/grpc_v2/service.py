@@ -150,7 +150,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
         async def load() -> pb.RepositoryModelLoadResponse:
-            await self._engine.loader.load_model(request.model_name)
+            await self._engine.load_model(request.model_name)
             return pb.RepositoryModelLoadResponse()
 
         return await self.calls.run(context, "RepositoryModelLoad", request.model_name, load)
@@ -159,7 +159,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
         async def unload() -> pb.RepositoryModelUnloadResponse:
-            await self._engine.loader.unload_model(request.model_name)
+            await self._engine.unload_model(request.model_name)
             return pb.RepositoryModelUnloadResponse()
 
         return await self.calls.run(context, "RepositoryModelUnload", request.model_name, unload)

@@ -175,8 +175,8 @@ async def test_a_version_reloaded_starts_with_an_empty_cache(
     x = np.ones((1, 4), np.float32)
     await infer(engine, "affine", x)
     assert await infer(engine, "affine", x) == "hit"
-    await engine.loader.unload_model("affine")
-    await engine.loader.load_model("affine")
+    await engine.unload_model("affine")
+    await engine.load_model("affine")
     assert await infer(engine, "affine", x) == "miss"
 
 

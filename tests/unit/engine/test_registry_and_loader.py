@@ -80,7 +80,7 @@ async def test_admin_load_adds_a_version_and_a_failing_one_leaves_the_old(
     await engine.load_all()
     (tmp_path / "affine" / "2").mkdir()
     (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder")
-    served = await engine.loader.load_model("affine")
+    served, _ = await engine.load_model("affine")
     assert served.version == 2
     assert [v.version for v in engine.registry.versions_of("affine")] == [2]  # 1 retired
     assert made[0].closed  # the retired version's runtime is closed
@@ -89,17 +89,17 @@ async def test_admin_load_adds_a_version_and_a_failing_one_leaves_the_old(
     (tmp_path / "affine" / "3" / "model.onnx").write_bytes(b"placeholder")
     engine.loader._versions._runtime_loader = fake_loader(broken=["affine/3"])
     with pytest.raises(UnavailableError, match=r"did not load .*still serving: \[2\]"):
-        await engine.loader.load_model("affine")
+        await engine.load_model("affine")
     assert engine.registry.resolve("affine").version == 2
 
-    await engine.loader.unload_model("affine")
+    await engine.unload_model("affine")
     with pytest.raises(NotFoundError):
         await asks.infer(engine, "affine", None, X)
     assert engine.registry.index() == [
         {"name": "affine", "state": "UNAVAILABLE", "reason": "unloaded"}
     ]
     with pytest.raises(NotFoundError, match="no model folder 'ghost'"):
-        await engine.loader.load_model("ghost")
+        await engine.load_model("ghost")
     await engine.close()
 
 
@@ -120,13 +120,13 @@ async def test_two_defaults_for_one_task_cannot_be_loaded(tmp_path: Path) -> Non
             tokenizer=True,
         )
     engine.loader._versions._runtime_loader = fake_loader(aliases={"first": "sentiment"})
-    await engine.loader.load_model("first")
+    await engine.load_model("first")
     version, _ = await asks.classify(engine, None, ["good"])  # the default now
     assert version.model == "first"
     with pytest.raises(InvalidInputError, match="two models are the default of /predict"):
-        await engine.loader.load_model("second")
+        await engine.load_model("second")
     with pytest.raises(InvalidInputError, match="zero-shot model follows its base"):
-        await engine.loader.load_model("mood")
+        await engine.load_model("mood")
     await engine.close()
 
 
@@ -167,13 +167,13 @@ async def test_concurrent_loads_of_one_model_take_turns_and_leak_nothing(tmp_pat
     await engine.load_all()
     (tmp_path / "affine" / "2").mkdir()
     (tmp_path / "affine" / "2" / "model.onnx").write_bytes(b"placeholder")
-    served = await asyncio.gather(*(engine.loader.load_model("affine") for _ in range(8)))
-    assert {v.version for v in served} == {2}
+    served = await asyncio.gather(*(engine.load_model("affine") for _ in range(8)))
+    assert {v.version for v, _ in served} == {2}
     assert len(made) == 4  # version 1 and version 2 once each, two instances each
     _, out = await asks.infer(engine, "affine", None, X)
     assert out["y"].tolist() == [[3.0] * 4]
-    await asyncio.gather(engine.loader.unload_model("affine"), engine.loader.load_model("affine"))
-    await engine.loader.unload_model("affine")
+    await asyncio.gather(engine.unload_model("affine"), engine.load_model("affine"))
+    await engine.unload_model("affine")
     assert all(r.closed for r in made), "every runtime a load opened is closed after unload"
     await engine.close()
 
@@ -197,7 +197,7 @@ async def test_what_is_loaded_is_frozen_out_of_collections_and_an_unloaded_model
         del runtime, made[:]
         gc.collect()
         assert gone() is not None, "in use: the version serves"
-        await engine.loader.unload_model("affine")
+        await engine.unload_model("affine")
         assert gone() is None, "the unloaded model's runtime, in a cycle, was collected"
         assert gc.get_freeze_count() > 0  # frozen again after the unload
     finally:

@@ -28,8 +28,34 @@ from inferd.errors import (
 MB = 2**20
 
 
+class Holding:
+    """A box as residency's holdings: its versions, and the rest from the box itself."""
+
+    def __init__(self, box: Box) -> None:
+        self._box = box
+
+    def versions(self) -> list[Version]:
+        return list(self._box.versions.values())
+
+    def in_rollout(self, model: str) -> bool:
+        return self._box.in_rollout(model)
+
+    def pinned_anyway(self, version: Version) -> bool:
+        return self._box.pinned_anyway(version)
+
+    def disk_bytes(self, version: Version) -> int:
+        return self._box.disk_bytes(version)
+
+    async def load_resident(self, version: Version) -> None:
+        await self._box.load_resident(version)
+
+    async def evict(self, version: Version) -> None:
+        await self._box.evict(version)
+
+
 class Box:
-    """Versions and the loads and evictions done to them."""
+    """Versions and the loads and evictions done to them: residency's holdings
+    (inferd.engine.resident.holdings.Holdings)."""
 
     def __init__(self, names: list[str], residency: str = "on_demand", mb: int = 10) -> None:
         config = ModelConfig(residency=residency)  # type: ignore[arg-type]
@@ -41,6 +67,10 @@ class Box:
         self.evictions: list[str] = []
         self.load_s = 0.0
         self.rollout: set[str] = set()
+        self.pinned: set[str] = set()
+        """Models kept like pinned ones (a zero-shot model's base)."""
+        self.disk_mb = 0
+        """Each version's files (what a version never loaded is budgeted from)."""
 
         self.on_gpu: dict[str, dict[int, int]] = {}
         """MB each version's load adds on each fake GPU (a version not here: the CPU only)."""
@@ -60,7 +90,16 @@ class Box:
         self.on_gpu[name] = on
         return version
 
-    async def load(self, version: Version) -> None:
+    def in_rollout(self, model: str) -> bool:
+        return model in self.rollout
+
+    def pinned_anyway(self, version: Version) -> bool:
+        return version.model in self.pinned
+
+    def disk_bytes(self, version: Version) -> int:
+        return self.disk_mb * MB
+
+    async def load_resident(self, version: Version) -> None:
         self.loads.append(version.model)
         await asyncio.sleep(self.load_s)
         version.state, version.reason = VersionState.READY, None
@@ -73,15 +112,8 @@ class Box:
         version.state = VersionState.UNLOADED
 
     def residency(self, budget_mb: float = 0, count: int = 0, **kwargs: object) -> Residency:
-        return Residency(
-            budget_mb,
-            count,
-            self.load,
-            self.evict,
-            lambda: list(self.versions.values()),
-            lambda model: model in self.rollout,
-            **kwargs,  # type: ignore[arg-type]
-        )
+        """Residency over this box (its versions, rollouts, loads and evictions)."""
+        return Residency(budget_mb, count, Holding(self), **kwargs)  # type: ignore[arg-type]
 
     def resident(self) -> set[str]:
         return {name for name, v in self.versions.items() if v.ready}
@@ -109,7 +141,8 @@ async def test_the_least_recently_used_idle_version_goes_first() -> None:
 async def test_the_memory_budget_counts_measured_footprints_and_files_before_a_load() -> None:
     box = Box(["a", "b", "c"], mb=30)
     # never loaded: budgeted at twice its files (20 MB) until measured (30 MB)
-    residency = box.residency(budget_mb=70, disk_bytes=lambda version: 10 * MB)
+    box.disk_mb = 10
+    residency = box.residency(budget_mb=70)
     await use(residency, box.versions["a"])
     await use(residency, box.versions["b"])  # 30 + 20 fit; measured 30 + 30 fit
     assert box.evictions == []
@@ -121,7 +154,8 @@ async def test_the_memory_budget_counts_measured_footprints_and_files_before_a_l
 
 async def test_in_use_in_a_rollout_or_pinned_versions_are_never_evicted() -> None:
     box = Box(["busy", "rolling", "base", "idle", "new"])
-    residency = box.residency(count=4, pinned_anyway=lambda v: v.model == "base")
+    box.pinned = {"base"}
+    residency = box.residency(count=4)
     box.rollout.add("rolling")
     box.versions["base"].state = VersionState.READY  # (pinned anyway: loaded at start)
     for name in ("busy", "rolling", "idle"):
@@ -159,7 +193,8 @@ async def test_a_load_waits_for_a_busy_version_to_go_idle() -> None:
 
 async def test_a_load_that_could_not_fit_with_nothing_to_evict_is_refused_at_once() -> None:
     box = Box(["base", "rolling", "cold"])
-    residency = box.residency(count=2, pinned_anyway=lambda v: v.model == "base")
+    box.pinned = {"base"}
+    residency = box.residency(count=2)
     box.versions["base"].state = VersionState.READY
     box.rollout.add("rolling")
     await use(residency, box.versions["rolling"])
@@ -200,7 +235,8 @@ async def test_a_gpu_short_of_room_evicts_only_the_versions_holding_its_memory()
         box.place(name, None, **gpus)
     box.place("cpu", None)
     # never loaded: budgeted at twice its files (30 MB) on the GPU it is placed on
-    residency = box.residency(device_budget_mb=60, disk_bytes=lambda version: 15 * MB)
+    box.disk_mb = 15
+    residency = box.residency(device_budget_mb=60)
     for name in ("cpu", "c1", "a0"):
         await use(residency, box.versions[name])
     assert box.evictions == []
@@ -356,7 +392,8 @@ async def test_an_admins_load_makes_room_within_the_budget() -> None:
     for name in ("a", "b"):
         await use(residency, box.versions[name])
     box.versions["c"].state = VersionState.READY  # loaded by the admin's route, not a request
-    await residency.loaded_by_admin(box.versions["c"])
+    evicted = await residency.loaded_by_admin(box.versions["c"])
+    assert evicted == [box.versions["a"]]
     assert box.evictions == ["a"] and box.resident() == {"b", "c"}
     assert {f.model: f.loads for f in residency.facts()}["c"] == 1
 

@@ -1,23 +1,18 @@
-"""Residency: which model versions are in memory, under a budget.
+"""Residency: which model versions are in memory, under a budget (docs/operations.md tells it
+as an operator sees it).
 
-A model's `residency` is `pinned` (loaded at start, kept until an admin unloads it: the default)
-or `on_demand`: not loaded at start, loaded by its first request (requests arriving meanwhile
-wait for that one load, within their deadlines), and evictable. Each version's footprint is
-measured when it loads (the process's resident memory before and after: the runtime's arenas
-and the warm-up included; loads are one at a time, so the difference is that version's). When
-a load would take the versions in memory over `model_memory_budget_mb` (or their count over
-`max_loaded_versions`, or what the versions on a GPU hold of its memory over
-`device_memory_budget_mb`: inferd.engine.resident.budget), the least recently used idle `on_demand`
-versions are evicted first (for a GPU's memory, only those holding some of it): never one
-with a request in flight or queued, nor one of a model in a rollout, nor a pinned one. When
-the idle ones do not suffice, nothing is evicted and the load waits for busy ones to go idle,
-for as long as a request waits for it (each within its deadline, then 5030 with the reason);
-a load that could not fit even with every version that may go gone (on demand, not in a
-rollout) is refused 5030 at once, and one that can never fit the budget beside the pinned
-versions (inferd.engine.resident.budget.Budget.never_fits) 5071. Nothing serving is touched. An
-evicted version's footprint is remembered: its next load is budgeted by it. The request
-that starts a load counts it against its client's limit (inferd.engine.resident.load_limits: 4291
-over it); one that finds its version resident or loading counts nothing.
+A model's `residency` is `pinned` (loaded at start, kept until an admin unloads it: the
+default) or `on_demand`: loaded by its first request (requests arriving meanwhile wait for that
+one load, within their deadlines), and evictable. A version's footprint is measured when it
+loads (resident memory before and after; loads are one at a time). When a load would take the
+versions in memory over a budget (inferd.engine.resident.budget: host MB, count, each GPU's
+MB), the least recently used idle `on_demand` versions go first: never one with a request in
+flight or queued, of a model in a rollout, or pinned. When the idle ones do not suffice, the
+load waits for busy ones to go idle, each request within its deadline (then 5030 with the
+reason); a load that could not fit with every version that may go gone is refused 5030 at
+once, one that never fits beside the pinned versions 5071. An evicted version's next load is
+budgeted by its measured footprint. The request that starts a load counts it against its
+client's limit (inferd.engine.resident.load_limits: 4291 over it).
 """
 
 from __future__ import annotations
@@ -26,14 +21,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from inferd.clients import current_client
-from inferd.engine.resident.budget import Budget, Need, device_mb, mb
+from inferd.engine.resident.budget import Budget, Need
 from inferd.engine.resident.heap import SettleLater
 from inferd.engine.resident.load_limits import LoadLimits
-from inferd.engine.resident.residency_record import Record, ResidencyFacts
+from inferd.engine.resident.residency_record import (
+    Record,
+    Records,
+    ResidencyFacts,
+    footprint,
+    named,
+)
 from inferd.engine.versions.version import Version, VersionState
 from inferd.errors import (
     DeadlineExceededError,
@@ -42,6 +44,9 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.observability.trace import current_trace
+
+if TYPE_CHECKING:
+    from inferd.engine.resident.holdings import Holdings
 
 log = logging.getLogger(__name__)
 
@@ -52,39 +57,20 @@ ROOM_RECHECK_S = 0.25
 going idle wakes it at once; this catches a rollout's end and its last waiter's deadline)."""
 
 
-Load = Callable[[Version], Awaitable[None]]
-"""Loads a registered version in place (its footprint measured: `Version.footprint_bytes`)."""
-Evict = Callable[[Version], Awaitable[None]]
-"""Drains and closes a version, leaving it registered and not resident."""
-
-
 class Residency:
     def __init__(
         self,
         budget_mb: float,
         max_versions: int,
-        load: Load,
-        evict: Evict,
-        versions: Callable[[], list[Version]],
-        in_rollout: Callable[[str], bool],
-        pinned_anyway: Callable[[Version], bool] = lambda version: False,
-        disk_bytes: Callable[[Version], int] = lambda version: 0,
+        holdings: Holdings,
         device_budget_mb: float = 0,
         load_limits: LoadLimits | None = None,
     ) -> None:
-        """`budget_mb`, `max_versions`, `device_budget_mb` (per GPU): 0 for none; `versions`:
-        every registered version; `pinned_anyway`: an `on_demand` version kept like a pinned
-        one (a zero-shot model's base, which the zero-shot model holds); `disk_bytes`: the size
-        of a version's files, from which a version never loaded is budgeted
-        (inferd.engine.resident.budget.UNMEASURED_FACTOR times it); `load_limits`: the on-demand
-        loads each client may cause (None: no limit)."""
-        self._budget = Budget(budget_mb, max_versions, device_budget_mb, disk_bytes)
-        self._load = load
-        self._evict = evict
-        self._versions = versions
-        self._in_rollout = in_rollout
-        self._pinned_anyway = pinned_anyway
-        self._records: dict[tuple[str, int], Record] = {}
+        """`budget_mb`, `max_versions`, `device_budget_mb` (per GPU): 0 for none;
+        `load_limits`: the on-demand loads each client may cause (None: no limit)."""
+        self._budget = Budget(budget_mb, max_versions, device_budget_mb, holdings.disk_bytes)
+        self._holdings = holdings
+        self._records = Records()
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
@@ -100,38 +86,30 @@ class Residency:
         self._load_limits = load_limits
 
     def on_demand(self, version: Version) -> bool:
-        return version.config.residency == "on_demand" and not self._pinned_anyway(version)
+        return version.config.residency == "on_demand" and not self._holdings.pinned_anyway(version)
 
     def never_fits(self, version: Version) -> str | None:
         """Why an on-demand `version` not in memory can never load under the budgets (5071,
         and a reason of `/ready`), None when it may."""
         if version.ready or not self.on_demand(version):
             return None
-        return self._budget.never_fits(_named(version), version, self._kept(version))
+        return self._budget.never_fits(named(version), version, self._kept(version))
 
     def _kept(self, coming: Version) -> int:
         """The bytes held by the versions in memory never evicted (pinned ones)."""
-        stay = [v for v in self._versions() if v.ready and v is not coming and not self._may_go(v)]
+        stay = [
+            v
+            for v in self._holdings.versions()
+            if v.ready and v is not coming and not self._may_go(v)
+        ]
         return sum(v.footprint_bytes or 0 for v in stay)
-
-    def _record(self, version: Version) -> Record:
-        key = (version.model, version.version)
-        record = self._records.get(key)
-        if record is None or record.version is not version:
-            kept = record
-            record = Record(version)
-            if kept is not None:  # (the same version registered again: its counts go on)
-                record.loads, record.evictions = kept.loads, kept.evictions
-                record.cold_waits, record.cold_wait_s = kept.cold_waits, kept.cold_wait_s
-            self._records[key] = record
-        return record
 
     @asynccontextmanager
     async def hold(self, version: Version, deadline: float | None) -> AsyncIterator[Version]:
         """`version` in memory for the time of a request: loaded first when it is an
         `on_demand` version not resident (waiting at most until `deadline`, a loop time),
         and never evicted while held."""
-        record = self._record(version)
+        record = self._records.of(version)
         record.in_use += 1
         try:
             if not version.ready and self.on_demand(version):
@@ -143,12 +121,12 @@ class Residency:
 
     def enter(self, version: Version) -> None:
         """Holds `version` until `leave` (a generation's stream, which outlives its call)."""
-        record = self._record(version)
+        record = self._records.of(version)
         record.in_use += 1
         record.last_used = time.monotonic()
 
     def leave(self, version: Version) -> None:
-        self._release(self._record(version))
+        self._release(self._records.of(version))
 
     def _release(self, record: Record) -> None:
         record.in_use = max(record.in_use - 1, 0)
@@ -174,7 +152,7 @@ class Residency:
             if never is not None:  # said at once, costing the client none of its loads
                 raise ModelTooLargeError(never)
             if self._load_limits is not None:  # (a load already under way costs no one)
-                self._load_limits.take(current_client(), _named(version))
+                self._load_limits.take(current_client(), named(version))
             task = asyncio.get_running_loop().create_task(
                 self._load_one(version), name=f"inferd-load-{version.model}-{version.version}"
             )
@@ -190,7 +168,7 @@ class Residency:
             if no_room is not None:  # still waiting for a busy version to go idle
                 raise UnavailableError(no_room, retry_after_s=1.0) from None
             raise DeadlineExceededError(
-                f"{_named(version)} is loading on demand and "
+                f"{named(version)} is loading on demand and "
                 "its load outlasted the request's deadline"
             ) from None
         finally:
@@ -202,16 +180,18 @@ class Residency:
             record.cold_wait_s += ended - started
             current_trace().mark("load", started, ended)  # (its load_s too)
 
-    async def loaded_by_admin(self, version: Version) -> None:
+    async def loaded_by_admin(self, version: Version) -> list[Version]:
         """An admin's load brought `version` into memory: the idle on-demand versions go,
         least recently used first, until it fits the budget (over it, with a warning, until
-        one goes idle)."""
-        record = self._record(version)
+        one goes idle). Returns those it evicted."""
+        record = self._records.of(version)
         record.last_used = time.monotonic()
         if self.on_demand(version):
             record.loads += 1
+        evicted: list[Version] = []
         async with self._lock:
-            await self._make_room(version, self._budget.need(version), loaded=True)
+            await self._make_room(version, self._budget.need(version), True, evicted)
+        return evicted
 
     def _load_ended(self, key: tuple[str, int], done: asyncio.Task[None]) -> None:
         self._loading.pop(key, None)
@@ -244,9 +224,9 @@ class Residency:
             if not await self._make_room(version, need):
                 return False
             self._room.pop((version.model, version.version), None)
-            record = self._record(version)
+            record = self._records.of(version)
             version.state, version.reason = VersionState.LOADING, None
-            await self._load(version)
+            await self._holdings.load_resident(version)
             if not version.ready:
                 reason = version.reason or "it did not load"
                 version.state, version.reason = (
@@ -254,7 +234,7 @@ class Residency:
                     f"its last load failed: {reason}",
                 )
                 raise UnavailableError(
-                    f"{_named(version)} did not load: {reason}",
+                    f"{named(version)} did not load: {reason}",
                     retry_after_s=1.0,
                 )
             record.loads += 1
@@ -262,7 +242,7 @@ class Residency:
             self._settling.ask()
             log.info(
                 "model version loaded on demand",
-                extra=_footprint(version, model=version.model, version=version.version),
+                extra=footprint(version),
             )
             # measured now: over the budget (its estimate was short), the next idle ones go
             await self._make_room(version, self._budget.need(version), loaded=True)
@@ -271,11 +251,13 @@ class Residency:
     def _still_wanted(self, version: Version) -> None:
         """Refuses a load that waited while the server began shutting down, or while an
         admin unloaded its model or loaded it anew (another `Version` now serves)."""
-        name = _named(version)
+        name = named(version)
         if self._aborted:
             raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
         registered = [
-            v for v in self._versions() if (v.model, v.version) == (version.model, version.version)
+            v
+            for v in self._holdings.versions()
+            if (v.model, v.version) == (version.model, version.version)
         ]
         if not any(v is version for v in registered):
             if registered:
@@ -285,20 +267,27 @@ class Residency:
                 )
             raise NotFoundError(f"{name} was unloaded while its load waited")
 
-    async def _make_room(self, coming: Version, need: Need, loaded: bool = False) -> bool:
+    async def _make_room(
+        self,
+        coming: Version,
+        need: Need,
+        loaded: bool = False,
+        evicted: list[Version] | None = None,
+    ) -> bool:
         """Evicts least recently used idle `on_demand` versions until `coming`, needing
         `need`, fits beside the others: True. Refused (5030) when it could not fit even with
         every version that may go gone, or when no request waits for it any more. False while
         it needs busy versions to go (nothing is evicted until what is idle suffices), its
         reason kept for the requests whose deadlines end first. `loaded`: it serves already,
-        and the idle ones go until it fits, the budget exceeded until then."""
+        and the idle ones go until it fits, the budget exceeded until then. Each version it
+        evicts is added to `evicted`."""
         key = (coming.model, coming.version)
-        name = _named(coming)
+        name = named(coming)
         never = None if loaded else self._budget.never_fits(name, coming, self._kept(coming))
         if never is not None:
             raise ModelTooLargeError(never)
         while True:
-            resident = [v for v in self._versions() if v.ready and v is not coming]
+            resident = [v for v in self._holdings.versions() if v.ready and v is not coming]
             short = self._budget.shortfall(resident, need)
             if short is None:
                 return True
@@ -318,23 +307,21 @@ class Residency:
                     extra=short.figures(),
                 )
                 return True
-            await self._evict_one(min(idle, key=lambda v: self._record(v).last_used), coming)
+            victim = min(idle, key=lambda v: self._records.of(v).last_used)
+            await self._evict_one(victim, coming)
+            if evicted is not None:
+                evicted.append(victim)
 
     async def _evict_one(self, victim: Version, coming: Version) -> None:
         """Takes `victim` out of traffic at once and out of memory."""
         # out of traffic at once: a request arriving while it closes waits for its reload
         victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
-        self._record(victim).evictions += 1
+        self._records.of(victim).evictions += 1
         log.info(
             "model version evicted",
-            extra=_footprint(
-                victim,
-                model=victim.model,
-                version=victim.version,
-                **{"for": f"{coming.model}/{coming.version}"},
-            ),
+            extra=footprint(victim, **{"for": f"{coming.model}/{coming.version}"}),
         )
-        await self._evict(victim)
+        await self._holdings.evict(victim)
         self._settling.ask()
 
     def close(self) -> None:
@@ -342,10 +329,10 @@ class Residency:
 
     def _may_go(self, version: Version) -> bool:
         """Whether `version` is evicted once idle."""
-        return self.on_demand(version) and not self._in_rollout(version.model)
+        return self.on_demand(version) and not self._holdings.in_rollout(version.model)
 
     def _evictable(self, version: Version) -> bool:
-        record = self._records.get((version.model, version.version))
+        record = self._records.find(version)
         return (
             self._may_go(version)
             and (record is None or record.in_use == 0)
@@ -354,19 +341,6 @@ class Residency:
 
     def facts(self) -> list[ResidencyFacts]:
         return [
-            ResidencyFacts.of(v, self.on_demand(v), self._records.get((v.model, v.version)))
-            for v in self._versions()
+            ResidencyFacts.of(v, self.on_demand(v), self._records.find(v))
+            for v in self._holdings.versions()
         ]
-
-
-def _named(version: Version) -> str:
-    """A version as error messages name it."""
-    return f"model '{version.model}' version {version.version}"
-
-
-def _footprint(holder: Version, /, **extra: object) -> dict[str, object]:
-    """A log line's fields with what `holder` holds: host MB, and MB per GPU when on one."""
-    extra["footprint_mb"] = mb(holder.footprint_bytes)
-    if holder.device_footprint:
-        extra["device_mb"] = device_mb(holder.device_footprint)
-    return extra

@@ -1,10 +1,12 @@
 """What residency counts of each version: its record (last use, requests in it, loads,
-evictions, cold waits), and the facts the metrics and the status page show."""
+evictions, cold waits), kept across its registrations, the facts the metrics and the status
+page show, and how its messages and log lines name a version and what it holds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferd.engine.resident.budget import device_mb, mb
 from inferd.engine.versions.version import Version, VersionState
 
 
@@ -53,3 +55,43 @@ class ResidencyFacts:
             record.cold_wait_s,
             version.state is VersionState.LOADING,
         )
+
+
+class Records:
+    """Each version's record, by model and version number."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, int], Record] = {}
+
+    def of(self, version: Version) -> Record:
+        """`version`'s record, made on first use; a version registered again (a new `Version`
+        of the same number) goes on with the counts of the one it replaced."""
+        key = (version.model, version.version)
+        record = self._by_key.get(key)
+        if record is None or record.version is not version:
+            kept = record
+            record = Record(version)
+            if kept is not None:
+                record.loads, record.evictions = kept.loads, kept.evictions
+                record.cold_waits, record.cold_wait_s = kept.cold_waits, kept.cold_wait_s
+            self._by_key[key] = record
+        return record
+
+    def find(self, version: Version) -> Record | None:
+        """The record of `version`'s model and number, if one was made."""
+        return self._by_key.get((version.model, version.version))
+
+
+def named(version: Version) -> str:
+    """A version as error messages name it."""
+    return f"model '{version.model}' version {version.version}"
+
+
+def footprint(holder: Version, /, **extra: object) -> dict[str, object]:
+    """A log line's fields with `holder` and what it holds: host MB, and MB per GPU when on
+    one."""
+    extra = {"model": holder.model, "version": holder.version, **extra}
+    extra["footprint_mb"] = mb(holder.footprint_bytes)
+    if holder.device_footprint:
+        extra["device_mb"] = device_mb(holder.device_footprint)
+    return extra

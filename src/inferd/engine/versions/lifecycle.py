@@ -8,10 +8,11 @@ import asyncio
 
 from inferd.config.server import ServerSettings
 from inferd.engine.requests.admission import Admission
-from inferd.engine.resident.residency import Residency
+from inferd.engine.resident.residency import NOT_RESIDENT, Residency
 from inferd.engine.rollout import Rollouts
 from inferd.engine.versions.loader import Loader
 from inferd.engine.versions.registry import Readiness, Registry
+from inferd.engine.versions.version import VersionState
 
 
 class Lifecycle:
@@ -38,6 +39,9 @@ class Lifecycle:
         the repository for new versions of models that roll out by themselves."""
         rollouts = self._rollouts
         try:
+            for version in self._registry.all_versions():  # (the loader loads the others)
+                if version.config.needs_versions and self._residency.on_demand(version):
+                    version.state, version.reason = VersionState.UNLOADED, NOT_RESIDENT
             await self._loader.load_all()
             await rollouts.resume()
         finally:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
+from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.memory import release_freed
 from inferd.engine.resident.heap import settle
-from inferd.engine.resident.residency import NOT_RESIDENT
 from inferd.engine.versions.registry import Registry
 from inferd.engine.versions.version import Version, VersionState
 from inferd.engine.versions.version_loader import RuntimeLoader, VersionLoader
@@ -43,26 +43,17 @@ class Loader:
         runtime_loader: RuntimeLoader,
         observer: Observer,
         root: Path | None,
-        draining: Callable[[], bool],
-        in_flight: Callable[[], int],
+        admission: Admission,
         select: Callable[[ModelEntry], ModelEntry] = lambda entry: entry,
-        on_demand: Callable[[Version], bool] = lambda version: False,
-        loaded_by_admin: Callable[[Version], Awaitable[None]] | None = None,
     ) -> None:
-        """`draining`: whether the server drains; `in_flight`: the requests it holds;
-        `select`: the serving policy, which versions of a scanned model serve
-        (inferd.engine.rollout.policy); `on_demand`: a version left unloaded at start, for
-        its first request to load (inferd.engine.resident.residency); `loaded_by_admin`: told of
-        each version an admin's load brought into memory (the residency budget makes room)."""
+        """`admission`: whether the server drains, the requests it holds; `select`: the
+        serving policy, which versions of a scanned model serve
+        (inferd.engine.rollout.policy)."""
         self._registry = registry
         self._settings = settings
-        self._versions = VersionLoader(
-            registry, settings, runtime_loader, observer, draining, in_flight
-        )
+        self._versions = VersionLoader(registry, settings, runtime_loader, observer, admission)
         self._root = root
         self._select = select
-        self._loaded_by_admin = loaded_by_admin
-        self._on_demand = on_demand
         self.done = False
         """Start-up loading has finished (whatever its outcome)."""
         self._model_locks: dict[str, asyncio.Lock] = {}
@@ -85,8 +76,7 @@ class Loader:
         for version in registry.all_versions():
             if not version.config.needs_versions:
                 continue
-            if self._on_demand(version):
-                version.state, version.reason = VersionState.UNLOADED, NOT_RESIDENT
+            if version.state is VersionState.UNLOADED:  # on demand: left for its first request
                 continue
             jobs.append(load(registry.entries[version.model], version))
         try:
@@ -134,11 +124,12 @@ class Loader:
 
     # -- repository changes (admin) -------------------------------------------------------
 
-    async def load_model(self, name: str) -> Version:
+    async def load_model(self, name: str) -> tuple[Version, list[Version]]:
         """Reads a model's folder again and loads the versions the serving policy selects that
         do not serve yet. Versions no longer selected are drained and closed only once a selected
         version serves: a new version that fails to load leaves the previous one serving. A
-        second call for the same model waits for the first, then finds its versions serving."""
+        second call for the same model waits for the first, then finds its versions serving.
+        Returns the version that serves and those this call brought into memory."""
         folder = self._folder(name)
         if folder is None or not valid_name(name) or not folder.is_dir():
             raise NotFoundError(f"no model folder '{name}' in the repository")
@@ -155,7 +146,7 @@ class Loader:
             return self._root if name == alone else self._root / name
         return self._root / name
 
-    async def _load_model(self, name: str, folder: Path) -> Version:
+    async def _load_model(self, name: str, folder: Path) -> tuple[Version, list[Version]]:
         entry = self._select(scan_model(folder, name))
         if entry.error is not None or entry.config is None:
             raise InvalidInputError(f"model '{name}' cannot load: {entry.error}")
@@ -191,14 +182,10 @@ class Loader:
             await retired.drain(self._settings.drain_timeout_s)
             await retired.close()
             log.info("version retired", extra={"model": name, "version": number})
-        if self._loaded_by_admin is not None:  # (once the retired ones are gone)
-            for version in fresh:
-                if version.ready:
-                    await self._loaded_by_admin(version)
         self._registry.changed()
         self._registry.mark_loaded(name, int(time.time()))
         settle()
-        return self._registry.resolve(name)
+        return self._registry.resolve(name), [v for v in fresh if v.ready]
 
     def _version_entry(self, name: str, number: int) -> tuple[ModelEntry, ModelConfig]:
         """A served model's folder as it is now, holding a loadable version `number`, and its

@@ -20,6 +20,7 @@ from inferd.config.model import RuntimeOptions
 from inferd.config.server import ServerSettings
 from inferd.engine.kinds.build import BuildContext
 from inferd.engine.kinds.servable import Servable
+from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.memory import resident_bytes
 from inferd.engine.resident.budget import device_mb, placed_gpus
 from inferd.engine.versions.loading import LoadedModel, load_instances
@@ -57,23 +58,21 @@ class VersionLoader:
         settings: ServerSettings,
         runtime_loader: RuntimeLoader,
         observer: Observer,
-        draining: Callable[[], bool],
-        in_flight: Callable[[], int],
+        admission: Admission,
     ) -> None:
-        """`draining`: whether the server drains (a version loaded then is closed);
-        `in_flight`: the requests it holds (a lone one may run on the loop's thread)."""
+        """`admission`: whether the server drains (a version loaded then is closed) and the
+        requests it holds (a lone one may run on the loop's thread)."""
         self._registry = registry
         self._settings = settings
         self._runtime_loader = runtime_loader
         self._observer = observer
-        self._draining = draining
-        self._in_flight = in_flight
+        self._admission = admission
         self._share = RuntimeShare(available_cores())
         """The machine's cores between the models' runs, by their weights."""
 
     def _quiet(self) -> bool:
         """Whether the server holds no request but the caller's."""
-        return self._in_flight() <= 1
+        return self._admission.in_flight <= 1
 
     async def load(self, entry: ModelEntry, version: Version) -> None:
         """Loads `version` of `entry` and serves it; a failure is the version's."""
@@ -94,7 +93,7 @@ class VersionLoader:
         except Exception as exc:  # any failure: bad file, bad overrides, warm-up error
             _failed(version, exc, "model version failed to load")
             return
-        if self._draining():
+        if self._admission.draining:
             await close_off_loop(loaded.pool)
             version.fail("the server began draining while this version loaded")
             return

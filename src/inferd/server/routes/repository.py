@@ -24,14 +24,20 @@ async def index(request: Request) -> Response:
 
 @router.post("/models/{model}/load", summary="Load or reload a model (admin key)")
 async def load(request: Request, model: str) -> Response:
-    served = await engine_of(request).loader.load_model(model)
-    body = {"name": model, "version": str(served.version), "state": served.state.value}
+    served, evicted = await engine_of(request).load_model(model)
+    body = {
+        "name": model,
+        "version": str(served.version),
+        "state": served.state.value,
+        # the on-demand versions its load made room for (inferd's own field)
+        "evicted": [{"name": v.model, "version": str(v.version)} for v in evicted],
+    }
     return json_response(body)
 
 
 @router.post("/models/{model}/unload", summary="Drain and unload a model (admin key)")
 async def unload(request: Request, model: str) -> Response:
-    await engine_of(request).loader.unload_model(model)
+    await engine_of(request).unload_model(model)
     return json_response({"name": model, "state": "UNAVAILABLE"})
 
 
