@@ -51,11 +51,6 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> Step:
-        server = data.get("server")
-        return Step(**{**data, "server": ServerView(**server) if server else None})
-
 
 def summarize(
     mode: str, level: float, run: LoadRun, items_per_request: int, server: ServerView | None

@@ -193,13 +193,4 @@ KINDS: dict[str, Kind] = {
 }
 """Task -> its kind."""
 
-PURPOSES: tuple[str, ...] = tuple(
-    dict.fromkeys(k.purpose for k in KINDS.values() if k.purpose is not None)
-)
-"""The task route families, each served by the kinds whose purpose it is."""
-
 assert tuple(KINDS) == get_args(TaskName), "TaskName and KINDS must name the same tasks"
-
-
-def kind_of(task: str) -> Kind:
-    return KINDS[task]

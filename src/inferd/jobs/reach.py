@@ -21,10 +21,6 @@ class Reach:
         self._down_since: float | None = None
         self._reason = ""
 
-    @property
-    def reachable(self) -> bool:
-        return self._down_since is None
-
     def failed(self, reason: str) -> None:
         """A call could not reach the store (`reason`: what the client library said)."""
         if self._down_since is None:

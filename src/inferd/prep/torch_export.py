@@ -16,7 +16,6 @@ from inferd.prep.parity import Feeds
 from inferd.prep.source_record import Source
 
 MIN_OPSET = 13
-DEFAULT_OPSET = 17
 
 
 class ExportError(RuntimeError):
