@@ -15,6 +15,16 @@ FORBIDDEN = {
     "composition": ["inferd.cli", "inferd.rayserve"],
     "rayserve": ["inferd.cli"],
     "corpus": ["inferd."],
+    # a verb is data and functions over the engine's answers: no front end, no web framework
+    "verbs": [
+        "inferd.server",
+        "inferd.grpc_v2",
+        "inferd.cli",
+        "inferd.composition",
+        "fastapi",
+        "starlette",
+        "grpc",
+    ],
     "config": [
         "inferd.repository",
         "inferd.runtime",
