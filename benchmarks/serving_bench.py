@@ -61,7 +61,8 @@ from inferd.bench.steps import STEADY_FROM, Step
 from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts
 from inferd.tools.demo import build_demo
-from inferd.tools.encoder_graph import EncoderShape, build_encoder, random_weights
+from inferd.tools.encoder_graph import build_encoder
+from inferd.tools.encoder_shape import EncoderShape, random_weights
 from overload_bench import lone_latencies, request_bytes
 
 BATCHES = (1, 4, 16)

@@ -317,12 +317,12 @@ def test_the_cli_starts_without_the_optional_extras() -> None:
     assert result.stdout.strip() == "[]", result.stdout
 
 
-MODULE_LINES = 400
+MODULE_LINES = 350
 CLASS_LINES = 300
 
 
 def test_modules_and_classes_stay_small() -> None:
-    """One concept a module: no module over 400 lines, no class over 300 (generated protobuf
+    """One concept a module: no module over 350 lines, no class over 300 (generated protobuf
     modules aside). A part that grows past it is taken out by concept, not cut in halves."""
     big: list[str] = []
     for path in MODULES:

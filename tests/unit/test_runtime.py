@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from inferd.config.model import RuntimeOptions
 from inferd.errors import InvalidInputError
-from inferd.runtime.onnx_session import ModelLoadError, OnnxSession, resolve_providers
+from inferd.runtime.onnx_session import ModelLoadError, OnnxSession
+from inferd.runtime.placement import resolve_providers
 from inferd.runtime.protocol import Repeat
 from tests.models import affine_model, lookup_model
 

@@ -24,7 +24,12 @@ from inferd.errors import InternalError, InvalidInputError, OutOfMemoryError
 from inferd.runtime.bindings import KeptBindings
 from inferd.runtime.datatypes import v2_from_onnx_type
 from inferd.runtime.device_memory import OrtMemory
-from inferd.runtime.placement import CPU_PROVIDER, GPU_PROVIDERS
+from inferd.runtime.placement import (
+    CPU_PROVIDER,
+    GPU_PROVIDERS,
+    provider_options,
+    resolve_providers,
+)
 from inferd.runtime.protocol import Array, Bound, DeviceArray, Repeat, TensorSpec
 from inferd.runtime.reduction import GRAPH_MASK, GRAPH_POOLED, GRAPH_STATES, POOLED, Reduction
 
@@ -50,19 +55,6 @@ class ModelLoadError(Exception):
     """A model file could not be turned into a session. The message is safe to report."""
 
 
-def resolve_providers(wanted: Sequence[str], available: Sequence[str]) -> list[str]:
-    """The wanted providers this build has, in order, always ending with the CPU provider."""
-    chosen = [p for p in wanted if p in available and p != CPU_PROVIDER]
-    missing = [p for p in wanted if p not in available]
-    if missing:
-        log.warning(
-            "execution providers not available in this onnxruntime build, skipped",
-            extra={"providers": missing, "available": list(available)},
-        )
-    chosen.append(CPU_PROVIDER)
-    return chosen
-
-
 def _spec(arg: ort.NodeArg) -> TensorSpec:
     dims: list[int] = []
     names: list[str | None] = []
@@ -79,18 +71,6 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
         shape=tuple(dims),
         dim_names=tuple(names),
     )
-
-
-def _provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
-    chosen: dict[str, str] = {}
-    if provider in GPU_PROVIDERS and options.device_id is not None:
-        chosen["device_id"] = str(options.device_id)
-    if provider == "CUDAExecutionProvider":
-        strategy = {"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"}
-        chosen["arena_extend_strategy"] = strategy[options.cuda_arena_extend_strategy]
-        if options.gpu_mem_limit_mb is not None:
-            chosen["gpu_mem_limit"] = str(options.gpu_mem_limit_mb * 1024 * 1024)
-    return chosen
 
 
 _PRELOADED = False
@@ -152,12 +132,12 @@ class OnnxSession:
         _require_gpu(providers, options)
         if any(p in GPU_PROVIDERS for p in providers):
             _preload_cuda_libraries()
-        provider_options = [_provider_options(p, options) for p in providers]
+        each = [provider_options(p, options) for p in providers]
         self._open = functools.partial(
             ort.InferenceSession,
             sess_options=_session_options(options),
             providers=providers,
-            provider_options=provider_options,
+            provider_options=each,
         )
         """Opens a session as this one (a reduction's graph on the same device)."""
         try:

@@ -1,14 +1,18 @@
 """Where a version's instances run: one `Placement` per runtime instance, from the model's
 `instance_groups` (or `instance_count` instances on the providers of `runtime`), each with the
-runtime options its session is made with (providers, device, threads)."""
+runtime options its session is made with (providers, device, threads), and the providers and
+their options a session is given."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferd.config.model import InstanceGroup, ModelConfig, RuntimeOptions
+
+log = logging.getLogger(__name__)
 
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 """The providers that run on a GPU chosen by `device_id`, in ONNX Runtime's preference."""
@@ -116,3 +120,29 @@ def one_instance(config: ModelConfig) -> ModelConfig:
     first = config.instance_groups[0]
     group = first.model_copy(update={"count": 1, "gpus": first.gpus[:1]})
     return config.model_copy(update={"instance_groups": (group,)})
+
+
+def resolve_providers(wanted: Sequence[str], available: Sequence[str]) -> list[str]:
+    """The wanted providers this build has, in order, always ending with the CPU provider."""
+    chosen = [p for p in wanted if p in available and p != CPU_PROVIDER]
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        log.warning(
+            "execution providers not available in this onnxruntime build, skipped",
+            extra={"providers": missing, "available": list(available)},
+        )
+    chosen.append(CPU_PROVIDER)
+    return chosen
+
+
+def provider_options(provider: str, options: RuntimeOptions) -> dict[str, str]:
+    """The options a session gives `provider` (its GPU, CUDA's arena strategy and limit)."""
+    chosen: dict[str, str] = {}
+    if provider in GPU_PROVIDERS and options.device_id is not None:
+        chosen["device_id"] = str(options.device_id)
+    if provider == "CUDAExecutionProvider":
+        strategy = {"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"}
+        chosen["arena_extend_strategy"] = strategy[options.cuda_arena_extend_strategy]
+        if options.gpu_mem_limit_mb is not None:
+            chosen["gpu_mem_limit"] = str(options.gpu_mem_limit_mb * 1024 * 1024)
+    return chosen

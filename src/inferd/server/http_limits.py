@@ -26,14 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import orjson
 
 from inferd.compat.uvicorn_http import HttpToolsProtocol, RequestResponseCycle
 from inferd.errors import error_body
 from inferd.server.coalesce import CoalescedWrites
+from inferd.server.early_answer import Admitted, EarlyAnswer, Refused
 from inferd.server.pacing import PACER, Pacer
 
 log = logging.getLogger(__name__)
@@ -54,29 +55,6 @@ def _answer(status: int, reason: str, message: str, code: int = 4002) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
-
-
-class Admitted(Protocol):
-    def release(self) -> None: ...
-
-
-class Refused(Protocol):
-    """A request refused from its head: written by `render`, with the seconds it held the
-    answer back (0 when it did not)."""
-
-    pace_s: float
-    """How long the client was told to wait (its `Retry-After`); 0: no pacing (a drain)."""
-
-    def render(self, held_s: float) -> bytes: ...
-
-
-EarlyAnswer = Callable[
-    [bytes, bytes, Sequence[tuple[bytes, bytes]], bool, float, str | None],
-    Refused | Admitted | None,
-]
-"""`(method, url, headers, keep_alive, received_at, peer address)` -> a refusal to answer on
-the protocol's side, or a token released when the request is answered (or its connection
-lost), or None."""
 
 
 def bounded_protocol(

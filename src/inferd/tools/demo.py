@@ -134,7 +134,8 @@ def build_demo(out: Path, force: bool = False) -> Path:
             f"the demo is built with the demo extra: pip install 'inferd[demo]' ({exc})"
         ) from exc
     from inferd.tools.demo_head import build_head
-    from inferd.tools.encoder_graph import EncoderShape, build_encoder, build_pair_scorer
+    from inferd.tools.encoder_graph import build_encoder, build_pair_scorer
+    from inferd.tools.encoder_shape import EncoderShape
 
     source = weights_folder()
     hf = json.loads((source / "config.json").read_text())

@@ -13,7 +13,8 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from inferd.server.http_limits import EarlyAnswer, bounded_protocol
+from inferd.server.early_answer import EarlyAnswer
+from inferd.server.http_limits import bounded_protocol
 from inferd.server.pacing import HOLD_MAX_S, Pacer
 
 

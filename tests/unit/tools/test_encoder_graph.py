@@ -7,12 +7,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from inferd.tools.encoder_graph import (
-    EncoderShape,
-    build_encoder,
-    build_pair_scorer,
-    random_weights,
-)
+from inferd.tools.encoder_graph import build_encoder, build_pair_scorer
+from inferd.tools.encoder_shape import EncoderShape, random_weights
 
 SHAPE = EncoderShape(layers=2, hidden=32, heads=4, intermediate=64, vocab=50, max_positions=64)
 CLS, SEP = 1, 2
