@@ -98,8 +98,7 @@ class Engine:
         """One request for any verb (inferd.verbs): admitted, given its version, run by its
         servable before its deadline, its outcome recorded; then, in a rollout, maybe mirrored
         to the candidate. Answered from the version's response cache when it has one: the key
-        is the verb and its request's `arguments`."""
-        arguments = verb.arguments(request)
+        is the verb and its request's `arguments` (made only for a version with a cache)."""
 
         def answered(version: Version, deadline: float | None) -> Awaitable[A]:
             servable = version.servable
@@ -109,7 +108,7 @@ class Engine:
                 version.cache,
                 servable,
                 verb.name,
-                arguments,
+                verb.arguments(request),
                 lambda: verb.answer(servable, request, deadline),
                 deadline,
                 version.cache_lookup,
