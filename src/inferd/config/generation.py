@@ -74,6 +74,18 @@ class GenerationConfig(Section):
         "request arrives. 1: a step at a time, drawn in the graph; 0: a step at a time, "
         "drawn in Python (the graph's draw unused).",
     )
+    jump_forward: int = Field(
+        2,
+        ge=0,
+        description="A constrained answer (a JSON schema, a regex, a choice, a tool call) "
+        "whose grammar forces at least this many next tokens (a JSON object's next key with "
+        "its quotes and colon) takes them without the model drawing them: in one step of its "
+        "row that computes them all and draws the token after them, where that costs less "
+        "than the row's share of as many batch steps (few rows running), else one a step "
+        "with the batch, without the grammar's mask work. The answer is the same either way. "
+        "Where the KV cache is in place, for answers that ask for no log-probabilities. "
+        "0: every token drawn.",
+    )
     scheduling: Literal["continuous", "static"] = Field(
         "continuous",
         description="continuous: requests join and leave the running batch at every step; "

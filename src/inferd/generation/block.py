@@ -11,7 +11,8 @@ Draws use each row's own generator, one number a step, as the single-step path d
 that ends early gives back the numbers it did not use): a seed gives the same text either way.
 A constrained row (inferd.generation.constraint) takes each drawn token into its grammar
 between the steps, on the thread that runs them, and its next mask becomes the graph's bias
-for the next step (`Draw.step_bias`)."""
+for the next step (`Draw.bias`); the block ends after a step that leaves a row with forced
+tokens to take in a step of its own (inferd.generation.forced)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,16 @@ Joinable = Callable[[], bool]
 
 
 async def decode_block(
-    rows: list[Seq], steps: StepRunner, kv: KVStore, draw: Draw, joinable: Joinable
+    rows: list[Seq],
+    steps: StepRunner,
+    kv: KVStore,
+    draw: Draw,
+    joinable: Joinable,
+    jumps: Callable[[list[Seq]], bool],
 ) -> tuple[list[float], list[float]]:
-    """Runs a block over `rows`; returns each step's time and the times between tokens."""
+    """Runs a block over `rows`; returns each step's time and the times between tokens.
+    `jumps`: whether a row takes its forced tokens in a step of its own now
+    (inferd.generation.forced): the block then ends, and they are taken before the next."""
     count = steps.block_length(rows)
     tokens = np.array([s.last_token for s in rows], dtype=np.int64)
     step = kv.decode(tokens, np.array([s.cached for s in rows], dtype=np.int64))
@@ -51,7 +59,10 @@ async def decode_block(
         kv.advance(step)
         going_on = k + 1 < count and not joinable()
         if grammars is not None:
-            grammars.take(drawn[k], feeds if going_on else None)
+            grammars.take(drawn[k])
+            going_on = going_on and not jumps(rows)
+            if going_on:
+                grammars.write(feeds)
         if going_on:
             feeds[DRAW_UNIFORM][:] = uniforms[k + 1]
         return going_on

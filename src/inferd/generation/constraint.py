@@ -66,6 +66,14 @@ class Constraint:
         self.broken: InvalidGrammarError | None = None
         """Why the grammar failed while the answer was drawn (its fuel spent on a hard
         state): its mask then allows only the end, and the answer fails with this."""
+        self.least = 0
+        """The fewest tokens its grammar must force for them to be queued (0: never;
+        inferd.generation.forced)."""
+        self.queued: list[int] = []
+        """The tokens its grammar forces next (a JSON object's next key with its quotes and
+        colon, as llguidance tokenizes it), queued when the token before them was taken: the
+        answer takes these, whether one a step (its mask then allows each alone, at no
+        parser's cost) or together in one step (`take`)."""
 
     def ends(self, token: int) -> bool:
         """Whether `token` ends the answer (the grammar allows it only where the answer is
@@ -76,14 +84,35 @@ class Constraint:
         """Takes the drawn token; returns whether the answer is now whole and can take no
         more (a closed JSON object, a choice made). InternalError for a token its mask did
         not allow (a bug, never the client's)."""
-        matcher = self._matcher
+        matcher, queued = self._matcher, self.queued
+        if queued and token != queued.pop(0):
+            raise InternalError("a constrained draw left the tokens its grammar forces")
         if not matcher.consume_token(token):
             raise InternalError(f"a constrained draw broke its grammar: {matcher.get_error()}")
+        whole = bool(matcher.is_stopped())
+        if self.least and not queued and not whole and not matcher.is_error():
+            forced = matcher.compute_ff_tokens()
+            if len(forced) >= self.least:
+                self.queued = list(forced)
+        return whole
+
+    def take(self) -> bool:
+        """`consume` of every queued token, together; returns whether the answer is now
+        whole."""
+        matcher, queued = self._matcher, self.queued
+        self.queued = []
+        if not matcher.consume_tokens(queued):
+            raise InternalError(f"forced tokens broke their grammar: {matcher.get_error()}")
         return bool(matcher.is_stopped())
 
     def mask(self) -> np.ndarray[Any, Any]:
-        """The tokens allowed next (int32 words, a bit a token)."""
+        """The tokens allowed next (int32 words, a bit a token): the next queued token alone
+        when there is one."""
         row = np.zeros(self.words, dtype=np.int32)
+        if self.queued:
+            token = self.queued[0]
+            row.view(np.uint32)[token >> 5] = 1 << (token & 31)
+            return row
         matcher = self._matcher
         matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
         if self.broken is None and matcher.is_error():

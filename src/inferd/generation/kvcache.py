@@ -149,6 +149,12 @@ class PaddedKV:
     def advance(self, step: Step) -> None:
         raise NotImplementedError("a concatenating cache's steps are not run back to back")
 
+    def extend(self, row: int, tokens: Sequence[int]) -> Step:
+        raise NotImplementedError("a concatenating cache does not take a row's tokens alone")
+
+    def after_extend(self, step: Step) -> None:
+        raise NotImplementedError("a concatenating cache does not take a row's tokens alone")
+
     def compact(self, live: list[int]) -> list[int] | None:
         """When half of the rows are free, or a quarter of the columns unused (at least 16)."""
         batch = self.batch

@@ -89,6 +89,13 @@ class KVStore(Protocol):
         are the next step's."""
         ...
 
+    def extend(self, row: int, tokens: Sequence[int]) -> Step:
+        """Several tokens of row `row` in one step, after its real ones (only a store that
+        `advances`); `after_extend` takes it."""
+        ...
+
+    def after_extend(self, step: Step) -> None: ...
+
     def compact(self, live: list[int]) -> list[int] | None:
         """When the store chooses to: keeps only the `live` rows, returning their new order
         (old row indices); None when it leaves the batch as it is."""

@@ -35,6 +35,7 @@ from inferd.generation.block import decode_block
 from inferd.generation.constraint import Constraint, taken
 from inferd.generation.decoder import TOKENS, DecoderShape
 from inferd.generation.draw import Draw
+from inferd.generation.forced import Forced
 from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Sequence as Seq
@@ -78,6 +79,7 @@ class Scheduler:
         self._model, self._version = model, version
         self._observer = observer or Observer()
         self._kv = kv_store(shape, config, memory)
+        self._forced = Forced(config.jump_forward, self._draw, self._kv, self._steps)
         self._waiting = WaitingLine(config, self._kv)
         self._batch = RunningBatch(self._kv, config, self._observer, model, version)
         self._wake = asyncio.Event()
@@ -150,6 +152,7 @@ class Scheduler:
         fitted = [self._waiting.fit(len(prompt_ids), p) for p in params]
         self._waiting.refuse_when_full(len(fitted))
         seqs = twins(prompt_ids, fitted, constraints, self._tokenizer, self._eos, self._context)
+        self._forced.hold(seqs)
         self._waiting.extend(seqs)
         self._idle.clear()
         self._wake.set()
@@ -278,6 +281,10 @@ class Scheduler:
     async def _decode(self, rows: list[Seq]) -> None:
         """One decode step for every row, its tokens drawn by the path `Draw` picks; or a
         block of them (`_decode_block`)."""
+        seconds, gaps = await self._forced.jump(rows)  # (forced tokens first, at once)
+        if seconds:
+            self._batch.report("decode", 1, seconds, len(self._waiting))
+            notify(self._observer, GenerationTokens(self._model, (), gaps))
         draw = self._draw
         live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
         if draw.blocks(rows, live, self._kv.advances):
@@ -328,7 +335,12 @@ class Scheduler:
         waiting = self._waiting
         free = waiting.room(len(self._batch.running))
         seconds, gaps = await decode_block(
-            rows, self._steps, self._kv, self._draw, lambda: free and bool(waiting)
+            rows,
+            self._steps,
+            self._kv,
+            self._draw,
+            lambda: free and bool(waiting),
+            self._forced.any_due,
         )
         self._batch.report("decode", len(rows), seconds, len(self._waiting))
         notify(self._observer, GenerationTokens(self._model, (), gaps))

@@ -106,7 +106,8 @@ class Sequence:
 
     def give_back(self, draws: int) -> None:
         """Moves `rng` back by `draws` numbers drawn and not used (one 64-bit draw each: its
-        `random()`), so that the next ones are those they were."""
+        `random()`), so that the next ones are those they were; a negative count skips the
+        numbers of tokens taken without a draw (a constrained answer's forced tokens)."""
         self._bits.advance(-draws)
 
     def cancel(self) -> None:

@@ -193,6 +193,23 @@ class SlotKV:
             feeds[name][:] = greedy
         return self._step(feeds, placed, 0, rows)
 
+    def extend(self, row: int, tokens: Sequence[int]) -> Step:
+        """Several tokens of one row at once, after its real ones (forced tokens:
+        inferd.generation.forced), on that row's own views; its draw inputs are the row's."""
+        start = int(self._lengths[row])
+        stop = start + len(tokens)
+        feeds: dict[str, Array] = {
+            TOKENS: np.array([tokens], dtype=np.int64),
+            POSITIONS: np.arange(start, stop, dtype=np.int64)[None],
+            SEQLENS: np.array([stop - 1], dtype=np.int32),
+            TOTAL: np.array(stop, dtype=np.int32),
+            **{name: buffer[row : row + 1] for name, buffer in self._draws.items()},
+        }
+        return self._step(feeds, self._views(row, row + 1), row, row + 1, (stop,))
+
+    def after_extend(self, step: Step) -> None:
+        self._lengths[step.slots[0]] = step.lengths[0]
+
     def drawn(self, step: Step) -> Array:
         tokens = step.bound.get(TOKENS)
         return self.memory.read(step.feeds[TOKENS] if tokens is None else tokens)[:, 0]

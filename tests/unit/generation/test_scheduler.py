@@ -13,14 +13,12 @@ import re
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from inferd.config.model import GenerationConfig
 from inferd.engine.kinds.decoder_parts import GenerationParts
-from inferd.engine.versions.loading import load_instances
 from inferd.errors import InputTooLongError, InvalidInputError, QueueFullError, UnavailableError
 from inferd.generation.batch import shared_prefill
 from inferd.generation.chat import load_chat_template
@@ -28,24 +26,12 @@ from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import Scheduler
 from inferd.generation.sequence import Finished, twins
 from inferd.generation.sequence import Sequence as Seq
-from inferd.generation.step_runner import RunNow, RunStep
+from inferd.generation.step_runner import RunNow
 from inferd.observability.observer import Event, GenerationStep, Observer
-from inferd.repository.scan import scan_model
 from inferd.runtime.memory import HostMemory
-from inferd.runtime.onnx_session import OnnxSession
 from inferd.runtime.protocol import DeviceMemory, Repeat
 from tests import fake_decoder
-from tests.generator_model import MODEL, build_generator_repo
-
-
-@dataclass(frozen=True)
-class Decoder:
-    run: RunStep
-    parts: GenerationParts
-    run_now: RunNow | None = None
-    session: OnnxSession | None = None
-    memory: DeviceMemory | None = None
-    """Where an in-place cache lives (None: host arrays)."""
+from tests.generator_model import Decoder, exported
 
 
 def _fake() -> Decoder:
@@ -56,23 +42,6 @@ def _fake() -> Decoder:
     return Decoder(fake, parts, fake.now)
 
 
-def _exported(root: Path, kv_cache: str) -> Decoder:
-    build_generator_repo(root, kv_cache=kv_cache)
-    entry = scan_model(root / MODEL)
-    assert entry.config is not None
-    path = entry.versions[-1].path
-    config = entry.config
-    sessions: list[OnnxSession] = []
-
-    def session(options: Any) -> OnnxSession:
-        sessions.append(OnnxSession(path, options))
-        return sessions[-1]
-
-    loaded = load_instances(config, session, path.parent)
-    assert loaded.generation is not None
-    return Decoder(loaded.pool.run, loaded.generation, loaded.pool.run_now, sessions[0])
-
-
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Decoder]:
     """Each layout exported once for the module (a GPT-2 with torch)."""
@@ -80,7 +49,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Decoder
 
     def get(layout: str) -> Decoder:
         if layout not in made:
-            made[layout] = _exported(tmp_path_factory.mktemp(layout), layout)
+            made[layout] = exported(tmp_path_factory.mktemp(layout), layout)
         return made[layout]
 
     return get
