@@ -17,6 +17,7 @@ at once with the same seeds, alternating, their texts compared.
 
     python benchmarks/generate_bench.py constrained          # its section of RESULTS.md
     python benchmarks/generate_bench.py constrained --quick  # one round, printed only
+    python benchmarks/generate_bench.py constrained --jump-forward 0  # every token drawn
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
-from generate_bench import CASES, MODEL, build_repo
+from generate_bench import CASES, MODEL, build_repo, set_generation
 from inferd.corpus import sentences
 from inferd.generation.constraint import Grammars
 from inferd.generation.grammar import json_schema
@@ -214,10 +215,12 @@ class CaseResult:
     choices: tuple[float, float, int] = (0.0, 0.0, 0)
 
 
-def run_case(shape: Any, rounds: int) -> CaseResult:
+def run_case(shape: Any, rounds: int, jump_forward: int | None) -> CaseResult:
     result = CaseResult({f: [] for f in FLIGHTS}, {f: [] for f in FLIGHTS}, 0, 0, 0, {})
     with tempfile.TemporaryDirectory(prefix="inferd-constrained-") as tmp:
         root = build_repo(Path(tmp), shape, "inplace")
+        if jump_forward is not None:
+            set_generation(root, "jump_forward", jump_forward)
         server = Server(root)
         kept: dict[str, list[str]] = {name: [] for name in SCHEMAS}
         try:
@@ -252,14 +255,20 @@ def run_case(shape: Any, rounds: int) -> CaseResult:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one round, printed only")
+    parser.add_argument(
+        "--jump-forward",
+        type=int,
+        help="the decoders' generation.jump_forward (0: every token drawn); printed only",
+    )
     args = parser.parse_args()
     rounds = 1 if args.quick else 3
+    flag = "" if args.jump_forward is None else f" --jump-forward {args.jump_forward}"
     lines = [
         "### Constrained generation: answers held to a JSON schema against free ones",
         "",
         f"Machine: {machine_description()}",
         "",
-        "Command: `python benchmarks/generate_bench.py constrained` (GPT-2 architecture, "
+        f"Command: `python benchmarks/generate_bench.py constrained{flag}` (GPT-2 architecture, "
         "random weights, KV cache in place; two schemas, a person and an order with 1-3 "
         f"items, at most {MAX_NEW} new tokens; temperature 0.8, top-k 50; each free request "
         "asks for its constrained twin's length with `ignore_eos`; "
@@ -272,7 +281,7 @@ def main() -> None:
     ]
     notes = []
     for case in CASES:
-        result = run_case(case.shape, rounds)
+        result = run_case(case.shape, rounds, args.jump_forward)
         for flight in FLIGHTS:
             ratio = float(np.median(result.ratios[flight]))
             rates = result.rates[flight][
@@ -294,4 +303,5 @@ def main() -> None:
             f"{result.checked - result.stopped} at the length limit); a mask and its token "
             f"in process, us: {masks}."
         )
-    publish("generate-constrained", "\n".join([*lines, "", *notes]), args.quick)
+    printed_only = args.quick or args.jump_forward is not None
+    publish("generate-constrained", "\n".join([*lines, "", *notes]), printed_only)

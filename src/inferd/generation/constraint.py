@@ -90,20 +90,32 @@ class Constraint:
         if not matcher.consume_token(token):
             raise InternalError(f"a constrained draw broke its grammar: {matcher.get_error()}")
         whole = bool(matcher.is_stopped())
-        if self.least and not queued and not whole and not matcher.is_error():
+        if not queued and not whole:
+            self._queue()
+        return whole
+
+    def start(self, least: int) -> None:
+        """Queues forced tokens from now on, `least` of them at the fewest (0: never), those
+        of the answer's start too."""
+        self.least = least
+        self._queue()
+
+    def take(self, count: int | None = None) -> bool:
+        """`consume` of the first `count` queued tokens (all by default), together; returns
+        whether the answer is now whole."""
+        matcher, queued = self._matcher, self.queued
+        taking = queued if count is None else queued[:count]
+        self.queued = queued[len(taking) :]
+        if not matcher.consume_tokens(taking):
+            raise InternalError(f"forced tokens broke their grammar: {matcher.get_error()}")
+        return bool(matcher.is_stopped())
+
+    def _queue(self) -> None:
+        matcher = self._matcher
+        if self.least and not matcher.is_stopped() and not matcher.is_error():
             forced = matcher.compute_ff_tokens()
             if len(forced) >= self.least:
                 self.queued = list(forced)
-        return whole
-
-    def take(self) -> bool:
-        """`consume` of every queued token, together; returns whether the answer is now
-        whole."""
-        matcher, queued = self._matcher, self.queued
-        self.queued = []
-        if not matcher.consume_tokens(queued):
-            raise InternalError(f"forced tokens broke their grammar: {matcher.get_error()}")
-        return bool(matcher.is_stopped())
 
     def mask(self) -> np.ndarray[Any, Any]:
         """The tokens allowed next (int32 words, a bit a token): the next queued token alone

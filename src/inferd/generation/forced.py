@@ -42,10 +42,33 @@ class Forced:
         """The last jumps' run time (a moving average; None before the first)."""
 
     def hold(self, seqs: list[Seq]) -> None:
-        """New sequences' constraints queue their forced tokens (not for log-probabilities)."""
+        """New sequences' constraints queue their forced tokens (not for log-probabilities),
+        those of the answer's start too."""
         for seq in seqs:
             if seq.constraint is not None and seq.params.logprobs is None:
-                seq.constraint.least = self._least
+                seq.constraint.start(self._least)
+
+    def lead(self, seqs: list[Seq], source: list[int]) -> list[list[int]]:
+        """The queued tokens each sequence of a prefill takes after its prompt, in the
+        prefill (a JSON answer's opening brace and first key), taken now; `source`: the row
+        each draws from (twins share their prompt's: they take the same tokens, or none)."""
+        leads = []
+        for seq in seqs:
+            queued = [] if seq.constraint is None else seq.constraint.queued
+            leads.append(queued[: max(0, seq.params.max_new_tokens - 1)])
+        differ = {s for i, s in enumerate(source) if leads[i] != leads[s]}
+        now = time.perf_counter()
+        for i, seq in enumerate(seqs):
+            if source[i] in differ or not leads[i]:
+                leads[i] = []
+                continue
+            assert seq.constraint is not None
+            whole = seq.constraint.take(len(leads[i]))
+            self._skip(seq, len(leads[i]))
+            seq.accept_many(leads[i], [now] * len(leads[i]))  # (the grammar took them)
+            if whole:
+                seq.finish("stop", now)
+        return leads
 
     def any_due(self, rows: list[Seq]) -> bool:
         """Whether a row of `rows` takes its queued tokens in a step of its own now."""
@@ -84,8 +107,7 @@ class Forced:
             seq.finish("stop", now)
         if seq.done:  # (whole, or at its length: no token more, no step)
             return gaps
-        if not seq.params.greedy:  # (the numbers their draws one a step would have taken)
-            seq.give_back(-len(forced))
+        self._skip(seq, len(forced))
         step = self._kv.extend(row, seq.generated[seq.cached - len(seq.prompt_ids) :])
         draw, feeds = self._draw, step.feeds
         ranked = draw.ranked([seq], biased=True)
@@ -110,3 +132,10 @@ class Forced:
         spent = time.perf_counter() - started  # (its Python too, not only the run)
         self._jump_s = spent if self._jump_s is None else 0.8 * self._jump_s + 0.2 * spent
         return gaps if since is None else [*gaps, since]
+
+    @staticmethod
+    def _skip(seq: Seq, tokens: int) -> None:
+        """Skips the numbers of `tokens` taken without a draw: the numbers their draws, one
+        a step, would have taken."""
+        if not seq.params.greedy:
+            seq.give_back(-tokens)

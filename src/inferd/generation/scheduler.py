@@ -6,8 +6,9 @@ block of them), draws each sequence's next token, and retires the finished and t
 once, freeing their KV rows. Its parts: the waiting line and who joins next
 (inferd.generation.waiting), the running batch and its KV store (inferd.generation.batch,
 inferd.generation.kvstore: one store per decoder layout, concatenated past + new, or written
-in place), how the tokens are drawn (inferd.generation.draw), and where a step runs
-(inferd.generation.step_runner).
+in place), the prefill (inferd.generation.prefill), how the tokens are drawn
+(inferd.generation.draw; inferd.generation.forced for those a grammar forces), and where a
+step runs (inferd.generation.step_runner).
 
 Each row has its own positions and its own length (an attention mask, or `seqlens_k`), so a
 sequence's output never depends on what else shares the batch. `scheduling: static` is the
@@ -30,14 +31,15 @@ from tokenizers import Tokenizer
 
 from inferd.config.model import GenerationConfig
 from inferd.errors import InferdError, InternalError, UnavailableError
-from inferd.generation.batch import RunningBatch, shared_prefill
+from inferd.generation.batch import RunningBatch
 from inferd.generation.block import decode_block
 from inferd.generation.constraint import Constraint, taken
-from inferd.generation.decoder import TOKENS, DecoderShape
+from inferd.generation.decoder import DecoderShape
 from inferd.generation.draw import Draw
 from inferd.generation.forced import Forced
 from inferd.generation.kv_layout import kv_store
 from inferd.generation.params import SamplingParams
+from inferd.generation.prefill import prefill
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.sequence import twins
 from inferd.generation.slots import SlotKV
@@ -245,38 +247,11 @@ class Scheduler:
             self._batch.clear()
 
     async def _prefill(self, admitted: list[Seq]) -> None:
-        """The prompts of `admitted`, once each (twins take a copy of their prompt's cache)."""
-        seqs, source = shared_prefill(admitted)
-        slots = self._batch.slots(len(seqs))
-        prompts = [s.prompt_ids for s in seqs[: max(source) + 1]]
-        step = self._kv.prefill(prompts, slots[: len(prompts)], self._pad)
-        draw = self._draw
-        ranked = step.last_aligned and draw.ranked(seqs)
-        computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
-        masks = draw.masks(seqs)  # (made while the step runs, when they take long)
-        started = time.perf_counter()
-        out = await self._steps.run(
-            step.inputs, draw.names(ranked), step.into, self._steps.prefill_s(computed)
+        seconds, firsts = await prefill(
+            admitted, self._batch, self._steps, self._draw, self._forced, self._pad
         )
-        now = time.perf_counter()
-        self._steps.learn_prefill(now - started, computed)
-        if ranked:
-            self._kv.take_prefill(step, out)
-            tokens = draw.sample_ranked(out, source, seqs)
-        else:
-            logits = self._kv.after_prefill(step, out)
-            rows = logits if len(source) == len(logits) else logits[source]
-            tokens = draw.sample(rows, seqs, await taken(masks))
-        for i in range(len(prompts), len(seqs)):
-            self._kv.fork(slots[source[i]], slots[i], len(seqs[i].prompt_ids))
-        self._batch.join(slots, seqs)
-        firsts = []
-        for seq, token in zip(seqs, tokens, strict=True):
-            seq.cached = len(seq.prompt_ids)
-            seq.accept(token, now)
-            firsts.append(now - seq.created)
         notify(self._observer, GenerationTokens(self._model, firsts, ()))
-        self._batch.report("prefill", len(seqs), (now - started,), len(self._waiting))
+        self._batch.report("prefill", len(admitted), (seconds,), len(self._waiting))
 
     async def _decode(self, rows: list[Seq]) -> None:
         """One decode step for every row, its tokens drawn by the path `Draw` picks; or a

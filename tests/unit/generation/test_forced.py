@@ -106,6 +106,7 @@ async def test_forced_tokens_take_one_step_and_what_follows_is_drawn_as_from_scr
         scheduler, runs = make(block_steps=1)
         [tokens] = await answer(scheduler, grammars, [SamplingParams(200, temperature=0.0)])
         prompt = scheduler.encode("w1")
+        assert runs.widths[0] > len(prompt)  # (the opening brace and first key, prefilled)
         steps = len(runs.widths) - 1  # (after the prefill)
         assert any(width > 2 for width in runs.widths[1:])  # (a key's tokens at once)
         assert steps < len(tokens) * 0.7, (steps, len(tokens))
@@ -113,7 +114,7 @@ async def test_forced_tokens_take_one_step_and_what_follows_is_drawn_as_from_scr
         # draws, greedily, under the grammar at that point
         request = grammar.json_schema(SCHEMA, "json_schema")
         replay = await grammars.constraint(request)
-        replay.least = 2
+        replay.start(2)
         reference, _ = make(jump_forward=0, block_steps=1)
         at, drawn = 0, 0
         while at < len(tokens):
