@@ -84,7 +84,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": False,
     },
 }
-FLIGHTS = {1: 20, 16: 80}
+FLIGHTS = {1: 40, 16: 240}
 """Requests in flight -> requests a round."""
 MAX_NEW = 256
 
@@ -261,7 +261,7 @@ def main() -> None:
         help="the decoders' generation.jump_forward (0: every token drawn); printed only",
     )
     args = parser.parse_args()
-    rounds = 1 if args.quick else 3
+    rounds = 1 if args.quick else 5
     flag = "" if args.jump_forward is None else f" --jump-forward {args.jump_forward}"
     lines = [
         "### Constrained generation: answers held to a JSON schema against free ones",

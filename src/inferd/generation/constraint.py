@@ -43,6 +43,8 @@ COMPILE_THREADS = 2
 CACHE_GRAMMARS = 256
 CACHE_BYTES = 64 * 1024 * 1024
 MAX_ERROR_CHARS = 400
+NARROW_WORDS = 16
+"""Masks with at most this many nonzero 32-bit words are looked at for forced tokens."""
 INLINE_MASK_S = 50e-6
 """Masks expected under this are computed when the draw needs them, on the loop's thread;
 costlier ones on a mask thread while the model's step runs."""
@@ -69,11 +71,29 @@ class Constraint:
         self.least = 0
         """The fewest tokens its grammar must force for them to be queued (0: never;
         inferd.generation.forced)."""
-        self.queued: list[int] = []
+        self._queued: list[int] = []
+        self._settled = True
+        """Whether `_queued` is known for the grammar's state (looked for when asked)."""
+        self._mask: np.ndarray[Any, Any] | None = None
+        """The grammar's mask in its state, once computed."""
+
+    @property
+    def queued(self) -> list[int]:
         """The tokens its grammar forces next (a JSON object's next key with its quotes and
-        colon, as llguidance tokenizes it), queued when the token before them was taken: the
-        answer takes these, whether one a step (its mask then allows each alone, at no
-        parser's cost) or together in one step (`take`)."""
+        colon, as llguidance tokenizes it), when at least `least`: the answer takes these,
+        whether one a step (its mask then allows each alone, at no parser's cost) or
+        together in one step (`take`). Looked for once a token is taken and no more are
+        queued, where the grammar allows few tokens (`NARROW_WORDS`): forced tokens narrow
+        the mask to their own prefixes, and the look costs more than the mask."""
+        if not self._settled:
+            self._settled = True
+            matcher = self._matcher
+            looked = self.least and not (matcher.is_stopped() or matcher.is_error())
+            if looked and np.count_nonzero(self._full_mask()) <= NARROW_WORDS:
+                forced = matcher.compute_ff_tokens()
+                if len(forced) >= self.least:
+                    self._queued = list(forced)
+        return self._queued
 
     def ends(self, token: int) -> bool:
         """Whether `token` ends the answer (the grammar allows it only where the answer is
@@ -84,54 +104,64 @@ class Constraint:
         """Takes the drawn token; returns whether the answer is now whole and can take no
         more (a closed JSON object, a choice made). InternalError for a token its mask did
         not allow (a bug, never the client's)."""
-        matcher, queued = self._matcher, self.queued
+        queued = self.queued
         if queued and token != queued.pop(0):
             raise InternalError("a constrained draw left the tokens its grammar forces")
+        matcher = self._matcher
         if not matcher.consume_token(token):
             raise InternalError(f"a constrained draw broke its grammar: {matcher.get_error()}")
-        whole = bool(matcher.is_stopped())
-        if not queued and not whole:
-            self._queue()
-        return whole
+        self._moved(queued)
+        return bool(matcher.is_stopped())
 
     def start(self, least: int) -> None:
         """Queues forced tokens from now on, `least` of them at the fewest (0: never), those
         of the answer's start too."""
         self.least = least
-        self._queue()
+        self._settled = False
 
     def take(self, count: int | None = None) -> bool:
         """`consume` of the first `count` queued tokens (all by default), together; returns
         whether the answer is now whole."""
-        matcher, queued = self._matcher, self.queued
+        queued = self.queued
         taking = queued if count is None else queued[:count]
-        self.queued = queued[len(taking) :]
+        self._queued = queued[len(taking) :]
+        matcher = self._matcher
         if not matcher.consume_tokens(taking):
             raise InternalError(f"forced tokens broke their grammar: {matcher.get_error()}")
+        self._moved(self._queued)
         return bool(matcher.is_stopped())
-
-    def _queue(self) -> None:
-        matcher = self._matcher
-        if self.least and not matcher.is_stopped() and not matcher.is_error():
-            forced = matcher.compute_ff_tokens()
-            if len(forced) >= self.least:
-                self.queued = list(forced)
 
     def mask(self) -> np.ndarray[Any, Any]:
         """The tokens allowed next (int32 words, a bit a token): the next queued token alone
         when there is one."""
-        row = np.zeros(self.words, dtype=np.int32)
-        if self.queued:
-            token = self.queued[0]
-            row.view(np.uint32)[token >> 5] = 1 << (token & 31)
+        queued = self.queued
+        if queued:
+            row = np.zeros(self.words, dtype=np.int32)
+            row.view(np.uint32)[queued[0] >> 5] = 1 << (queued[0] & 31)
             return row
+        return self._full_mask()
+
+    def _moved(self, queued: list[int]) -> None:
+        """After tokens are taken: the old mask is gone, and once no token is queued the
+        next are looked for (when asked)."""
+        self._mask = None
+        if not queued:
+            self._settled = False
+
+    def _full_mask(self) -> np.ndarray[Any, Any]:
+        if self._mask is None:
+            row = np.zeros(self.words, dtype=np.int32)
+            self._matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+            self._computed(row)
+        return self._mask  # type: ignore[return-value]
+
+    def _computed(self, row: np.ndarray[Any, Any]) -> None:
         matcher = self._matcher
-        matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
         if self.broken is None and matcher.is_error():
             self.broken = InvalidGrammarError(
                 f"the answer's grammar failed while it was drawn: {_reason(matcher.get_error())}"
             )
-        return row
+        self._mask = row
 
 
 class Grammars:
