@@ -27,8 +27,7 @@ BYTE_BIAS = np.where(
     np.float32(0.0),
     np.float32(-np.inf),
 )
-"""Each byte of a mask as the bias of its 8 tokens: one lookup a byte, not a step a bit (16
-rows of a 4,096-token vocabulary: 23 us, against 290 unpacking the bits row by row)."""
+"""Each byte of a mask as the bias of its 8 tokens: one lookup a byte, not a step a bit."""
 
 
 def biases(masks: np.ndarray[Any, Any], vocab: int) -> np.ndarray[Any, Any]:

@@ -4,16 +4,17 @@ each from the model.
 
 Once a token is taken after which the grammar forces at least `jump_forward` tokens, those
 tokens are queued in the answer's constraint (inferd.generation.constraint): what the answer
-says next is fixed from then on. They are then taken in one of two ways, which give the same
-text: in one step of that row alone, which computes their keys and values together with its
-last token's and draws the token after them under its mask (`KVStore.extend`: k + 1 tokens
-for about the time of one step of one row; the demo decoder's 4-token step: 1.2 steps' time);
-or one a step with the rest of the batch, each allowed alone by the row's mask (no parser's
-work for it). The first is taken where it costs less than the row's share of the k batch steps
-it saves (a small batch, or many tokens), as the steps' own times say; a block of steps ends
-for it (inferd.generation.block). Each token takes one number of the row's generator either
-way (a jump skips those of the tokens it takes), so a seed gives the same answer whatever
-else runs.
+says next is fixed from then on. An answer's forced opening is prefilled with its prompt
+(`lead`). Later ones are taken in one of two ways, which give the same text: in one step of
+that row alone, which computes their keys and values together with its last token's and
+draws the token after them under its mask (`KVStore.extend`: k + 1 tokens for little more
+than the time of one step of one row; ONNX Runtime's attention takes several new tokens over
+a cache for one row at a time only); or one a step with the rest of the batch, each allowed
+alone by the row's mask (no parser's work for it). The first is taken where it costs less
+than the row's share of the k batch steps it saves (a small batch, or many tokens), as the
+steps' own times say; a block of steps ends for it (inferd.generation.block). Each token
+takes one number of the row's generator either way (a jump skips those of the tokens it
+takes), so a seed gives the same answer whatever else runs.
 
 Only where the KV cache is in place (a store that `advances`: each row's cache is its own)
 and the answer asks for no log-probabilities (a forced token has none).
