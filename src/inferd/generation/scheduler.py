@@ -6,9 +6,10 @@ block of them), draws each sequence's next token, and retires the finished and t
 once, freeing their KV rows. Its parts: the waiting line and who joins next
 (inferd.generation.waiting), the running batch and its KV store (inferd.generation.batch,
 inferd.generation.kvstore: one store per decoder layout, concatenated past + new, or written
-in place), the prefill (inferd.generation.prefill), how the tokens are drawn
-(inferd.generation.draw; inferd.generation.forced for those a grammar forces), and where a
-step runs (inferd.generation.step_runner).
+in place), the steps (inferd.generation.prefill, inferd.generation.decode, and a block of
+decode steps: inferd.generation.block), how the tokens are drawn (inferd.generation.draw;
+inferd.generation.forced for those a grammar forces), and where a step runs
+(inferd.generation.step_runner).
 
 Each row has its own positions and its own length (an attention mask, or `seqlens_k`), so a
 sequence's output never depends on what else shares the batch. `scheduling: static` is the
@@ -23,17 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
-import numpy as np
 from tokenizers import Tokenizer
 
 from inferd.config.model import GenerationConfig
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.generation.batch import RunningBatch
 from inferd.generation.block import decode_block
-from inferd.generation.constraint import Constraint, taken
+from inferd.generation.constraint import Constraint
+from inferd.generation.decode import decode_step
 from inferd.generation.decoder import DecoderShape
 from inferd.generation.draw import Draw
 from inferd.generation.forced import Forced
@@ -260,48 +260,15 @@ class Scheduler:
         if seconds:
             self._batch.report("decode", 1, seconds, len(self._waiting))
             notify(self._observer, GenerationTokens(self._model, (), gaps))
-        draw = self._draw
         live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
-        if draw.blocks(rows, live, self._kv.advances):
+        if self._draw.blocks(rows, live, self._kv.advances):
             await self._decode_block(rows)
             return
-        tokens = np.array(
-            [s.last_token if s.generated else self._pad for s in rows], dtype=np.int64
+        took, gaps = await decode_step(
+            rows, self._steps, self._kv, self._draw, self._pad, self._context
         )
-        # a finished row left in the batch may run past the window: its output is unused, but
-        # its position must stay a valid index
-        last = self._config.context_length - 1
-        positions = np.array([min(s.cached, last) for s in rows], dtype=np.int64)
-        ranked = draw.ranked([rows[r] for r in live], biased=True)
-        in_graph = ranked and draw.in_graph
-        step = self._kv.decode(tokens, positions)
-        if in_graph:
-            draw.feed(step.feeds, rows, set(live), 1)
-        if ranked:  # a constrained row's mask, now, into the graph's ranking
-            draw.bias(step.feeds, rows, live)
-        masks = None if ranked else draw.masks([rows[r] for r in live])
-        started = time.perf_counter()
-        out = await self._steps.run(
-            step.inputs, draw.names(ranked, in_graph), step.into, self._steps.decode_s
-        )
-        now = time.perf_counter()
-        self._steps.learn_decode(now - started)
-        self._kv.after_decode(step, out)
-        for seq in rows:
-            seq.cached += 1
-        live = [r for r in live if not rows[r].cancelled]  # (a client may have left meanwhile)
-        masked = await taken(masks)
-        gaps = []
-        if live:
-            seqs = [rows[r] for r in live]
-            for seq, token in zip(
-                seqs, draw.decoded(out, live, seqs, ranked, in_graph, masked), strict=True
-            ):
-                since = seq.accept(token, now)
-                if since is not None:
-                    gaps.append(since)
         notify(self._observer, GenerationTokens(self._model, (), gaps))
-        self._batch.report("decode", len(rows), (now - started,), len(self._waiting))
+        self._batch.report("decode", len(rows), (took,), len(self._waiting))
 
     async def _decode_block(self, rows: list[Seq]) -> None:
         """A block of steps (inferd.generation.block). A newcomer may join at the next step
