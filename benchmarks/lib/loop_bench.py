@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 from inferd.engine.kinds.decoder_parts import load_generation
 from inferd.engine.versions.loading import load_instances
+from inferd.generation.batch import RunningBatch
 from inferd.generation.params import SamplingParams
 from inferd.generation.scheduler import Scheduler
 from inferd.repository.scan import scan_model
@@ -59,17 +60,17 @@ path = entry.versions[-1].path
 loaded = load_instances(entry.config, lambda o: OnnxSession(path, o), path.parent)
 parts = load_generation(entry.config, loaded.inputs, loaded.outputs, path.parent)
 steps, rows_stepped, recording = [], [0], [False]
-report = Scheduler._report
+report = RunningBatch.report
 
 
-def counted(self, kind, rows, took):
+def counted(self, kind, rows, took, waiting):
     if kind == "decode" and recording[0]:
         steps.extend(took)
         rows_stepped[0] += rows * len(took)
-    return report(self, kind, rows, took)
+    return report(self, kind, rows, took, waiting)
 
 
-Scheduler._report = counted
+RunningBatch.report = counted
 in_runtime = [0.0]
 
 
