@@ -15,6 +15,7 @@ FORBIDDEN = {
     "composition": ["inferd.cli", "inferd.rayserve"],
     "rayserve": ["inferd.cli"],
     "corpus": ["inferd."],
+    "drain": ["inferd."],
     # a verb is data and functions over the engine's answers: no front end, no web framework
     "verbs": [
         "inferd.server",

@@ -27,6 +27,7 @@ from inferd.batching.padding import concat_chunks
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.clients import current_client
+from inferd.drain import ended_within
 from inferd.errors import DeadlineExceededError, QueueFullError, UnavailableError
 from inferd.observability.observer import Observer, Unhealthy, notify
 from inferd.runtime import priority
@@ -86,11 +87,7 @@ class DynamicBatcher:
         """Refuses new requests, lets queued and running ones finish. True when all finished."""
         self._accepting = False
         self._wakeup.set()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await ended_within(self._idle, timeout_s)
 
     async def close(self) -> None:
         """Stops the loop; whatever is still queued or running is answered 5030."""

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from tokenizers import Tokenizer
 
 from inferd.config.model import GenerationConfig
+from inferd.drain import ended_within
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.generation.batch import RunningBatch
 from inferd.generation.block import decode_block
@@ -169,11 +170,7 @@ class Scheduler:
         """Stops taking new work; waits for the admitted sequences to finish."""
         self._closing = True
         self._wake.set()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await ended_within(self._idle, timeout_s)
 
     async def close(self) -> None:
         self._closing = True

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from inferd.config.model import ModelConfig
 from inferd.config.server import ServerSettings
+from inferd.drain import ended_within
 from inferd.engine.requests.memory import MemoryGate
 from inferd.errors import InferdError, QueueFullError, UnavailableError
 
@@ -88,9 +89,7 @@ class Admission:
         """Refuses new requests and waits for admitted ones. True when all finished in time."""
         self.draining = True
         self.accepting = False
-        try:
-            await asyncio.wait_for(self._none_in_flight.wait(), timeout_s)
-        except TimeoutError:
-            log.warning("drain timed out", extra={"in_flight": self._in_flight})
-            return False
-        return True
+        if await ended_within(self._none_in_flight, timeout_s):
+            return True
+        log.warning("drain timed out", extra={"in_flight": self._in_flight})
+        return False
