@@ -82,7 +82,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from inferd.config.server import ServerSettings
+    from inferd.config.server_settings import ServerSettings
     from inferd.rayserve.deploy import RayDeployment, deploy
     from inferd.rayserve.local import LocalRay
 

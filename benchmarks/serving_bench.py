@@ -54,9 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import ROOT, Server, machine_description, parts_help, publish, run_entry
 from inferd.bench.knee import Knee, find_knee
+from inferd.bench.launch import free_port
 from inferd.bench.load import closed_loop
 from inferd.bench.report import write_report
-from inferd.bench.server import free_port
 from inferd.bench.steps import STEADY_FROM, Step
 from inferd.bench.sweep import SweepSettings, run_sweep
 from inferd.bench.workload import Lengths, Workload, build_workload, generate_texts

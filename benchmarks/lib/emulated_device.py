@@ -162,7 +162,7 @@ def main() -> int:
     ours, rest = parser.parse_known_args()
     from inferd.cli.main import build_parser
     from inferd.cli.serve import serve
-    from inferd.config.server import ServerSettings, load_server_settings
+    from inferd.config.server_settings import ServerSettings, load_server_settings
 
     args = build_parser().parse_args(rest)
     if args.command != "serve":

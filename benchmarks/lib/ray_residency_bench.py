@@ -156,7 +156,7 @@ def main() -> int:
     import ray
     from ray import serve
 
-    from inferd.config.server import ServerSettings
+    from inferd.config.server_settings import ServerSettings
     from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy
     from inferd.rayserve.local import LocalRay
 

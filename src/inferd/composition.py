@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.engine.versions.version_loader import RuntimeLoader
 from inferd.errors import ConfigError

@@ -130,7 +130,7 @@ class ConfigError(Exception):
 def error_body(code: int, message: str, request_id: str | None = None) -> dict[str, object]:
     """inferd's own error body, whatever answers it (a route, the HTTP protocol before the app,
     a job): `{"error": message, "code": code}`, with the `request_id` when it answers a request.
-    (The OpenAI routes wrap the same fields in OpenAI's shape: inferd.server.errors.)"""
+    (The OpenAI routes wrap the same fields in OpenAI's shape: inferd.server.error_answers.)"""
     body: dict[str, object] = {"error": message, "code": int(code)}
     if request_id is not None:
         body["request_id"] = request_id

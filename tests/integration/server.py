@@ -1,6 +1,6 @@
-"""The integration tests start servers the way `inferd bench` does (inferd.bench.server)."""
+"""The integration tests start servers the way `inferd bench` does (inferd.bench.launch)."""
 
-from inferd.bench.server import (
+from inferd.bench.launch import (
     RunningServer,
     free_port,
     free_ports,

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
+from inferd.bench.launch import free_port
 from inferd.bench.load import CLIENT_ERROR, closed_loop
-from inferd.bench.server import free_port
 from inferd.cli.main import main
 from inferd.errors import ErrorCode
 from tests.integration.server import RunningServer, start_server

@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from inferd.composition import build_engine, open_jobs, read_access
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.server.app import create_app
 from tests.integration.server import free_port
 from tests.models import affine_model

@@ -39,8 +39,8 @@ import pytest
 import ray
 from ray import serve
 
-from inferd.bench.server import free_port
-from inferd.config.server import ServerSettings
+from inferd.bench.launch import free_port
+from inferd.config.server_settings import ServerSettings
 from inferd.rayserve.deploy import APP_NAME, RayDeployment, deploy
 from inferd.rayserve.local import LocalRay, haproxy_env
 from tests.models import affine_model, slow_model, write_config

@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 
 from inferd.batching.backlog import Backlog
-from inferd.batching.health import RuntimeHealth
 from inferd.batching.measures import CLOCK, RunCosts
+from inferd.batching.runtime_health import RuntimeHealth
 from inferd.batching.settings import BatcherSettings
 from inferd.clients import Client, current_client
 from inferd.errors import DeadlineExceededError, DeadlineUnmetError, QueueFullError

@@ -4,7 +4,7 @@ The batcher is the loop and the tasks; it composes the parts that decide: admiss
 shedding (inferd.batching.admission), when a batch forms and what it takes
 (inferd.batching.dispatch), running a batch and isolating its failures
 (inferd.batching.execution), the batch size limit and the runtime's health
-(inferd.batching.health).
+(inferd.batching.runtime_health).
 
 Every admitted request owns futures that every path resolves: result, batch error, deadline,
 cancellation by its caller, drain and close.
@@ -20,10 +20,10 @@ from inferd.batching.backlog import Backlog, Entry, Timing
 from inferd.batching.dispatch import DispatchPolicy
 from inferd.batching.execution import BatchExecution, RunBatch
 from inferd.batching.formation import signature
-from inferd.batching.health import RuntimeHealth
 from inferd.batching.layout import BatchLayout
 from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
 from inferd.batching.padding import concat_chunks
+from inferd.batching.runtime_health import RuntimeHealth
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.clients import current_client

@@ -13,7 +13,7 @@ or, while several clients are queued, the first live item in their fair order
 (inferd.batching.fairness) and those that may share its batch among the next in that order
 (cut to a slice while one client holds most of the queue, and then that client's batches
 leave one runtime free for the others' and run below them, yielding the cores),
-under the batch size limit (inferd.batching.health) and the learned token cap
+under the batch size limit (inferd.batching.runtime_health) and the learned token cap
 (inferd.batching.sizing); background items never share a batch with clients' items.
 """
 
@@ -24,9 +24,9 @@ import heapq
 from inferd.batching.backlog import Backlog, Entry
 from inferd.batching.fairness import Rank
 from inferd.batching.formation import select_batch
-from inferd.batching.health import RuntimeHealth
 from inferd.batching.layout import BatchLayout
 from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
+from inferd.batching.runtime_health import RuntimeHealth
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 

@@ -2,8 +2,8 @@
 
 A batch that fails is split in halves and each half retried, so that only the items that fail
 on their own get an error; an out-of-memory failure also lowers the batch size limit
-(inferd.batching.health). Every run is reported to the observer (`BatchRecord`) and measured:
-run costs, the learned batch size, the runtime's failures in a row.
+(inferd.batching.runtime_health). Every run is reported to the observer (`BatchRecord`) and
+measured: run costs, the learned batch size, the runtime's failures in a row.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from inferd.batching.backlog import Entry
 from inferd.batching.formation import max_extent, padding_counts, token_cost
-from inferd.batching.health import RuntimeHealth
 from inferd.batching.layout import BatchLayout
 from inferd.batching.measures import CLOCK, RunCosts
 from inferd.batching.padding import merge_feeds, split_outputs
+from inferd.batching.runtime_health import RuntimeHealth
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.errors import InferdError, InternalError, OutOfMemoryError
@@ -53,7 +53,7 @@ class BatchRecord:
 
 class BatchExecution:
     """Runs the batches of one batcher on `run_batch`; `on_unhealthy` is called with the reason
-    when the runtime turns unhealthy (inferd.batching.health)."""
+    when the runtime turns unhealthy (inferd.batching.runtime_health)."""
 
     def __init__(
         self,

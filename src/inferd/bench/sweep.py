@@ -25,9 +25,9 @@ from rich.progress import (
 )
 
 from inferd.bench.knee import GAIN, P99_RISE, past_knee
+from inferd.bench.launch import start_server
 from inferd.bench.load import closed_loop, open_loop
 from inferd.bench.scrape import scrape, server_view
-from inferd.bench.server import start_server
 from inferd.bench.steps import Step, summarize
 from inferd.bench.variants import variant
 from inferd.bench.workload import Workload

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from inferd import __version__
-from inferd.config.server import ENV_PREFIX, ServerSettings, load_server_settings
+from inferd.config.server_settings import ENV_PREFIX, ServerSettings, load_server_settings
 from inferd.errors import ConfigError
 
 CLOSED_PIPE = 141

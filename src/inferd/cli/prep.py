@@ -117,7 +117,7 @@ def run_prep_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from inferd.prep.errors import PREP_ERRORS
+    from inferd.prep.command_errors import PREP_ERRORS
 
     reporter = Reporter()
     try:

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferd.config.server import ServerSettings, load_server_settings
+from inferd.config.server_settings import ServerSettings, load_server_settings
 from inferd.rayserve.environment import AUTH_ENV, DIRECT_INGRESS_ENV
 
 DRAINING_PERIOD_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"

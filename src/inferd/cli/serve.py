@@ -8,9 +8,9 @@ import socket
 import sys
 
 from inferd.composition import build_engine, open_jobs, read_access
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine.versions.version_loader import RuntimeLoader
-from inferd.grpc_v2.server import GrpcServer
+from inferd.grpc_v2.grpc_server import GrpcServer
 from inferd.observability.live import LiveWindow
 from inferd.observability.logs import configure_logging
 from inferd.runtime.onnx_session import OnnxSession

@@ -7,7 +7,7 @@ from inferd.config.model import (
     TensorOverride,
     VersionPolicy,
 )
-from inferd.config.server import ServerSettings, load_server_settings
+from inferd.config.server_settings import ServerSettings, load_server_settings
 
 __all__ = [
     "DynamicBatchingConfig",

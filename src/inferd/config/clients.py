@@ -1,7 +1,7 @@
 """Server settings about clients: the keys that identify them, and what each may cause.
 
-The base of `ServerSettings` (inferd.config.server): its fields are server settings like the
-others (a YAML key, an `INFERD_*` variable, a flag). A key's own settings (its line in the
+The base of `ServerSettings` (inferd.config.server_settings): its fields are server settings
+like the others (a YAML key, an `INFERD_*` variable, a flag). A key's own settings (its line in the
 keys file: inferd.front.keys) win over the defaults here.
 """
 

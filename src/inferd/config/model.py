@@ -18,7 +18,7 @@ from inferd.config.instances import InstanceGroup, RuntimeOptions
 from inferd.config.kinds import KINDS, Kind, TaskName
 from inferd.config.rollout import RolloutConfig
 from inferd.config.section import Section
-from inferd.config.text import (
+from inferd.config.text_sections import (
     ClassificationConfig,
     DriftConfig,
     EmbeddingConfig,

@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from inferd.config.instances import InstanceGroup
 from inferd.config.model import ModelConfig
-from inferd.config.server import ENV_PREFIX, ServerSettings
+from inferd.config.server_settings import ENV_PREFIX, ServerSettings
 
 
 def _type_name(annotation: object) -> str:

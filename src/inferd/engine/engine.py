@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from inferd.clients import current_client
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine.kinds.generation import Generation
 from inferd.engine.requests import cached
 from inferd.engine.requests.admission import Admission

@@ -15,9 +15,9 @@ from tokenizers import Tokenizer
 
 from inferd.errors import InferdError
 from inferd.generation.constraint import Constraint
+from inferd.generation.incremental_text import IncrementalText
 from inferd.generation.logprobs import Scored, TokenLogprob, named
 from inferd.generation.params import SamplingParams
-from inferd.generation.text import IncrementalText
 from inferd.observability.trace import Answer, current_trace
 
 

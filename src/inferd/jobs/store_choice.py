@@ -3,7 +3,7 @@ shared by every process that names the same Redis (the `redis` extra)."""
 
 from __future__ import annotations
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.jobs.store import JobStore, ProcessJobStore, QueueBound, ResultBound
 from inferd.observability.observer import JobsLost, Observer, notify
 

@@ -13,7 +13,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.corpus import sentences
 from inferd.prep.feeds import FeedPlan, Feeds
-from inferd.tasks.text import TextEncoder, find_tokenizer
+from inferd.tasks.text_feeds import TextEncoder, find_tokenizer
 
 BATCH = 16
 GENERATED_LENGTHS = (8, 16, 32, 64)

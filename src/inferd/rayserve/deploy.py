@@ -1,7 +1,7 @@
 """Deploying a repository on a Ray cluster with Ray Serve: the Python API behind
 `inferd ray serve`.
 
-    from inferd.config.server import ServerSettings
+    from inferd.config.server_settings import ServerSettings
     from inferd.rayserve.deploy import RayDeployment, deploy
 
     deploy(RayDeployment(ServerSettings(repository=Path("models")), autoscale=(1, 4)))
@@ -21,7 +21,7 @@ import httpx
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.rayserve.policy import QueueDepthPolicy
 
 APP_NAME = "inferd"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from inferd.bench.server import free_port
+from inferd.bench.launch import free_port
 from inferd.rayserve.environment import AUTH_ENV, DIRECT_INGRESS_ENV
 
 MARK = "INFERD_LOCAL_RAY"

@@ -21,7 +21,7 @@ from ray import serve
 
 from inferd.compat.ray_internals import haproxy_ingress
 from inferd.composition import build_engine, open_jobs, read_access
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.observability.logs import configure_logging
 from inferd.rayserve.multiplex import ModelAffinity, ModelIds
 from inferd.rayserve.policy import QUEUE_METRIC

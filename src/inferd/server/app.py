@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from inferd import __version__
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.front.keys import Keys
 from inferd.jobs.store import JobStore
@@ -25,7 +25,11 @@ from inferd.server.auth import AuthMiddleware
 from inferd.server.companion import Companion
 from inferd.server.data_routes import DATA_ROUTES, TEXT_PATHS
 from inferd.server.dataplane import DataPlane
-from inferd.server.errors import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES, install_error_handlers
+from inferd.server.error_answers import (
+    ERROR_RESPONSES,
+    OPENAI_ERROR_RESPONSES,
+    install_error_handlers,
+)
 from inferd.server.job_service import Jobs
 from inferd.server.middleware import (
     BodyLimitMiddleware,
@@ -34,9 +38,9 @@ from inferd.server.middleware import (
 )
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.openapi import install_openapi
-from inferd.server.routes import health, openai, repository, status, v2
 from inferd.server.routes import jobs as jobs_route
 from inferd.server.routes import metrics as metrics_route
+from inferd.server.routes import openai, probes, repository, status, v2
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,7 @@ def create_app(
         metrics.attach(engine)
     install_error_handlers(app)
     install_openapi(app, DATA_ROUTES)
-    for module in (health, v2, openai, jobs_route, status, metrics_route, repository):
+    for module in (probes, v2, openai, jobs_route, status, metrics_route, repository):
         shaped = module is openai  # OpenAI's error shape (under /v1)
         app.include_router(
             module.router, responses=OPENAI_ERROR_RESPONSES if shaped else ERROR_RESPONSES

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.clients import client_scope
 from inferd.errors import ErrorCode
 from inferd.front.keys import Keys, bearer
-from inferd.server.errors import response_for
+from inferd.server.error_answers import response_for
 
 OPEN_PATHS = frozenset(
     {

@@ -18,7 +18,7 @@ from inferd.errors import EncodingError, InvalidInputError
 from inferd.front.jsonbody import validate_body
 from inferd.front.route_key import take_route_key
 from inferd.observability.trace import current_trace
-from inferd.server.errors import PayloadTooLargeError
+from inferd.server.error_answers import PayloadTooLargeError
 from inferd.server.observe import note_payload
 from inferd.server.state import engine_of, settings_of
 

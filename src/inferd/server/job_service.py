@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
@@ -34,7 +34,7 @@ from inferd.observability.live import LiveWindow
 from inferd.observability.observer import Observer
 from inferd.observability.trace import RequestTrace, current_trace, tracing
 from inferd.server.dataplane import DataPlane
-from inferd.server.errors import error_response
+from inferd.server.error_answers import error_response
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.errors import ErrorCode
 from inferd.observability.trace import current_trace
-from inferd.server.errors import PayloadTooLargeError, error_response
+from inferd.server.error_answers import PayloadTooLargeError, error_response
 
 log = logging.getLogger(__name__)
 _GOOD_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")

@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from inferd.server.errors import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES, openai_shaped
+from inferd.server.error_answers import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES, openai_shaped
 
 if TYPE_CHECKING:
     from inferd.server.data_routes import DataRoute

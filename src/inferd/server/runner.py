@@ -26,7 +26,7 @@ from types import FrameType
 
 import uvicorn
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.front.keys import Keys
 from inferd.jobs.store import JobStore

@@ -38,7 +38,7 @@ from inferd.front.keys import Keys, bearer
 from inferd.front.statuses import http_status, retry_after_s
 from inferd.observability.metrics import Metrics
 from inferd.server.data_routes import DataRoute
-from inferd.server.errors import response_for
+from inferd.server.error_answers import response_for
 from inferd.server.middleware import request_id_from
 from inferd.server.observe import server_timing
 

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from inferd.config.model import RuntimeOptions, TokenizerConfig
 from inferd.runtime.onnx_session import OnnxSession
-from inferd.tasks.text import TextEncoder
+from inferd.tasks.text_feeds import TextEncoder
 
 INPUT = "embedding"
 OUTPUT = "probabilities"

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from inferd.config.model import ModelConfig, TensorOverride
 from inferd.config.reference import render_reference
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 

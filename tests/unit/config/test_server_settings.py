@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.config.server import ServerSettings, load_server_settings
+from inferd.config.server_settings import ServerSettings, load_server_settings
 from inferd.errors import ConfigError
 
 

@@ -13,7 +13,7 @@ import yaml
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from inferd.config.model import RuntimeOptions
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.observability.observer import Observer
 from inferd.repository.scan import scan_repository

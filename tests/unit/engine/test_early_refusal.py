@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model import RuntimeOptions
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import QueueFullError, UnavailableError
 from inferd.repository.scan import scan_repository

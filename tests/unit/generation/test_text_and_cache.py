@@ -11,11 +11,11 @@ from tokenizers import Tokenizer
 
 from inferd.corpus import docstrings
 from inferd.generation.decoder import DecoderShape
+from inferd.generation.incremental_text import IncrementalText
 from inferd.generation.kvcache import KVBatch
 from inferd.generation.params import SamplingParams
 from inferd.generation.sequence import Finished, Sequence
 from inferd.generation.slots import SlotKV
-from inferd.generation.text import IncrementalText
 from inferd.tools.generator import train_tokenizer
 
 

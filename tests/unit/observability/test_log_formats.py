@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.observability.logs import JsonFormatter, TextFormatter, configure_logging, wants_json
 
 TEXT_LINE = re.compile(

@@ -8,7 +8,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from inferd.composition import build_engine, open_jobs, read_access
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.server.app import create_app
 from tests.models import affine_model
 

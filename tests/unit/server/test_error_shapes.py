@@ -7,7 +7,7 @@ import pytest
 
 from inferd.errors import InvalidInputError, NotFoundError, QueueFullError
 from inferd.jobs.record import Job, JobState
-from inferd.server.errors import error_body, openai_shaped, response_for
+from inferd.server.error_answers import error_body, openai_shaped, response_for
 
 
 @pytest.mark.parametrize(

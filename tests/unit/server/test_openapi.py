@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from inferd.server.data_routes import DATA_ROUTES, TEXT_PATHS
-from inferd.server.errors import openai_shaped
+from inferd.server.error_answers import openai_shaped
 from inferd.server.openapi import install_openapi
 
 

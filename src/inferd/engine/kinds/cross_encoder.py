@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd.engine.kinds.build import BuildContext
-from inferd.engine.kinds.text import TextServable
+from inferd.engine.kinds.text_models import TextServable
 from inferd.errors import InvalidInputError
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, TensorSpec

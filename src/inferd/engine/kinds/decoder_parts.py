@@ -15,7 +15,7 @@ from inferd.generation.decoder import DecoderShape
 from inferd.generation.kv_layout import kv_store
 from inferd.runtime.pool import InstancePool
 from inferd.runtime.protocol import TensorSpec
-from inferd.tasks.text import TokenizerError, find_tokenizer
+from inferd.tasks.text_feeds import TokenizerError, find_tokenizer
 
 EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>")
 

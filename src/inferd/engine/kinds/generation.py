@@ -26,7 +26,7 @@ from inferd.generation.sequence import Sequence as Seq
 from inferd.runtime.memory import HostMemory
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Array, DeviceMemory, Feeds, Runtime, TensorSpec
-from inferd.tasks.text import OFF_LOOP_CHARS
+from inferd.tasks.text_feeds import OFF_LOOP_CHARS
 
 TEXT_INPUT = "text_input"
 TEXT_OUTPUT = "text_output"

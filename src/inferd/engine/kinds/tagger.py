@@ -19,7 +19,7 @@ from pydantic import Field
 
 from inferd.config.model import ModelConfig
 from inferd.engine.kinds.build import BuildContext
-from inferd.engine.kinds.text import TextServable, texts_of
+from inferd.engine.kinds.text_models import TextServable, texts_of
 from inferd.observability.trace import current_trace
 from inferd.runtime.protocol import Array, Feeds, TensorSpec
 from inferd.tasks.classification import ClassificationTask

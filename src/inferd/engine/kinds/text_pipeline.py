@@ -9,7 +9,7 @@ from pathlib import Path
 
 from inferd.config.model import ModelConfig
 from inferd.runtime.protocol import TensorSpec
-from inferd.tasks.text import TextEncoder, find_tokenizer
+from inferd.tasks.text_feeds import TextEncoder, find_tokenizer
 
 
 class TextPipeline:

@@ -9,7 +9,12 @@ from typing import cast
 
 from inferd.config.model import ModelConfig
 from inferd.engine.kinds.servable import Servable
-from inferd.engine.kinds.text import TEXT_INPUTS, LabelsOverV2, label_outputs, report_classified
+from inferd.engine.kinds.text_models import (
+    TEXT_INPUTS,
+    LabelsOverV2,
+    label_outputs,
+    report_classified,
+)
 from inferd.errors import InvalidInputError
 from inferd.observability.observer import Observer
 from inferd.observability.trace import current_trace

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from inferd.config.model import ModelConfig
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.drain import ended_within
 from inferd.engine.requests.memory import MemoryGate
 from inferd.errors import InferdError, QueueFullError, UnavailableError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine.requests.admission import Admission
 from inferd.engine.resident.residency import NOT_RESIDENT, Residency
 from inferd.engine.rollout import Rollouts

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inferd.config.model import ModelConfig
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.memory import release_freed
 from inferd.engine.resident.heap import settle

@@ -17,7 +17,7 @@ from typing import Any
 
 from inferd.config.kinds import Kind
 from inferd.config.model import RuntimeOptions
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine.kinds.build import BuildContext
 from inferd.engine.kinds.servable import Servable
 from inferd.engine.requests.admission import Admission

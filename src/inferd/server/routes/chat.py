@@ -27,7 +27,7 @@ from inferd.generation.chat import Conversation
 from inferd.generation.grammar import one_of
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
-from inferd.server.errors import request_id_of
+from inferd.server.error_answers import request_id_of
 from inferd.server.responses import json_response
 from inferd.server.routes import choices
 from inferd.server.routes.completions import OpenAIGeneration, finish_reason, refuse

@@ -20,7 +20,7 @@ from inferd.engine import Generation
 from inferd.errors import EmptyInputError, InvalidInputError, TooManyItemsError
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
-from inferd.server.errors import request_id_of
+from inferd.server.error_answers import request_id_of
 from inferd.server.responses import json_response
 from inferd.server.routes import choices
 from inferd.server.routes.generate import check_prompt_text, error_event, sampling_of

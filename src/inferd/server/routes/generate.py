@@ -25,7 +25,7 @@ from inferd.generation.params import SamplingFields, SamplingRequest
 from inferd.generation.sequence import Finished
 from inferd.server.body import read_json
 from inferd.server.disconnect import cancel_on_disconnect
-from inferd.server.errors import error_body, request_id_of
+from inferd.server.error_answers import error_body, request_id_of
 from inferd.server.responses import json_response
 from inferd.server.routes.logprob_shapes import Unsent, plain_logprobs
 from inferd.server.sse import sse, sse_response

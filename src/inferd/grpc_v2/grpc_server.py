@@ -15,13 +15,13 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 
-from inferd.config.server import ServerSettings
+from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.front.keys import Keys
 from inferd.front.recording import RequestRecorder
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.gate import Gate, gated_handlers
-from inferd.grpc_v2.health import Health
+from inferd.grpc_v2.grpc_health import Health
 from inferd.grpc_v2.loops import LoopThread, on_app_loop, run_on
 from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.service import InferenceService

@@ -20,7 +20,7 @@ from inferd.runtime.protocol import Array, Feeds, Head, TensorSpec
 from inferd.runtime.reduction import POOLED
 from inferd.tasks.classification import ClassificationTask, top_k
 from inferd.tasks.embedding import EmbeddingTask
-from inferd.tasks.text import EncodedTexts
+from inferd.tasks.text_feeds import EncodedTexts
 from inferd.verbs.classify import Classified
 from inferd.verbs.embed import Embeddings
 
