@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Server, machine_description, publish
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
-from inferd.grpc_v2.scan import varint_bytes
+from inferd.grpc_v2.message_scan import varint_bytes
 from inferd.tools.demo import build_demo
 from inferd.tools.generator import build_generator
 from tests.generator_model import SHAPE

@@ -1,8 +1,8 @@
 """`DynamicBatcher`: a bounded queue of requests in front of a runtime, dispatched in batches.
 
 The batcher is the loop and the tasks; it composes the parts that decide: admission and
-shedding (inferd.batching.admission), when a batch forms and what it takes
-(inferd.batching.dispatch), running a batch and isolating its failures
+shedding (inferd.batching.queue_admission), when a batch forms and what it takes
+(inferd.batching.dispatch_policy), running a batch and isolating its failures
 (inferd.batching.execution), the batch size limit and the runtime's health
 (inferd.batching.runtime_health).
 
@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from inferd.batching.admission import Admission
 from inferd.batching.backlog import Backlog, Entry, Timing
-from inferd.batching.dispatch import DispatchPolicy
+from inferd.batching.dispatch_policy import DispatchPolicy
 from inferd.batching.execution import BatchExecution, RunBatch
 from inferd.batching.formation import signature
 from inferd.batching.layout import BatchLayout
 from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
 from inferd.batching.padding import concat_chunks
+from inferd.batching.queue_admission import Admission
 from inferd.batching.runtime_health import RuntimeHealth
 from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer

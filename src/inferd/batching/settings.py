@@ -29,7 +29,7 @@ class BatcherSettings:
     """Single-item runtime failures in a row after which the batcher calls itself unhealthy."""
     max_queue_time_s: float | None = None
     """Longest a client's item may wait in the queue (never below `QUEUE_TIME_FLOOR_RUNS`
-    measured runs of a request alone, inferd.batching.admission): one the queue's work says
+    measured runs of a request alone, inferd.batching.queue_admission): one the queue's work says
     would wait longer is refused 4290 when it arrives, and one that waited longer is answered
     4290 (background items are exempt). None: no bound."""
     learn_batch_tokens: bool = True

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     from inferd.cli.bench import add_bench_commands
     from inferd.cli.prep import add_prep_commands
     from inferd.cli.ray_serve import add_ray_command
-    from inferd.cli.rollout import add_rollout_command
+    from inferd.cli.rollout_command import add_rollout_command
 
     add_prep_commands(commands)
     add_ray_command(commands, _add_settings_flags)
@@ -219,7 +219,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return run_ray_command(args)
         if args.command == "rollout":
-            from inferd.cli.rollout import run_rollout_command
+            from inferd.cli.rollout_command import run_rollout_command
 
             return run_rollout_command(args)
         if args.command in ("export", "optimize", "quantize"):

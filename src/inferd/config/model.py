@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from inferd.config.batching import DynamicBatchingConfig
-from inferd.config.generation import GenerationConfig
+from inferd.config.generation_section import GenerationConfig
 from inferd.config.instances import InstanceGroup, RuntimeOptions
 from inferd.config.kinds import KINDS, Kind, TaskName
 from inferd.config.rollout import RolloutConfig

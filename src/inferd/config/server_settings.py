@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from inferd.config.clients import ClientSettings
+from inferd.config.client_settings import ClientSettings
 from inferd.config.job_settings import JobSettings
 from inferd.config.yamlfile import read_yaml_mapping, validate_mapping
 

@@ -6,8 +6,8 @@ the server or a web framework, and it is handed its runtime loader by the compos
 """
 
 from inferd.engine.engine import Engine
-from inferd.engine.kinds.generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
 from inferd.engine.kinds.specs import served_shape
+from inferd.engine.kinds.text_generation import FINAL, TEXT_INPUT, TEXT_OUTPUT, Generation
 from inferd.engine.versions.registry import Readiness
 from inferd.engine.versions.version import Version, VersionState
 from inferd.engine.versions.version_loader import RuntimeLoader

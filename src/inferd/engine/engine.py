@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from inferd.clients import current_client
 from inferd.config.server_settings import ServerSettings
-from inferd.engine.kinds.generation import Generation
+from inferd.engine.kinds.text_generation import Generation
 from inferd.engine.requests import cached
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.cached import Answer

@@ -7,7 +7,7 @@ each row's real positions) and *in place* (inferd.prep.inplace_decoder: a fixed 
 both past and present, each row's length given by `seqlens_k`).
 
 A decoder exported by inferd gives the logits of each row's last real token only (`last_only`:
-`logits [batch, 1, vocab]`; inferd.prep.decoder, inferd.prep.inplace_decoder), so a prefill's
+`logits [batch, 1, vocab]`; inferd.prep.decoder_export, inferd.prep.inplace_decoder), so a prefill's
 next tokens are its logits' one position whatever its prompts' lengths.
 
 A decoder exported by inferd also ranks its last position's logits (inferd.prep.ranked_logits):
@@ -38,7 +38,8 @@ DRAW_BIAS = "draw_bias"
 
 
 class DecoderShapeError(ValueError):
-    """The model does not have the decoder interface inferd drives (see inferd.prep.decoder)."""
+    """The model does not have the decoder interface inferd drives (see
+    inferd.prep.decoder_export)."""
 
 
 @dataclass(frozen=True)

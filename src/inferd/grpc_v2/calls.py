@@ -21,7 +21,7 @@ from inferd.errors import DeadlineExceededError, DeadlineUnmetError, InferdError
 from inferd.front.recording import ROUTE_KEY_MAX, TRACE_HEADER_MAX, RequestRecorder
 from inferd.front.statuses import http_status, retry_after_s
 from inferd.grpc_v2.gate import PROBES
-from inferd.grpc_v2.status import GRPC_STATUS
+from inferd.grpc_v2.status_codes import GRPC_STATUS
 from inferd.observability.trace import RequestTrace, tracing
 
 log = logging.getLogger("inferd.grpc_v2.service")

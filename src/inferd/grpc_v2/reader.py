@@ -22,7 +22,7 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from inferd.errors import InvalidInputError, TooManyItemsError
-from inferd.grpc_v2.scan import Malformed, OverBudget, walk
+from inferd.grpc_v2.message_scan import Malformed, OverBudget, walk
 from inferd.grpc_v2.wire import InferCall, parse_infer_request
 
 log = logging.getLogger(__name__)

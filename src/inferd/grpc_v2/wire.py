@@ -5,9 +5,9 @@ Protobuf would copy a request's `raw_input_contents` twice (into its message, th
 message, into the serialized string): on a 1 MB tensor that is most of the server's work. The
 encoding allows better. A message is a sequence of fields, and a repeated field's entries may
 stand anywhere in it; so a request's raw entries are cut out of the received bytes as views
-while its fields are counted (inferd.grpc_v2.scan; the rest goes to protobuf), and a response
-is protobuf's serialization of everything else followed by one `raw_output_contents` entry per
-output, written from the arrays' own memory.
+while its fields are counted (inferd.grpc_v2.message_scan; the rest goes to protobuf), and a
+response is protobuf's serialization of everything else followed by one `raw_output_contents`
+entry per output, written from the arrays' own memory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
-from inferd.grpc_v2.scan import LENGTH_DELIMITED, varint_bytes, walk
+from inferd.grpc_v2.message_scan import LENGTH_DELIMITED, varint_bytes, walk
 
 RAW_INPUT_CONTENTS = 7
 """Field number of `ModelInferRequest.raw_input_contents`."""
@@ -65,7 +65,7 @@ class InferAnswer:
 
 
 def parse_infer_request(data: bytes, budget: int) -> InferCall:
-    """A `ModelInferRequest` within `budget` fields (inferd.grpc_v2.scan), its raw contents
+    """A `ModelInferRequest` within `budget` fields (inferd.grpc_v2.message_scan), its raw contents
     cut out as views. Raises `scan.Malformed` or `scan.OverBudget`; protobuf's `DecodeError`
     for what only its parser finds wrong (a string that is not UTF-8)."""
     walked = walk(data, pb.ModelInferRequest.DESCRIPTOR, budget, REQUEST_PLAN)

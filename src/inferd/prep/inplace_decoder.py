@@ -1,6 +1,6 @@
 """GPT-2 decoders with an in-place KV cache, written as an ONNX graph from the model's weights.
 
-The plain export (inferd.prep.decoder) concatenates each step's keys and values to the past,
+The plain export (inferd.prep.decoder_export) concatenates each step's keys and values to the past,
 so every decode step copies the whole cache and attends over the batch's longest row. This
 graph uses ONNX Runtime's `GroupQueryAttention` instead: the cache is a fixed buffer
 `[batch, heads, capacity, head_dim]` per layer and kind that the runtime binds as both the past

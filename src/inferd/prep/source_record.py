@@ -2,7 +2,7 @@
 positional `forward` over named input tensors, the output names, the dynamic axes, a way to
 make realistic sample inputs (for tracing and for the parity check), the serving config it
 implies and the tokenizer files to ship beside it. inferd.prep.sources makes one from a model
-folder or a `module:factory`, inferd.prep.decoder from a decoder's folder."""
+folder or a `module:factory`, inferd.prep.decoder_export from a decoder's folder."""
 
 from __future__ import annotations
 

@@ -272,6 +272,8 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
 
 
 def _decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
-    from inferd.prep.decoder import decoder_source  # (torch and transformers: when exporting)
+    from inferd.prep.decoder_export import (
+        decoder_source,  # (torch and transformers: when exporting)
+    )
 
     return decoder_source(folder, raw)

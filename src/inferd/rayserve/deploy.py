@@ -22,7 +22,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from inferd.config.server_settings import ServerSettings
-from inferd.rayserve.policy import QueueDepthPolicy
+from inferd.rayserve.autoscaling import QueueDepthPolicy
 
 APP_NAME = "inferd"
 POLICY = f"{QueueDepthPolicy.__module__}:{QueueDepthPolicy.__qualname__}"

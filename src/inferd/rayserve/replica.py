@@ -4,7 +4,7 @@ reached through HAProxy (Serve's direct ingress) or Serve's proxy.
 
 The replica loads every model before it reports itself started, so Serve routes nothing to
 it while it loads; Serve's health checks ask inferd's readiness; the replica reports its
-queue depth for the autoscaling policy (inferd.rayserve.policy); when Serve stops it, the
+queue depth for the autoscaling policy (inferd.rayserve.autoscaling); when Serve stops it, the
 app's lifespan drains it as SIGTERM drains `inferd serve`. With `multiplex`, Serve routes a
 request that names its model (the `serve_multiplexed_model_id` header) to a replica that holds
 that model (inferd.rayserve.multiplex).
@@ -23,8 +23,8 @@ from inferd.compat.ray_internals import haproxy_ingress
 from inferd.composition import build_engine, open_jobs, read_access
 from inferd.config.server_settings import ServerSettings
 from inferd.observability.logs import configure_logging
+from inferd.rayserve.autoscaling import QUEUE_METRIC
 from inferd.rayserve.multiplex import ModelAffinity, ModelIds
-from inferd.rayserve.policy import QUEUE_METRIC
 from inferd.server.app import create_app
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from inferd.server.middleware import (
 from inferd.server.observe import ObserveMiddleware
 from inferd.server.openapi import install_openapi
 from inferd.server.routes import jobs as jobs_route
-from inferd.server.routes import metrics as metrics_route
 from inferd.server.routes import openai, probes, repository, status, v2
+from inferd.server.routes import prometheus as metrics_route
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from inferd.front.v2_codec import InferRequest
 from inferd.server.dataplane import Endpoint, data_route
-from inferd.server.routes import chat, completions, generate, v2
+from inferd.server.routes import chat_completions, completions, generate, v2
 from inferd.server.verb_routes import verb_endpoint
 from inferd.verbs.catalog import all_verbs
 
@@ -78,10 +78,10 @@ DATA_ROUTES = (
     ),
     DataRoute(
         "/v1/chat/completions",
-        chat.chat_completions,
+        chat_completions.chat_completions,
         "generate",
         "Chat completions (OpenAI)",
-        chat.ChatRequest,
+        chat_completions.ChatRequest,
         "openai",
     ),
 )

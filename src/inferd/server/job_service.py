@@ -26,8 +26,8 @@ from inferd.config.server_settings import ServerSettings
 from inferd.engine import Engine
 from inferd.errors import ErrorCode, InvalidInputError
 from inferd.jobs.callback import Callbacks
+from inferd.jobs.machine_share import JobShare
 from inferd.jobs.record import Job
-from inferd.jobs.share import JobShare
 from inferd.jobs.store import JobStore
 from inferd.jobs.worker import JobWorker
 from inferd.observability.live import LiveWindow

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from inferd.cli.main import build_parser
-from inferd.cli.rollout import ACTIONS, DEFAULT_URL, describe
+from inferd.cli.rollout_command import ACTIONS, DEFAULT_URL, describe
 
 FACTS = {"requests": 9, "error_rate": 0.0, "p99_ms": 3.25, "queue_p99_ms": 0.5}
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferd.config.model import GenerationConfig
-from inferd.engine.kinds.generation import cache_memory
+from inferd.engine.kinds.text_generation import cache_memory
 from inferd.generation.decoder import DecoderShape
 from inferd.runtime.memory import HostMemory
 from inferd.runtime.protocol import Runtime

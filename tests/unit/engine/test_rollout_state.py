@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from inferd.engine.rollout.policy import ServingPolicy
-from inferd.engine.rollout.store import MAX_STATE_BYTES, RolloutRecord, StateStore, Unreadable
+from inferd.engine.rollout.state_files import MAX_STATE_BYTES, RolloutRecord, StateStore, Unreadable
 from inferd.repository.scan import scan_model
 from tests.unit.engine.repo import add_model
 

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
-from inferd.grpc_v2.scan import Malformed, OverBudget, walk
+from inferd.grpc_v2.message_scan import Malformed, OverBudget, walk
 
 DESCRIPTOR = pb.ModelInferRequest.DESCRIPTOR
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from inferd.errors import ErrorCode
-from inferd.grpc_v2.status import GRPC_STATUS
+from inferd.grpc_v2.status_codes import GRPC_STATUS
 
 
 def test_every_code_maps_to_a_meaningful_status() -> None:

@@ -10,7 +10,7 @@ from inferd.errors import EncodingError, InvalidInputError
 from inferd.front.v2_binary import encode_binary
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2.codec import decode_inputs
-from inferd.grpc_v2.scan import Malformed
+from inferd.grpc_v2.message_scan import Malformed
 from inferd.grpc_v2.wire import InferAnswer, parse_infer_request, serialize_infer_response
 
 BUDGET = 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.jobs.share import JobShare
+from inferd.jobs.machine_share import JobShare
 from tests.fakes import Clock
 
 

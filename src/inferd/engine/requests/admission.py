@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from inferd.config.model import ModelConfig
 from inferd.config.server_settings import ServerSettings
 from inferd.drain import ended_within
-from inferd.engine.requests.memory import MemoryGate
+from inferd.engine.requests.memory_admission import MemoryGate
 from inferd.errors import InferdError, QueueFullError, UnavailableError
 
 log = logging.getLogger(__name__)

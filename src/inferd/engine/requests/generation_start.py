@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from inferd.engine.kinds.generation import Generation, generator
+from inferd.engine.kinds.text_generation import Generation, generator
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.outcomes import Outcomes
 from inferd.engine.requests.routing import Routing

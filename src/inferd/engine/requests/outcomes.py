@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from inferd.engine.kinds.generation import generator
+from inferd.engine.kinds.text_generation import generator
 from inferd.engine.requests.agreement import tokens as agreeing_tokens
 from inferd.engine.rollout import Rollouts
 from inferd.engine.versions.version import Version

@@ -15,6 +15,6 @@ last step passes, rolled back when one fails.
 from inferd.engine.rollout.controller import Rollouts
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import unit_hash
-from inferd.engine.rollout.store import STATE_FOLDER, Status
+from inferd.engine.rollout.state_files import STATE_FOLDER, Status
 
 __all__ = ["STATE_FOLDER", "Rollouts", "ServingPolicy", "Status", "unit_hash"]

@@ -34,7 +34,7 @@ from inferd.engine.rollout.decisions import Decisions
 from inferd.engine.rollout.judge import Outcome, Sample, judge, judge_early
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router, Window
-from inferd.engine.rollout.store import RolloutRecord, Status
+from inferd.engine.rollout.state_files import RolloutRecord, Status
 from inferd.engine.rollout.view import RolloutView
 from inferd.engine.rollout.watcher import RepositoryWatcher
 from inferd.engine.versions.loader import Loader

@@ -9,7 +9,7 @@ import time
 
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router
-from inferd.engine.rollout.store import DECISIONS_KEPT, Decision, RolloutRecord, Status
+from inferd.engine.rollout.state_files import DECISIONS_KEPT, Decision, RolloutRecord, Status
 from inferd.observability.observer import Observer, RolloutDecided, notify
 
 log = logging.getLogger("inferd.engine.rollout.controller")  # (every rollout line is its)

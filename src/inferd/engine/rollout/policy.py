@@ -1,5 +1,5 @@
 """The serving policy: the one place that decides which versions of a model serve, from its
-version policy (config.yaml) and its rollout record (inferd.engine.rollout.store). Start-up
+version policy (config.yaml) and its rollout record (inferd.engine.rollout.state_files). Start-up
 loading, the admin's load, `inferd repo check`, the repository watcher and the rollout
 controller all ask it, so they cannot disagree:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from inferd.engine.rollout.store import (
+from inferd.engine.rollout.state_files import (
     WITHDRAWING,
     RolloutRecord,
     StateStore,

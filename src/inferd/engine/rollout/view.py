@@ -9,7 +9,7 @@ from typing import Any
 
 from inferd.engine.rollout.policy import ServingPolicy
 from inferd.engine.rollout.router import BASELINE, Router
-from inferd.engine.rollout.store import Status
+from inferd.engine.rollout.state_files import Status
 from inferd.engine.versions.registry import Registry
 from inferd.errors import NotFoundError
 

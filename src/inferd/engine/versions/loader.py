@@ -17,7 +17,7 @@ from pathlib import Path
 from inferd.config.model import ModelConfig
 from inferd.config.server_settings import ServerSettings
 from inferd.engine.requests.admission import Admission
-from inferd.engine.requests.memory import release_freed
+from inferd.engine.requests.memory_admission import release_freed
 from inferd.engine.resident.heap import settle
 from inferd.engine.versions.registry import Registry
 from inferd.engine.versions.version import Version, VersionState

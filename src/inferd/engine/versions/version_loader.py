@@ -21,7 +21,7 @@ from inferd.config.server_settings import ServerSettings
 from inferd.engine.kinds.build import BuildContext
 from inferd.engine.kinds.servable import Servable
 from inferd.engine.requests.admission import Admission
-from inferd.engine.requests.memory import resident_bytes
+from inferd.engine.requests.memory_admission import resident_bytes
 from inferd.engine.resident.budget import device_mb, placed_gpus
 from inferd.engine.versions.loading import LoadedModel, load_instances
 from inferd.engine.versions.registry import Registry
