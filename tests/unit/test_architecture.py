@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -291,6 +292,13 @@ def test_no_import_cycles_between_modules() -> None:
         if name not in state:
             visit(name, [name])
     assert not cycles, cycles
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A module's name says what it holds wherever it is imported (`text.py` four times said
+    nothing); packages' `__init__.py` aside."""
+    names = Counter(p.name for p in MODULES if p.name != "__init__.py")
+    assert [name for name, count in names.items() if count > 1] == []
 
 
 def test_every_module_has_a_docstring() -> None:
