@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inferd.grpc_v2.grpc_generate import GENERATED, PROTO, generate
+from inferd.grpc_v2.codegen import GENERATED, PROTO, generate
 
 
 def test_the_generated_code_is_current(tmp_path: Path) -> None:
@@ -16,7 +16,7 @@ def test_the_generated_code_is_current(tmp_path: Path) -> None:
     for path in written:
         checked_in = PROTO.parent / path.name
         assert checked_in.read_bytes() == path.read_bytes(), (
-            f"{checked_in.name} is stale: run python -m inferd.grpc_v2.grpc_generate"
+            f"{checked_in.name} is stale: run python -m inferd.grpc_v2.codegen"
         )
     assert sorted(p.name for p in written) == sorted(GENERATED)
 

@@ -2,7 +2,7 @@
 (and their type stubs), the gRPC stubs of `kserve_v2_service.proto` (not its descriptor: see
 that file):
 
-    python -m inferd.grpc_v2.generate
+    python -m inferd.grpc_v2.codegen
 
 The generated files are checked in (serving needs grpcio and protobuf, not grpcio-tools);
 tests/unit/grpc_v2/test_generated.py fails when they differ from what this writes.
