@@ -92,6 +92,14 @@ class HeldRows:
                 self._broken[r] = error
                 self._ended.add(r)
 
+    def settle(self) -> None:
+        """Each row's grammar looks for the tokens it forces next (computing its mask, which
+        it keeps for the next step)."""
+        for r in self._held:
+            constraint = self._rows[r].constraint
+            if r not in self._ended and constraint is not None:
+                constraint.queued  # noqa: B018 (the property looks, once a state)
+
     def fail_broken(self) -> None:
         """A row whose draw broke its grammar, or whose grammar allows none of the model's
         tokens, fails with the error (before its tokens are taken: none of them is)."""

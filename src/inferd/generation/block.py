@@ -60,6 +60,7 @@ async def decode_block(
         going_on = k + 1 < count and not joinable()
         if grammars is not None:
             grammars.take(drawn[k])
+            grammars.settle()  # (what each row's grammar forces next, known for `jumps`)
             going_on = going_on and not jumps(rows)
             if going_on:
                 grammars.write(feeds)

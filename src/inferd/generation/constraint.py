@@ -12,7 +12,7 @@ mask and its token take about 11-13 us on the benchmark decoders' 4,096-token vo
 
 On a decoder exported by inferd, a constrained row's mask is the graph's `draw_bias` and the
 row draws in the graph (inferd.generation.bias); elsewhere the draw applies it in Python
-(`Masks`, `allowed_ids`).
+(inferd.generation.masks).
 
 A grammar compiles on a compile thread, never on the event loop, within `COMPILE_TIMEOUT_S`
 (4006 past it); what compiled, and what was refused, is cached under the grammar's hash, at
@@ -25,9 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -45,9 +43,6 @@ CACHE_BYTES = 64 * 1024 * 1024
 MAX_ERROR_CHARS = 400
 NARROW_WORDS = 16
 """Masks with at most this many nonzero 32-bit words are looked at for forced tokens."""
-INLINE_MASK_S = 50e-6
-"""Masks expected under this are computed when the draw needs them, on the loop's thread;
-costlier ones on a mask thread while the model's step runs."""
 
 LIMITS = llguidance.LLParserLimits(verbose_errors=False)
 """llguidance's own bounds (lexer fuel, Earley items a step, grammar size), its defaults;
@@ -94,6 +89,10 @@ class Constraint:
                 if len(forced) >= self.least:
                     self._queued = list(forced)
         return self._queued
+
+    def known_queue(self) -> list[int]:
+        """`queued` as far as it is known without looking (none until it is looked for)."""
+        return self._queued if self._settled else []
 
     def ends(self, token: int) -> bool:
         """Whether `token` ends the answer (the grammar allows it only where the answer is
@@ -283,67 +282,3 @@ def _reason(error: str) -> str:
 
 def _words(tokenizer: llguidance.LLTokenizer) -> int:
     return (tokenizer.vocab_size + 31) // 32
-
-
-class Masks:
-    """The token masks of a step's constrained rows: started before the step runs, taken
-    when its tokens are drawn. A mask that takes long (a large vocabulary, a hard grammar) is
-    computed on a mask thread while the model's step runs; a quick one when the draw needs
-    it (handing it to a thread would cost more than it does)."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._mask_s: float | None = None
-        """The last masks' time per row (a moving average)."""
-
-    def start(self, seqs: Sequence[Any]) -> PendingMasks | None:
-        """None when no row of `seqs` is constrained."""
-        rows = [s for s in seqs if s.constraint is not None]
-        if not rows:
-            return None
-        pending = PendingMasks(rows, self)
-        if self._mask_s is None or self._mask_s >= INLINE_MASK_S:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="inferd-mask")
-            pending.future = asyncio.wrap_future(self._pool.submit(pending.compute))
-        return pending
-
-    def learn(self, seconds: float, rows: int) -> None:
-        per_row = seconds / rows
-        self._mask_s = per_row if self._mask_s is None else 0.8 * self._mask_s + 0.2 * per_row
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-class PendingMasks:
-    def __init__(self, rows: list[Any], masks: Masks) -> None:
-        self._rows = rows
-        self._masks = masks
-        self.future: asyncio.Future[dict[int, np.ndarray[Any, Any]]] | None = None
-
-    def compute(self) -> dict[int, np.ndarray[Any, Any]]:
-        """Each constrained row's mask, by the sequence's id. Its cost is learnt as the CPU
-        time of the thread that computes it: on a mask thread beside a running step, the
-        wall time would count the wait for a core too."""
-        started = time.thread_time()
-        out = {id(seq): seq.constraint.mask() for seq in self._rows}
-        self._masks.learn(time.thread_time() - started, len(self._rows))
-        return out
-
-    async def result(self) -> dict[int, np.ndarray[Any, Any]]:
-        if self.future is not None:
-            return await self.future
-        return self.compute()
-
-
-async def taken(pending: PendingMasks | None) -> dict[int, np.ndarray[Any, Any]] | None:
-    """The masks started, once made (None when none were)."""
-    return None if pending is None else await pending.result()
-
-
-def allowed_ids(mask: np.ndarray[Any, Any], vocab: int) -> np.ndarray[Any, Any]:
-    """The token ids a mask allows (ascending), below `vocab` (the model's logits' width)."""
-    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab]
-    return np.flatnonzero(bits)

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from inferd.generation.constraint import taken
 from inferd.generation.draw import Draw
 from inferd.generation.kvstore import KVStore
+from inferd.generation.masks import taken
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import StepRunner
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from inferd.config.model import GenerationConfig
 from inferd.generation.bias import NO_TOKEN, HeldRows
-from inferd.generation.constraint import Masks, PendingMasks, allowed_ids
 from inferd.generation.decoder import LOGITS, NEXT_IDS, TOP_IDS, TOP_LOGITS, DecoderShape
 from inferd.generation.logprobs import score
+from inferd.generation.masks import Masks, PendingMasks, allowed_ids
 from inferd.generation.params import SamplingParams
 from inferd.generation.sampling import (
     draw_inputs,

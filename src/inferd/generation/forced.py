@@ -23,13 +23,18 @@ and the answer asks for no log-probabilities (a forced token has none).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from inferd.generation.constraint import taken
+from inferd.errors import InferdError
 from inferd.generation.decoder import DRAW_BIAS
 from inferd.generation.draw import Draw
 from inferd.generation.kvstore import KVStore
+from inferd.generation.masks import taken
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import StepRunner
+
+RETIME = 64
+"""Jumps declined for their expected cost before one is taken anyway, to time them again."""
 
 
 class Forced:
@@ -41,6 +46,7 @@ class Forced:
         self._steps = steps
         self._jump_s: float | None = None
         """The last jumps' run time (a moving average; None before the first)."""
+        self._declined = 0
 
     def hold(self, seqs: list[Seq]) -> None:
         """New sequences' constraints queue their forced tokens (not for log-probabilities),
@@ -49,26 +55,23 @@ class Forced:
             if seq.constraint is not None and seq.params.logprobs is None:
                 seq.constraint.start(self._least)
 
-    def lead(self, seqs: list[Seq], source: list[int]) -> list[list[int]]:
+    def lead(self, seqs: list[Seq], source: list[int]) -> list[Lead]:
         """The queued tokens each sequence of a prefill takes after its prompt, in the
-        prefill (a JSON answer's opening brace and first key), taken now; `source`: the row
-        each draws from (twins share their prompt's: they take the same tokens, or none)."""
-        leads = []
+        prefill (a JSON answer's opening brace and first key): its grammar takes them now,
+        the sequence once the prefill ran (`Lead.accept`); `source`: the row each draws from
+        (twins share their prompt's: they take the same tokens, or none)."""
+        tokens = []
         for seq in seqs:
             queued = [] if seq.constraint is None else seq.constraint.queued
-            leads.append(queued[: max(0, seq.params.max_new_tokens - 1)])
-        differ = {s for i, s in enumerate(source) if leads[i] != leads[s]}
-        now = time.perf_counter()
+            tokens.append(queued[: max(0, seq.params.max_new_tokens - 1)])
+        differ = {s for i, s in enumerate(source) if tokens[i] != tokens[s]}
+        leads = []
         for i, seq in enumerate(seqs):
-            if source[i] in differ or not leads[i]:
-                leads[i] = []
-                continue
-            assert seq.constraint is not None
-            whole = seq.constraint.take(len(leads[i]))
-            self._skip(seq, len(leads[i]))
-            seq.accept_many(leads[i], [now] * len(leads[i]))  # (the grammar took them)
-            if whole:
-                seq.finish("stop", now)
+            taking = [] if source[i] in differ or seq.done else tokens[i]
+            whole = _taken(seq, taking)
+            if whole is None:
+                taking, whole = [], False
+            leads.append(Lead(taking, whole))
         return leads
 
     def any_due(self, rows: list[Seq]) -> bool:
@@ -88,27 +91,38 @@ class Forced:
 
     def _due(self, seq: Seq, rows: int) -> bool:
         """A row whose queued tokens cost less in a step of its own than in its share of as
-        many of the batch's steps (tried on a small batch before the first jump is timed)."""
+        many of the batch's steps (tried on a small batch before the first jump is timed, and
+        again every `RETIME` declined jumps, so that one slow jump does not decide for
+        ever). Only a queue already known: looking for one here would compute the row's
+        mask on this thread, before the step, instead of on the mask thread beside it."""
         constraint = seq.constraint
-        if constraint is None or not constraint.queued or seq.done or seq.cancelled:
+        if constraint is None or seq.done or seq.cancelled:
+            return False
+        queued = constraint.known_queue()
+        if not queued:
             return False
         step_s = self._steps.decode_s
         if self._jump_s is None or step_s is None:
             return rows <= 2
-        return len(constraint.queued) * step_s / rows >= self._jump_s
+        if len(queued) * step_s / rows >= self._jump_s:
+            return True
+        self._declined += 1
+        if self._declined < RETIME:
+            return False
+        self._declined = 0
+        return True
 
     async def _extend(self, row: int, seq: Seq, seconds: list[float]) -> list[float]:
         constraint = seq.constraint
         assert constraint is not None
         forced = constraint.queued
         started = now = time.perf_counter()
-        whole = constraint.take()
-        gaps = seq.accept_many(forced, [now] * len(forced))  # (the grammar took them)
-        if whole:
-            seq.finish("stop", now)
+        whole = _taken(seq, forced)
+        if whole is None:  # (its grammar failed: that row alone fails)
+            return []
+        gaps = seq.accept_many(forced, [now] * len(forced), whole)  # (the grammar took them)
         if seq.done:  # (whole, or at its length: no token more, no step)
             return gaps
-        self._skip(seq, len(forced))
         step = self._kv.extend(row, seq.generated[seq.cached - len(seq.prompt_ids) :])
         draw, feeds = self._draw, step.feeds
         ranked = draw.ranked([seq], biased=True)
@@ -119,13 +133,15 @@ class Forced:
             draw.bias(feeds, [seq], [0])
         masks = None if ranked else draw.masks([seq])
         ran = time.perf_counter()
-        out = await self._steps.run(
-            step.inputs, draw.names(ranked, in_graph), step.into, self._steps.decode_s
-        )
+        try:
+            out = await self._steps.run(
+                step.inputs, draw.names(ranked, in_graph), step.into, self._steps.decode_s
+            )
+        finally:
+            if DRAW_BIAS in feeds:  # (the row's bias, zeros again for the batch's next steps)
+                feeds[DRAW_BIAS][...] = 0.0
         now = time.perf_counter()
         seconds.append(now - ran)
-        if DRAW_BIAS in feeds:  # (the row's bias, zeros again for the batch's next steps)
-            feeds[DRAW_BIAS][...] = 0.0
         self._kv.after_extend(step)
         seq.cached = step.lengths[0]
         token = draw.decoded(out, [0], [seq], ranked, in_graph, await taken(masks))[0]
@@ -134,9 +150,32 @@ class Forced:
         self._jump_s = spent if self._jump_s is None else 0.8 * self._jump_s + 0.2 * spent
         return gaps if since is None else [*gaps, since]
 
-    @staticmethod
-    def _skip(seq: Seq, tokens: int) -> None:
-        """Skips the numbers of `tokens` taken without a draw: the numbers their draws, one
-        a step, would have taken."""
-        if not seq.params.greedy:
-            seq.give_back(-tokens)
+
+@dataclass(frozen=True)
+class Lead:
+    """A sequence's forced opening, prefilled with its prompt."""
+
+    tokens: list[int]
+    whole: bool
+    """Whether the answer is whole with them."""
+
+    def accept(self, seq: Seq, now: float) -> None:
+        """The sequence takes them, once the prefill ran (its grammar took them before)."""
+        seq.accept_many(self.tokens, [now] * len(self.tokens), self.whole)
+
+
+def _taken(seq: Seq, tokens: list[int]) -> bool | None:
+    """`seq`'s grammar takes its first queued `tokens`, and its generator skips the numbers
+    their draws, one a step, would have taken; whether the answer is then whole. None when
+    the grammar failed: that sequence fails, not the step."""
+    if not tokens:
+        return False
+    assert seq.constraint is not None
+    try:
+        whole = seq.constraint.take(len(tokens))
+    except InferdError as error:
+        seq.fail(error)
+        return None
+    if not seq.params.greedy:
+        seq.give_back(-len(tokens))
+    return whole

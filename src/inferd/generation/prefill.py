@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 
 from inferd.generation.batch import RunningBatch, shared_prefill
-from inferd.generation.constraint import taken
 from inferd.generation.decoder import TOKENS
 from inferd.generation.draw import Draw
 from inferd.generation.forced import Forced
 from inferd.generation.kvstore import KVStore
+from inferd.generation.masks import taken
 from inferd.generation.sequence import Sequence as Seq
 from inferd.generation.step_runner import StepRunner
 
@@ -31,7 +31,7 @@ async def prefill(
     slots = batch.slots(len(seqs))
     leads = forced.lead(seqs, source)
     computed_rows = seqs[: max(source) + 1]
-    prompts = [s.prompt_ids + lead for s, lead in zip(computed_rows, leads, strict=False)]
+    prompts = [s.prompt_ids + lead.tokens for s, lead in zip(computed_rows, leads, strict=False)]
     step = kv.prefill(prompts, slots[: len(prompts)], pad_id)
     ranked = step.last_aligned and draw.ranked(seqs)
     computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
@@ -52,7 +52,8 @@ async def prefill(
     batch.join(slots, seqs)
     firsts = []
     for seq, token, lead in zip(seqs, tokens, leads, strict=True):
-        seq.cached = len(seq.prompt_ids) + len(lead)
+        seq.cached = len(seq.prompt_ids) + len(lead.tokens)
+        lead.accept(seq, now)
         seq.accept(token, now)
         firsts.append(now - seq.created)
     return now - started, firsts

@@ -258,6 +258,8 @@ class Scheduler:
             self._batch.report("decode", 1, seconds, len(self._waiting))
             notify(self._observer, GenerationTokens(self._model, (), gaps))
         live = [r for r, s in enumerate(rows) if not (s.done or s.cancelled)]
+        if not live:  # (the jumps ended them all)
+            return
         if self._draw.blocks(rows, live, self._kv.advances):
             await self._decode_block(rows)
             return

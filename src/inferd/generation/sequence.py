@@ -114,10 +114,13 @@ class Sequence:
         """From the client side (disconnect): the scheduler retires it at the next step."""
         self.cancelled = True
 
-    def accept(self, token: int, now: float, consumed: bool = False) -> float | None:
+    def accept(
+        self, token: int, now: float, consumed: bool = False, whole: bool = False
+    ) -> float | None:
         """Takes the next token (sampled by the scheduler); returns the time since the previous
         token (None for the first), for the inter-token metric. `consumed`: its grammar took
-        it already (in a block, between the steps: inferd.generation.bias)."""
+        it already (in a block, between the steps: inferd.generation.bias); `whole`: and the
+        answer is whole with it."""
         if self.finished is not None:  # (failed while its token was drawn: nothing to take)
             return None
         since = None if self.last_token_at is None else now - self.last_token_at
@@ -133,7 +136,6 @@ class Sequence:
         self.generated.append(token)
         self.seen.add(token)
         self.counts[token] += 1
-        whole = False
         if self.constraint is not None and not consumed:
             try:
                 whole = self.constraint.consume(token)
@@ -159,20 +161,26 @@ class Sequence:
                 self.finish("length", now)
         return since
 
-    def accept_many(self, tokens: list[int], times: list[float]) -> list[float]:
+    def accept_many(
+        self, tokens: list[int], times: list[float], whole: bool = False
+    ) -> list[float]:
         """`accept` for tokens drawn one after another (a decode block's, each at the time its
         step ended), up to the sequence's end (what comes after it is dropped); returns the
         times between tokens (the first since the previous token, when there was one). Without
         stop sequences the tokens are taken together, not one at a time. A constrained
-        sequence's grammar took them already, between the block's steps."""
+        sequence's grammar took them already (between a block's steps, or as forced tokens);
+        `whole`: the answer is whole with the last of them (it stops there, whatever room is
+        left)."""
         if not tokens or self.done:
             return []
         if self.params.stop:  # the text decides where it ends, token by token
             gaps = []
-            for token, now in zip(tokens, times, strict=True):
+            last = len(tokens) - 1
+            for i, (token, now) in enumerate(zip(tokens, times, strict=True)):
                 if self.done:
                     break
-                since = self.accept(token, now, consumed=True)  # (its grammar took it)
+                # (its grammar took it)
+                since = self.accept(token, now, consumed=True, whole=whole and i == last)
                 if since is not None:
                     gaps.append(since)
             return gaps
@@ -200,6 +208,8 @@ class Sequence:
             self.events.put_nowait(PENDING)
         if stopped:
             self._end(times[-1])
+        elif whole and len(taken) == len(tokens):
+            self.finish("stop", times[-1])
         elif len(taken) == room:
             self.finish("length", times[-1])
         return gaps

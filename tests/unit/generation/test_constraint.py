@@ -17,8 +17,9 @@ from tokenizers import Tokenizer
 
 from inferd.errors import ErrorCode, InternalError, InvalidGrammarError
 from inferd.generation import constraint, grammar
-from inferd.generation.constraint import Grammars, Masks, allowed_ids
+from inferd.generation.constraint import Grammars
 from inferd.generation.grammar import GrammarRequest
+from inferd.generation.masks import Masks, allowed_ids
 from inferd.generation.params import SamplingParams
 from inferd.generation.sampling import sample_allowed, sample_batch
 from inferd.tools.generator import train_tokenizer

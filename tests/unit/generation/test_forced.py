@@ -176,3 +176,32 @@ async def test_with_jump_forward_off_every_token_is_a_step(make: Make, decoder: 
         assert len(runs.widths) - 1 >= len(tokens) - 1
     finally:
         grammars.close()
+
+
+async def test_an_answer_made_whole_by_forced_tokens_at_its_length_limit_stops(
+    make: Make, decoder: Decoder
+) -> None:
+    """Forced tokens that end a choice exactly at `max_length` make a whole answer: "stop",
+    whether they were taken in a step of the row's own (alone) or one a step (beside
+    others), never "length"."""
+    grammars = Grammars(decoder.parts.tokenizer, decoder.parts.eos_id)
+    request = grammar.choice(["sunny weather today", "sunny weather tomorrow"], "choice")
+    try:
+        ends = []
+        for beside in (0, 2):
+            scheduler, _ = make(block_steps=0)
+            ids = scheduler.encode("w1")
+            params = [
+                SamplingParams(12, temperature=0.9, top_k=20, seed=1 + s) for s in range(1 + beside)
+            ]
+            seqs = [
+                scheduler.submit_twins(ids, [p], [await grammars.constraint(request)])[0]
+                for p in params
+            ]
+            done = await seqs[0].result()
+            ends.append((done.reason, done.text))
+            for seq in seqs[1:]:
+                await seq.result()
+        assert ends == [("stop", "sunny weather today")] * 2, ends
+    finally:
+        grammars.close()
