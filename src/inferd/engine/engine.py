@@ -222,7 +222,13 @@ class Engine:
     async def abort(self) -> None:
         """Stops taking work and answers everything queued or running with 5030 at once (a
         forced shutdown, or a drain that ran out of time)."""
+        self.admission.aborting = True
         await self._life.abort()
+
+    @property
+    def answered_cut(self) -> int:
+        """Requests in flight that an abort answered 5030 (as their answers went out)."""
+        return self.admission.cut
 
     async def close(self) -> None:
         await self._life.close()

@@ -81,6 +81,8 @@ class Sequence:
         self.last_token_at: float | None = None
         self.cancelled = False
         self.finished: Finished | None = None
+        self.error: BaseException | None = None
+        """What it failed with, when it did."""
         self._whole = False
         """Set when the client waits for the whole answer: no text events are queued, and
         without stop sequences the text is decoded once, at the end."""
@@ -256,6 +258,7 @@ class Sequence:
 
     def fail(self, error: BaseException) -> None:
         if self.finished is None:
+            self.error = error
             self.finished = Finished(
                 self._text.text, "error", len(self.prompt_ids), len(self.generated), None, 0.0
             )

@@ -43,6 +43,9 @@ DRAIN_MARGIN_S = 1.0
 """After the drain, the time uvicorn gets to send the last answers and close connections."""
 FORCED_FLUSH_S = 0.2
 """On a forced exit, the time the 5030 answers get to reach their clients."""
+CUT_WAIT_S = 0.5
+"""After a drain ran out of time and what was in flight was answered 5030: the most it waits
+for those answers to go out (they are counted as they do), before the drain's line."""
 
 
 class DrainingServer(uvicorn.Server):
@@ -63,7 +66,6 @@ class DrainingServer(uvicorn.Server):
         self._force_task: asyncio.Task[None] | None = None
         self.forced = False
         """A second signal forced the exit (the process then exits non-zero)."""
-        self._answered_5030 = 0
         """Requests in flight when the engine was aborted (by the drain's timeout or a second
         signal): each of them is answered 5030 by the abort."""
 
@@ -109,8 +111,8 @@ class DrainingServer(uvicorn.Server):
             self._drain_task = asyncio.get_running_loop().create_task(self._drain(sig))
 
     async def _abort(self) -> None:
-        """Answers everything in flight 5030 (counted once: a second abort finds none)."""
-        self._answered_5030 += self._engine.in_flight
+        """Answers everything in flight 5030 (the requests it cut are counted as their
+        answers go out: `Engine.answered_cut`)."""
         await self._engine.abort()
 
     def _start_force(self, sig: int) -> None:
@@ -148,6 +150,7 @@ class DrainingServer(uvicorn.Server):
         finished = await self._engine.drain(max(0.0, deadline - loop.time()))
         if not finished:  # out of time: what is left is answered now, not cut off
             await self._abort()
+            await self._engine.drain(CUT_WAIT_S)  # (their answers out, and counted)
         log.info(
             "drain finished",
             extra={
@@ -155,7 +158,7 @@ class DrainingServer(uvicorn.Server):
                 "forced": self.forced,
                 "in_flight_at_signal": at_signal,
                 "in_flight_after_grace": admitted,
-                "answered_5030": self._answered_5030,
+                "answered_5030": self._engine.answered_cut,
                 "seconds": round(settings.drain_timeout_s - (deadline - loop.time()), 3),
             },
         )

@@ -26,6 +26,12 @@ class Admission:
         self._settings = settings
         self._memory = MemoryGate(settings.max_memory_mb, settings.max_gpu_memory_fraction)
         self._in_flight = 0
+        self.aborting = False
+        """Set when what is in flight is answered 5030 at once (a drain out of time, a forced
+        exit)."""
+        self.cut = 0
+        """Requests in flight answered 5030 since the abort began (not those that finished
+        meanwhile)."""
         self._none_in_flight = asyncio.Event()
         self._none_in_flight.set()
         self.accepting = True
@@ -58,19 +64,27 @@ class Admission:
         self._in_flight += 1
         self._none_in_flight.clear()
 
-    def leave(self) -> None:
+    def leave(self, unavailable: bool = False) -> None:
+        """A request's answer is out; `unavailable`: it was a 5030 (counted once an abort
+        began: `cut`)."""
         self._in_flight -= 1
         if self._in_flight == 0:
             self._none_in_flight.set()
+        if unavailable and self.aborting:
+            self.cut += 1
 
     @asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
         """A slot held from admission to answer."""
         self.enter()
+        unavailable = False
         try:
             yield
+        except UnavailableError:
+            unavailable = True
+            raise
         finally:
-            self.leave()
+            self.leave(unavailable)
 
     def deadline_for(self, config: ModelConfig, timeout_s: float | None) -> float:
         """The loop time by which the answer is due: the client's timeout (capped by

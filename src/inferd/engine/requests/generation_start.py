@@ -13,6 +13,7 @@ from inferd.engine.requests.outcomes import Outcomes
 from inferd.engine.requests.routing import Routing
 from inferd.engine.resident.residency import Residency
 from inferd.engine.versions.version import Version
+from inferd.errors import UnavailableError
 from inferd.generation.chat import Prompt
 from inferd.generation.params import SamplingRequest
 from inferd.generation.sequence import Sequence as Seq
@@ -72,6 +73,6 @@ class GenerationStart:
         seq: Seq,
     ) -> None:
         """Releases a generation's slot; then its outcome counts (`Outcomes`)."""
-        self._admission.leave()
+        self._admission.leave(isinstance(seq.error, UnavailableError))
         self._residency.leave(served)
         self._outcomes.generation_ended(served, seq, route, prompt, sampling)
