@@ -85,16 +85,17 @@ class Forced:
         gaps: list[float] = []
         if self._least > 0:
             for row, seq in enumerate(rows):
-                while self._due(seq, len(rows)):
+                while self._due(seq, len(rows), deciding=True):
                     gaps += await self._extend(row, seq, seconds)
         return seconds, gaps
 
-    def _due(self, seq: Seq, rows: int) -> bool:
+    def _due(self, seq: Seq, rows: int, deciding: bool = False) -> bool:
         """A row whose queued tokens cost less in a step of its own than in its share of as
         many of the batch's steps (tried on a small batch before the first jump is timed, and
-        again every `RETIME` declined jumps, so that one slow jump does not decide for
-        ever). Only a queue already known: looking for one here would compute the row's
-        mask on this thread, before the step, instead of on the mask thread beside it."""
+        again after `RETIME` declined jumps, so that one slow jump does not decide for ever:
+        `deciding`, where `jump` decides, not where a block asks). Only a queue already
+        known: looking for one here would compute the row's mask on this thread, before the
+        step, instead of on the mask thread beside it."""
         constraint = seq.constraint
         if constraint is None or seq.done or seq.cancelled:
             return False
@@ -106,11 +107,12 @@ class Forced:
             return rows <= 2
         if len(queued) * step_s / rows >= self._jump_s:
             return True
-        self._declined += 1
-        if self._declined < RETIME:
-            return False
-        self._declined = 0
-        return True
+        if deciding:
+            self._declined += 1
+            if self._declined >= RETIME:
+                self._declined = 0
+                return True
+        return False
 
     async def _extend(self, row: int, seq: Seq, seconds: list[float]) -> list[float]:
         constraint = seq.constraint
