@@ -98,7 +98,7 @@ class HeldRows:
         for r in self._held:
             constraint = self._rows[r].constraint
             if r not in self._ended and constraint is not None:
-                constraint.queued  # noqa: B018 (the property looks, once a state)
+                constraint.settle()
 
     def fail_broken(self) -> None:
         """A row whose draw broke its grammar, or whose grammar allows none of the model's

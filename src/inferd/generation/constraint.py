@@ -80,15 +80,20 @@ class Constraint:
         together in one step (`take`). Looked for once a token is taken and no more are
         queued, where the grammar allows few tokens (`NARROW_WORDS`): forced tokens narrow
         the mask to their own prefixes, and the look costs more than the mask."""
-        if not self._settled:
-            self._settled = True
-            matcher = self._matcher
-            looked = self.least and not (matcher.is_stopped() or matcher.is_error())
-            if looked and np.count_nonzero(self._full_mask()) <= NARROW_WORDS:
-                forced = matcher.compute_ff_tokens()
-                if len(forced) >= self.least:
-                    self._queued = list(forced)
+        self.settle()
         return self._queued
+
+    def settle(self) -> None:
+        """Looks for the forced tokens of the grammar's state, once a state."""
+        if self._settled:
+            return
+        self._settled = True
+        matcher = self._matcher
+        looked = self.least and not (matcher.is_stopped() or matcher.is_error())
+        if looked and np.count_nonzero(self._full_mask()) <= NARROW_WORDS:
+            forced = matcher.compute_ff_tokens()
+            if len(forced) >= self.least:
+                self._queued = list(forced)
 
     def known_queue(self) -> list[int]:
         """`queued` as far as it is known without looking (none until it is looked for)."""

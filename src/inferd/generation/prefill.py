@@ -30,8 +30,8 @@ async def prefill(
     seqs, source = shared_prefill(admitted)
     slots = batch.slots(len(seqs))
     leads = forced.lead(seqs, source)
-    computed_rows = seqs[: max(source) + 1]
-    prompts = [s.prompt_ids + lead.tokens for s, lead in zip(computed_rows, leads, strict=False)]
+    prompts = [s.prompt_ids + lead.tokens for s, lead in zip(seqs, leads, strict=True)]
+    prompts = prompts[: max(source) + 1]  # (the twins after them take a copy)
     step = kv.prefill(prompts, slots[: len(prompts)], pad_id)
     ranked = step.last_aligned and draw.ranked(seqs)
     computed = int(step.feeds[TOKENS].size)  # rows x the longest prompt
