@@ -5,6 +5,7 @@ shares it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -109,6 +110,14 @@ def test_each_key_causes_loads_up_to_its_limit_and_resident_models_cost_nothing(
     assert infer(url, "pinned", "bob-key").status_code == 200
     log = keyed.log()
     assert "alice-key" not in log and "bob-key" not in log
+    # each request's log line names its client (the key's name, never the key)
+    assert {"alice", "bob"} <= {line.get("client") for line in request_lines(log, 4291)}
+
+
+def request_lines(log: str, code: int) -> list[dict[str, Any]]:
+    """The server's request log lines of the answers with `code`."""
+    lines = (json.loads(text) for text in log.splitlines() if text.startswith("{"))
+    return [line for line in lines if line.get("event") == "request" and line["code"] == code]
 
 
 def test_a_refusal_for_loads_over_grpc_is_resource_exhausted_with_the_code(
@@ -131,6 +140,8 @@ def test_a_refusal_for_loads_over_grpc_is_resource_exhausted_with_the_code(
         assert "[4291]" in str(caught.value.message()) and "client 'alice'" in str(
             caught.value.message()
         )
+    grpc_lines = [line for line in request_lines(keyed.log(), 4291) if line["method"] == "gRPC"]
+    assert grpc_lines and all(line["client"] == "alice" for line in grpc_lines), grpc_lines
 
 
 def test_churning_clients_are_held_to_their_limits_while_a_pinned_model_serves(

@@ -124,6 +124,8 @@ class RequestRecorder:
             "input_length": trace.input_length,
             "output_length": trace.output_length,
         }
+        if trace.client is not None:
+            fields["client"] = trace.client
         if self.gpu_memory:
             memory = gpu_memory_mb()
             if memory is not None:

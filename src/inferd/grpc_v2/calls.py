@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from inferd.clients import ANONYMOUS, current_client
 from inferd.errors import DeadlineExceededError, DeadlineUnmetError, InferdError, InternalError
 from inferd.front.recording import ROUTE_KEY_MAX, TRACE_HEADER_MAX, RequestRecorder
 from inferd.front.statuses import http_status, retry_after_s
@@ -160,7 +161,11 @@ async def _abort(
 
 
 def _take_metadata(trace: RequestTrace, metadata: dict[str, str]) -> None:
-    """What a call's metadata tells its trace: the route key and the W3C trace context."""
+    """What a call tells its trace: its client (the gate set it), its route key and the W3C
+    trace context."""
+    client = current_client()
+    if client is not ANONYMOUS:
+        trace.client = client.name
     key = metadata.get("x-inferd-route-key")
     if key:
         trace.route_key = key[:ROUTE_KEY_MAX]

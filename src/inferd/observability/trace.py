@@ -76,6 +76,9 @@ class RequestTrace:
     """Whether the request's deadline was its client's (a timeout it sent: a header, the V2
     `timeout` parameter, a gRPC deadline) rather than the server's `request_timeout_s`: when
     it passes, the outcome is the client's (`client_deadline`), not a server error."""
+    client: str | None = None
+    """Whose request it is (`inferd.clients.Client.name`: the key's name, `addr:<ip>`),
+    set by the protocol that checked its key; never the key itself."""
     route_key: str | None = None
     """The client's sticky routing key (`X-Inferd-Route-Key`), for rollouts."""
     route: str | None = None

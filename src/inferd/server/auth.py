@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.clients import client_scope
 from inferd.errors import ErrorCode
 from inferd.front.keys import Keys, bearer
+from inferd.observability.trace import current_trace
 from inferd.server.error_answers import response_for
 
 OPEN_PATHS = frozenset(
@@ -44,7 +45,8 @@ class AuthMiddleware:
         peer = scope.get("client")
         address = peer[0] if peer else None
         if not admin and not self.keys.api_keys:
-            with client_scope(self.keys.client_for(None, address)):
+            with client_scope(self.keys.client_for(None, address)) as client:
+                current_trace().client = client.name
                 await self.app(scope, receive, send)
             return
         authorization = None
@@ -61,5 +63,6 @@ class AuthMiddleware:
                 response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        with client_scope(self.keys.client_for(token, address)):
+        with client_scope(self.keys.client_for(token, address)) as client:
+            current_trace().client = client.name
             await self.app(scope, receive, send)
