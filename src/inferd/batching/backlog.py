@@ -82,6 +82,8 @@ class Backlog:
         """Requests with their first part queued (what admission's minimum counts)."""
         self.running = 0
         self.running_rows = 0
+        self.launched = 0
+        """Batches started so far (a run that saw it unchanged ran with no other starting)."""
         self.background_running = 0
         """Running batches made only of background items (they may not take every runtime)."""
         self.fair = FairShare()
@@ -130,6 +132,7 @@ class Backlog:
 
     def started(self, rows: int, background: bool) -> None:
         self.running += 1
+        self.launched += 1
         self.running_rows += rows
         self.background_running += background
 

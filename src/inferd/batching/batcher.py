@@ -311,6 +311,9 @@ class DynamicBatcher:
         """`full_rows`: the batch's rows when it was formed while more items waited (its run
         time per row is then what a queued row costs), else 0."""
         started = CLOCK()
+        backlog = self._backlog
+        alone = len(batch) == 1 and backlog.running == 1  # (no other batch of its model)
+        launched = backlog.launched
         try:
             await self._execution.execute(list(batch), measured)
         except asyncio.CancelledError:
@@ -322,7 +325,9 @@ class DynamicBatcher:
             if full_rows > 0:
                 self._costs.full_batch_ran(full_rows, now - started)
             rows = sum(e.rows for e in batch)
-            self._costs.answered(now, rows, bool(self._backlog.queued_requests))
+            self._costs.answered(now, rows, bool(backlog.queued_requests))
+            if alone and backlog.launched == launched:  # and none started meanwhile
+                self._costs.ran_alone(now - started)
         finally:
             self._backlog.finished(sum(e.rows for e in batch), background)
             self._wakeup.set()

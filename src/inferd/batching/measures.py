@@ -50,7 +50,11 @@ class RunCosts:
         self.batch_s: float | None = None
         """Run time of a batch that succeeded."""
         self.lone_s: float | None = None
-        """Run time of a batch of one item: what a request costs on its own."""
+        """Run time of a batch of one item, whatever else ran beside it."""
+        self.alone_s: float | None = None
+        """Run time of a batch of one item while no other batch of its model ran: what a
+        request costs on its own (under load, batches sharing the cores run
+        longer, and a bound scaled on them would grow with the load it is there to shed)."""
         self.row_s: float | None = None
         """Run time of a batch per row it carried, of batches formed while more waited."""
 
@@ -61,6 +65,11 @@ class RunCosts:
         if items == 1:
             prev = self.lone_s
             self.lone_s = run_s if prev is None else prev + ALPHA * (run_s - prev)
+
+    def ran_alone(self, run_s: float) -> None:
+        """A batch of one item ran in `run_s` with no other batch of its model running."""
+        prev = self.alone_s
+        self.alone_s = run_s if prev is None else prev + ALPHA * (run_s - prev)
 
     def full_batch_ran(self, rows: int, run_s: float) -> None:
         """A batch formed while more items waited carried `rows` rows in `run_s`."""

@@ -133,12 +133,15 @@ class Admission:
 
     def queue_time_bound_s(self) -> float | None:
         """The queue-time bound in force: `max_queue_time_s`, or `QUEUE_TIME_FLOOR_RUNS`
-        measured runs of a request alone when that is longer; None when there is no bound, or
-        no run has been measured yet (nothing says yet how long a burst of this model takes:
-        the first batch of a slow model may hold the first arrivals past the bound)."""
+        measured runs of a request alone (with no other batch running; until one has, the
+        queue's drain a row, a lone request's run or the mean batch's) when that is longer;
+        None when there is no bound, or no run has been measured yet (nothing says yet how
+        long a burst of this model takes: the first batch of a slow model may hold the first
+        arrivals past the bound)."""
         bound = self._settings.max_queue_time_s
         costs = self._costs
-        run_s = costs.lone_s if costs.lone_s is not None else costs.batch_s
+        measures = (costs.alone_s, costs.drain_row_s, costs.lone_s, costs.batch_s)
+        run_s = next((s for s in measures if s), None)
         if bound is None or run_s is None:
             return None
         return max(bound, QUEUE_TIME_FLOOR_RUNS * run_s)

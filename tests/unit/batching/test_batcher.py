@@ -492,6 +492,34 @@ async def test_a_burst_of_a_few_slow_batches_is_queued_not_shed() -> None:
     await batcher.close()
 
 
+class SharedCore(FakeRunner):
+    """Batches that share one core: each runs `delay_s` times the batches running at once
+    (what single-threaded instances on one core do: each gets its share of the core)."""
+
+    running: int = 0
+
+    async def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.running += 1
+        try:
+            await asyncio.sleep(self.delay_s * self.running)
+            return {"y": feeds["x"] * 2}
+        finally:
+            self.running -= 1
+
+
+async def test_the_bound_floor_is_a_request_alone_not_one_slowed_by_the_load() -> None:
+    # lone requests that run beside others take longer; the floor of the bound (16 runs) is
+    # what a request costs alone, so overload does not stretch the bound it is there to keep
+    runner = SharedCore(delay_s=0.01)
+    batcher = make(runner, max_batch_size=1, concurrency=3, max_queue_time_s=0.05)
+    await batcher.submit(x(1), 1)  # alone: 10 ms
+    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
+    for _ in range(5):  # three at a time: 30 ms each
+        await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(3)))
+    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
+    await batcher.close()
+
+
 async def test_before_a_run_is_measured_nothing_is_shed_by_waiting() -> None:
     # the first batch of a slow model holds the first arrivals past the bound: nothing yet
     # says that is more than a burst
