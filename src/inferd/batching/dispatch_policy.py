@@ -101,9 +101,12 @@ class DispatchPolicy:
         flood = cut is not None and bool(foreground) and backlog.fair.heaviest(head)
         if cut is not None and max_rows > 0:
             # the flood's batch, a slice; a lighter client's, its own queued rows at once
-            # (in one run rather than a slice at a time, each behind the flood's batches)
+            # (in one run rather than a slice at a time, each behind the flood's batches),
+            # and none of the flood's: on a CPU each row it carried would lengthen its run
             own = 0 if flood else backlog.fair.rows_of(head)
             max_rows = min(max_rows, max(cut, own))
+            if not flood:
+                candidates = [e for e in candidates if not backlog.fair.heaviest(e.client)]
         if flood and settings.concurrency > 1 and backlog.running >= settings.concurrency - 1:
             return [], False, False  # one runtime stays free for a light client's next batch
         measured = (

@@ -122,3 +122,25 @@ async def test_under_the_bound_a_flood_is_refused_and_a_polite_client_admitted()
     assert (await polite)["y"].tolist() == [[14.0, 14.0]]
     await asyncio.gather(*flood, return_exceptions=True)
     await batcher.close()
+
+
+async def test_while_a_flood_fills_the_queue_a_polite_batch_carries_none_of_its_rows() -> None:
+    # on a CPU a batch's run grows with its rows: the polite client's batch is its own
+    runner = FakeRunner(delay_s=0.002)
+    batcher = make(runner)
+    with client_scope(FLOOD):
+        await batcher.submit(x(1.0), 1)  # a lone run and a full batch measured: slices apply
+        await asyncio.gather(*(batcher.submit(x(1.0), 1) for _ in range(12)))
+    gate = runner.gate = asyncio.Event()
+    runner.started.clear()
+    with client_scope(FLOOD):
+        flood = [asyncio.create_task(batcher.submit(x(1.0), 1)) for _ in range(40)]
+    await runner.started.wait()
+    with client_scope(POLITE):
+        polite = asyncio.create_task(batcher.submit(x(7.0), 1))
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(polite, *flood)
+    ran = [b["x"][:, 0].tolist() for b in runner.batches]
+    assert [7.0] in ran, ran  # alone in its batch
+    await batcher.close()
