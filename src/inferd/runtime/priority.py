@@ -27,10 +27,14 @@ serving threads leave it."""
 
 YIELDING_NICENESS = 18
 """A batch of the client that floods a queue while lighter clients wait in it
-(inferd.batching.fairness): a light client's batch running beside it gets most of the core
-(Linux gives a nice-10 thread about six times a nice-18 one's share) and so runs in about the
-time it takes alone, while the flood still takes whatever the others leave. Not SCHED_IDLE:
-the flood is a client's work, not background work."""
+(inferd.batching.fairness), with SCHED_IDLE on Linux: a light client's batch running beside
+it gets the core and so runs in about the time it takes alone, while the flood takes whatever
+the others leave, its fair share. Nice 18 alone left the flood's two batches a quarter of the
+core (Linux gives a nice-10 thread about six times a nice-18 one's share): the steady key's
+p99 beside a flood was 2.2x its p99 alone (159 ms against 72), with SCHED_IDLE 1.6x (118
+against 75) and the flood's goodput the same (`benchmarks/overload_bench.py fairness
+--seconds 60`). The idle class has one weight whatever the niceness: the flood and
+background work (shadow traffic, jobs) share what serving leaves."""
 
 _background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "inferd_background", default=False
@@ -63,12 +67,13 @@ def context(background_work: bool, yielding_work: bool = False) -> contextvars.C
 
 def lower_thread(niceness: int) -> None:
     """Lowers the calling thread's priority to `niceness` (Linux; per thread). Elsewhere
-    setpriority would lower the whole process, so nothing is done. The background level also
-    puts the thread in Linux's SCHED_IDLE class: it then runs only on a core nothing else
-    wants (a nice-19 thread alone still takes about 1/7 of a core from a serving one)."""
+    setpriority would lower the whole process, so nothing is done. The yielding and
+    background levels also put the thread in Linux's SCHED_IDLE class: it then runs only on a
+    core nothing else wants (a nice-19 thread alone still takes about 1/7 of a core from a
+    serving one)."""
     if sys.platform == "linux":
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-        if niceness >= BACKGROUND_NICENESS:
+        if niceness >= YIELDING_NICENESS:
             with contextlib.suppress(OSError, AttributeError):
                 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

@@ -172,9 +172,9 @@ async def test_a_flooding_client_s_batches_yield_the_cores_to_a_light_client_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """While one client floods a queue beside a lighter one (and for `LOPSIDED_MEMORY_S`
-    after), the flood's batches run below the serving threads (a light client's batch beside
-    them gets most of the core); the light client's batch, and the flood's once it has long
-    been alone, at the serving priority."""
+    after), the flood's batches run below the serving threads, in the idle class (a light
+    client's batch beside them gets the core); the light client's batch, and the flood's
+    once it has long been alone, at the serving priority."""
     monkeypatch.setattr(fairness, "LOPSIDED_MEMORY_S", 0.2)
     runtime = NicenessRuntime()
     pool = InstancePool([runtime, NicenessRuntime(), NicenessRuntime()], cores=[1, 1, 1])
@@ -206,6 +206,10 @@ async def test_a_flooding_client_s_batches_yield_the_cores_to_a_light_client_s(
         assert await light == serving
         seen = await asyncio.gather(*flooding)
         assert yielding in seen, seen  # its batches formed beside the light client's item
+        runs = [run for r in pool.instances for run in r.runs]  # type: ignore[attr-defined]
+        # in the idle class: the light client's batch beside them gets the core
+        assert {policy for nice, policy, _ in runs if nice == yielding} == {os.SCHED_IDLE}
+        assert {policy for nice, policy, _ in runs if nice == serving} == {os.SCHED_OTHER}
         await asyncio.sleep(0.3)
         assert await niceness(flood) == serving  # alone, past the lopsided memory
     finally:
