@@ -93,7 +93,7 @@ class Backlog:
         queue = self.queue
         for entry in entries:
             entry.client = client.name
-            entry.rank = self.fair.queued(client, entry.rows, entry.enqueued_at)
+            entry.rank = self.fair.queued(client, entry.rows)
             queue.append(entry)
             self.queued_rows += entry.rows
             self.queued_requests += entry.head

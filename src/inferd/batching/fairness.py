@@ -9,9 +9,7 @@ queued the order is the arrival order, and nothing here is asked.
 
 A batch the fair order cannot interrupt: a light client's item that arrives while a heavy
 client's batch runs waits for it whole. So while the queue is lopsided (one client holds
-`LOPSIDED` times the rows of another, or did within `LOPSIDED_MEMORY_S`; a client that
-queued within `SEEN_MEMORY_S` and holds none now counts as holding none, so a flood that
-begins beside a polite client is cut before the polite client's next item arrives), batches are
+`LOPSIDED` times the rows of another, or did within `LOPSIDED_MEMORY_S`), batches are
 cut to a slice of `SLICE_RUNS` runs of a request alone (the dispatch asks `slice_rows`; a
 lighter client's batch takes its own queued rows at once, a slice at least): on a
 CPU, whose run time grows with the rows, that costs the heavy client little of its throughput
@@ -43,12 +41,6 @@ next item arrives while the heavy client's batch runs, and that batch was formed
 heavy client was alone in the queue."""
 EPSILON = 1e-9
 """Slack on virtual tags, sums of fractions of rows."""
-SEEN_MEMORY_S = 10.0
-"""A client that queued an item this recently counts in the lopsided test even with no rows
-queued: a polite client's items come and go in a moment, and the flood's batches formed
-while none was queued would hold the cores when its next one arrives."""
-SEEN_KEPT = 1024
-"""Clients remembered at most (the oldest forgotten first)."""
 SLICE_RUNS = 2.0
 """While the queue is lopsided, a batch takes at most this many lone runs' worth of rows."""
 
@@ -82,22 +74,14 @@ class FairShare:
     """The virtual time: the start tag of the item served last."""
     lopsided_at: float = float("-inf")
     """When the queue was last seen lopsided (the dispatch's clock)."""
-    seen: dict[str, float] = field(default_factory=dict)
-    """When each client last queued an item (the dispatch's clock), oldest first."""
 
     @property
     def mixed(self) -> bool:
         """More than one client is queued: the fair order differs from arrival's."""
         return len(self.clients) > 1
 
-    def queued(self, client: Client, rows: int, now: float | None = None) -> Rank:
-        """Counts `rows` queued for `client` (`now`: when, on the dispatch's clock); the rank
-        of the item that holds them."""
-        if now is not None:
-            self.seen.pop(client.name, None)
-            self.seen[client.name] = now
-            if len(self.seen) > SEEN_KEPT:
-                del self.seen[next(iter(self.seen))]
+    def queued(self, client: Client, rows: int) -> Rank:
+        """Counts `rows` queued for `client`; the rank of the item that holds them."""
         state = self.clients.get(client.name)
         if state is None:
             state = _Queued(client.weight, int(client.priority), finish=self.virtual)
@@ -123,27 +107,14 @@ class FairShare:
     def slice_rows(self, now: float, lone_s: float | None, row_s: float | None) -> int | None:
         """The most rows the next batch may take (None: no cut): `SLICE_RUNS` lone runs
         (`lone_s`, a batch of one item) at `row_s` a row, while the queue is lopsided or was
-        within `LOPSIDED_MEMORY_S`. The clients weighed are those queued and those that
-        queued within `SEEN_MEMORY_S` (holding none)."""
-        if self.clients:
+        within `LOPSIDED_MEMORY_S`."""
+        if self.mixed:
             rows = [s.rows for s in self.clients.values()]
-            if self._idle_client_seen(now):
-                rows.append(0)
-            if len(rows) > 1 and max(rows) >= max(LOPSIDED * min(rows), HEAVY_ROWS):
+            if max(rows) >= max(LOPSIDED * min(rows), HEAVY_ROWS):
                 self.lopsided_at = now
         if now - self.lopsided_at > LOPSIDED_MEMORY_S or not lone_s or not row_s:
             return None
         return max(1, int(SLICE_RUNS * lone_s / row_s))
-
-    def _idle_client_seen(self, now: float) -> bool:
-        """Whether a client with no rows queued queued one within `SEEN_MEMORY_S` (the
-        latest first, and no further back than that)."""
-        for name, at in reversed(self.seen.items()):
-            if now - at > SEEN_MEMORY_S:
-                return False
-            if name not in self.clients:
-                return True
-        return False
 
     def rows_of(self, client: str) -> int:
         """The rows `client` has queued."""

@@ -144,18 +144,3 @@ async def test_while_a_flood_fills_the_queue_a_polite_batch_carries_none_of_its_
     ran = [b["x"][:, 0].tolist() for b in runner.batches]
     assert [7.0] in ran, ran  # alone in its batch
     await batcher.close()
-
-
-def test_a_flood_beside_a_client_seen_lately_is_cut_before_that_client_queues_again() -> None:
-    fair = FairShare()
-    fair.queued(POLITE, 1, now=0.0)
-    fair.left(POLITE.name, 1)  # served: the polite client holds nothing queued
-    for _ in range(20):
-        fair.queued(FLOOD, 1, now=1.0)
-    assert fair.slice_rows(2.0, lone_s=0.01, row_s=0.01) == 2  # cut: the flood yields
-    # long after the polite client was last seen, a flood alone is not cut
-    alone = FairShare()
-    for _ in range(20):
-        alone.queued(FLOOD, 1, now=1.0)
-    assert alone.slice_rows(2.0, lone_s=0.01, row_s=0.01) is None
-    assert fair.slice_rows(30.0, lone_s=0.01, row_s=0.01) is None
