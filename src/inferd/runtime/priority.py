@@ -33,8 +33,8 @@ the others leave, its fair share. Nice 18 alone left the flood's two batches a q
 core (Linux gives a nice-10 thread about six times a nice-18 one's share): in one A/B run
 of `benchmarks/overload_bench.py fairness --seconds 60` the steady key's p99 beside a flood
 was 2.2x its p99 alone (159 ms against 72) at nice 18, 1.6x (118 against 75) in the idle
-class, the flood's goodput the same. The idle class has one weight whatever the niceness: the flood and
-background work (shadow traffic, jobs) share what serving leaves."""
+class, the flood's goodput the same. The idle class has one weight whatever the niceness:
+the flood and background work (shadow traffic, jobs) share what serving leaves."""
 
 _background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "inferd_background", default=False
