@@ -15,7 +15,13 @@ class RuntimeOptions(Section):
         ("CPUExecutionProvider",),
         description="Execution providers in order of preference; CPU is always the fallback.",
     )
-    intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
+    intra_op_threads: int = Field(
+        0,
+        ge=0,
+        description="0 lets ONNX Runtime choose (a thread per physical core); in a process "
+        "confined to fewer CPUs than the machine has (taskset, a cpuset), the physical cores "
+        "among those it may use.",
+    )
     inter_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
         "all", description="ONNX Runtime's graph optimizations applied when the session loads."

@@ -27,6 +27,7 @@ from inferd.runtime.device_memory import OrtMemory
 from inferd.runtime.placement import (
     CPU_PROVIDER,
     GPU_PROVIDERS,
+    confined_threads,
     provider_options,
     resolve_providers,
 )
@@ -105,7 +106,7 @@ def _require_gpu(providers: Sequence[str], options: RuntimeOptions) -> None:
 
 def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
     so = ort.SessionOptions()
-    so.intra_op_num_threads = options.intra_op_threads
+    so.intra_op_num_threads = options.intra_op_threads or confined_threads() or 0
     so.inter_op_num_threads = options.inter_op_threads
     so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization_level]
     so.execution_mode = (

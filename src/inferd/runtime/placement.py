@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from inferd.config.model import InstanceGroup, ModelConfig, RuntimeOptions
 
@@ -110,6 +111,34 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def confined_threads() -> int | None:
+    """The intra-op threads of a session that leaves their count to ONNX Runtime, when this
+    process may run on fewer CPUs than the machine has (`taskset`, a cpuset): the physical
+    cores among those it may use. None when it may use them all, where ONNX Runtime's own
+    choice (a thread per physical core, each pinned to one) is right. Left to itself under a
+    narrower affinity it counts the machine's cores and pins its threads to some outside the
+    process's set (its threading guide: it works badly under taskset unless the count is
+    set); a server on core 0 of two had an intra-op thread pinned to core 1."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return None
+    if len(allowed) >= (os.cpu_count() or 0):
+        return None
+    cores = set()
+    for cpu in allowed:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            core = (
+                (topology / "physical_package_id").read_text(),
+                (topology / "core_id").read_text(),
+            )
+        except OSError:
+            return len(allowed)
+        cores.add(core)
+    return len(cores)
 
 
 def one_instance(config: ModelConfig) -> ModelConfig:
