@@ -140,7 +140,13 @@ def test_a_refusal_for_loads_over_grpc_is_resource_exhausted_with_the_code(
         assert "[4291]" in str(caught.value.message()) and "client 'alice'" in str(
             caught.value.message()
         )
-    grpc_lines = [line for line in request_lines(keyed.log(), 4291) if line["method"] == "gRPC"]
+    # the call's log line is written once its answer has gone out: a moment after
+    grpc_lines: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 10
+    while not grpc_lines and time.monotonic() < deadline:
+        time.sleep(0.05)
+        lines = request_lines(keyed.log(), 4291)
+        grpc_lines = [line for line in lines if line["method"] == "gRPC"]
     assert grpc_lines and all(line["client"] == "alice" for line in grpc_lines), grpc_lines
 
 
