@@ -106,7 +106,8 @@ class DispatchPolicy:
             own = 0 if flood else backlog.fair.rows_of(head)
             max_rows = min(max_rows, max(cut, own))
             if not flood:
-                candidates = [e for e in candidates if not backlog.fair.heaviest(e.client)]
+                heavy = {c for c in {e.client for e in candidates} if backlog.fair.heaviest(c)}
+                candidates = [e for e in candidates if e.client not in heavy]
         if flood and settings.concurrency > 1 and backlog.running >= settings.concurrency - 1:
             return [], False, False  # one runtime stays free for a light client's next batch
         measured = (

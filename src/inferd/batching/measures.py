@@ -53,8 +53,8 @@ class RunCosts:
         """Run time of a batch of one item, whatever else ran beside it."""
         self.alone_s: float | None = None
         """Run time of a batch of one item while no other batch of its model ran: what a
-        request costs on its own (under load, batches sharing the cores run
-        longer, and a bound scaled on them would grow with the load it is there to shed)."""
+        request costs on its own (under load, batches sharing the cores run longer, and a
+        bound scaled on them would grow with the load it is there to shed)."""
         self.row_s: float | None = None
         """Run time of a batch per row it carried, of batches formed while more waited."""
 
