@@ -152,6 +152,27 @@ def _plots(out: Path, series: Mapping[str, Sequence[Step]], knees: Mapping[str, 
     plt.close(fig)
 
 
+def _section(name: str, steps: Sequence[Step], knee: Knee) -> str:
+    """One series' table, its recommended step first in words and marked in the table."""
+    best = steps[knee.index]
+    tokens = generates(steps)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header(steps[0].mode, tokens))
+    rows = "".join(
+        "<tr"
+        + (' class="best"' if i == knee.index else "")
+        + ">"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in step_row(s, i == knee.index, tokens))
+        + "</tr>"
+        for i, s in enumerate(steps)
+    )
+    return (
+        f"<h2>{html.escape(name)}</h2><p class='verdict'>Recommended: "
+        f"{level_name(best.mode)} {best.level:g}, {best.requests_per_s:.1f} req/s at p99 "
+        f"{best.p99_ms:.1f} ms. {html.escape(knee.reason)}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def write_report(
     out: Path,
     title: str,
@@ -176,26 +197,7 @@ def write_report(
     }
     (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     _plots(out, series, knees)
-    sections = []
-    for name, steps in series.items():
-        knee = knees[name]
-        best = steps[knee.index]
-        tokens = generates(steps)
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in header(steps[0].mode, tokens))
-        rows = "".join(
-            "<tr"
-            + (' class="best"' if i == knee.index else "")
-            + ">"
-            + "".join(f"<td>{html.escape(c)}</td>" for c in step_row(s, i == knee.index, tokens))
-            + "</tr>"
-            for i, s in enumerate(steps)
-        )
-        sections.append(
-            f"<h2>{html.escape(name)}</h2><p class='verdict'>Recommended: "
-            f"{level_name(best.mode)} {best.level:g}, {best.requests_per_s:.1f} req/s at p99 "
-            f"{best.p99_ms:.1f} ms. {html.escape(knee.reason)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-        )
+    sections = [_section(name, steps, knees[name]) for name, steps in series.items()]
     facts = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items()
     )

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,14 +19,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
 
 from inferd.bench.knee import GAIN, P99_RISE, past_knee
 from inferd.bench.launch import start_server
-from inferd.bench.load import closed_loop, open_loop
+from inferd.bench.load import LoadRun, closed_loop, open_loop
 from inferd.bench.scrape import scrape, server_view
 from inferd.bench.steps import Step, summarize
 from inferd.bench.variants import variant
@@ -61,67 +60,21 @@ def run_sweep(
 ) -> list[Step]:
     next_body = workload.cycle()
     if settings.warmup_s > 0:
-        asyncio.run(
-            closed_loop(
-                url,
-                workload.path,
-                next_body,
-                2,
-                settings.warmup_s,
-                10**9,
-                timeout_s=settings.timeout_s,
-            )
+        warmup = closed_loop(
+            url, workload.path, next_body, 2, settings.warmup_s, 10**9, timeout_s=settings.timeout_s
         )
+        asyncio.run(warmup)
     steps: list[Step] = []
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
+    unit = "concurrency" if settings.mode == "closed" else "rate"
     for level in settings.levels:
         before = scrape(url)
-        unit = "concurrency" if settings.mode == "closed" else "rate"
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task(f"{label}{unit} {level:g}", total=settings.max_requests)
-
-            def tick(done: int, task: TaskID = task, progress: Progress = progress) -> None:
-                progress.update(task, completed=done)
-
-            if settings.mode == "closed":
-                run = asyncio.run(
-                    closed_loop(
-                        url,
-                        workload.path,
-                        next_body,
-                        int(level),
-                        settings.duration_s,
-                        settings.max_requests,
-                        tick,
-                        settings.timeout_s,
-                    )
-                )
-            else:
-                run = asyncio.run(
-                    open_loop(
-                        url,
-                        workload.path,
-                        next_body,
-                        float(level),
-                        settings.duration_s,
-                        settings.max_requests,
-                        settings.seed,
-                        tick,
-                        settings.timeout_s,
-                    )
-                )
-        after = scrape(url)
+        run = _one_level(url, workload, settings, level, next_body, console, f"{label}{unit}")
         step = summarize(
             settings.mode,
             float(level),
             run,
             workload.items_per_request,
-            server_view(before, after, model),
+            server_view(before, scrape(url), model),
         )
         steps.append(step)
         console.print(
@@ -137,6 +90,46 @@ def run_sweep(
             console.print(f"  {label}past the knee: sweep stopped")
             break
     return steps
+
+
+def _one_level(
+    url: str,
+    workload: Workload,
+    settings: SweepSettings,
+    level: float,
+    next_body: Callable[[], bytes],
+    console: Console,
+    what: str,
+) -> LoadRun:
+    """One step of the sweep at `level` (clients, or requests a second), with its progress
+    bar."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(f"{what} {level:g}", total=settings.max_requests)
+
+        def tick(done: int) -> None:
+            progress.update(task, completed=done)
+
+        path, seconds, most = workload.path, settings.duration_s, settings.max_requests
+        if settings.mode == "closed":
+            return asyncio.run(
+                closed_loop(
+                    url, path, next_body, int(level), seconds, most, tick, settings.timeout_s
+                )
+            )
+        return asyncio.run(
+            open_loop(
+                url,
+                path,
+                next_body,
+                float(level),
+                seconds,
+                most,
+                settings.seed,
+                tick,
+                settings.timeout_s,
+            )
+        )
 
 
 def is_url(target: str) -> bool:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (the bench extra is imported when a bench command runs)
+    from rich.console import Console
+
+    from inferd.bench.commands import WorkloadSpec
+    from inferd.bench.sweep import SweepSettings
 
 from inferd.bench.endpoints import ENDPOINTS
 from inferd.bench.knee import GAIN, P99_RISE
@@ -154,10 +160,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
 
-        from inferd.bench.commands import WorkloadSpec, compare, run, run_tune
-        from inferd.bench.sweep import CLOSED_LEVELS, SweepSettings
+        from inferd.bench.commands import compare, run
         from inferd.bench.variants import parse_setting
-        from inferd.bench.workload import Lengths, WorkloadError
+        from inferd.bench.workload import WorkloadError
     except ImportError as exc:
         print(
             f"inferd bench needs the bench extra: pip install 'inferd[bench]' ({exc})",
@@ -168,32 +173,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # a pipe or a file (whatever COLUMNS says): never cut the table
         console = Console(width=WIDE_OUTPUT)
     try:
-        if args.mode == "open" and args.levels is None:
-            raise ValueError("--mode open needs --levels (arrival rates per second)")
-        settings = SweepSettings(
-            mode=args.mode,
-            levels=args.levels or tuple(float(x) for x in CLOSED_LEVELS),
-            duration_s=args.duration,
-            max_requests=args.requests,
-            warmup_s=args.warmup,
-            seed=args.seed,
-            stop_at_knee=args.stop_at_knee,
-            p99_rise=args.p99_rise,
-            gain=args.gain,
-            timeout_s=args.timeout,
-            p99_budget_ms=getattr(args, "p99_budget_ms", None),
-        )
-        lengths = Lengths.parse(args.lengths)
-        spec = WorkloadSpec(
-            args.endpoint,
-            args.model,
-            args.inputs,
-            lengths,
-            args.batch,
-            args.max_new_tokens,
-            args.v2_length,
-            args.seed,
-        )
+        settings, spec = _sweep_settings(args), _workload_spec(args)
         if args.bench_command == "run":
             return run(args.target, spec, settings, args.out, console)
         if args.bench_command == "compare":
@@ -205,27 +185,71 @@ def run_bench_command(args: argparse.Namespace) -> int:
                 (args.a, args.b), overrides, args.model, spec, settings, args.out, console
             )
         if args.bench_command == "tune":
-            if not args.model:
-                raise ValueError("tune needs --model")
-            grid: dict[str, list[Any]] = {}
-            for item in args.grid:
-                key, value = parse_setting(item)
-                grid[key] = value if isinstance(value, list) else [value]
-            from inferd.bench.tune import DEFAULT_GRID
-
-            return run_tune(
-                args.repo,
-                args.model,
-                grid or DEFAULT_GRID,
-                args.budget_ms,
-                spec,
-                settings,
-                args.write,
-                args.out,
-                console,
-            )
+            return _tune(args, spec, settings, console)
     except (ValueError, WorkloadError, ConnectionError, FileNotFoundError) as exc:
         console.print(f"[bold red]✗[/bold red] {exc}", soft_wrap=True)
         return 2
     print("inferd bench: choose run, tune or compare", file=sys.stderr)
     return 2
+
+
+def _sweep_settings(args: argparse.Namespace) -> SweepSettings:
+    from inferd.bench.sweep import CLOSED_LEVELS, SweepSettings
+
+    if args.mode == "open" and args.levels is None:
+        raise ValueError("--mode open needs --levels (arrival rates per second)")
+    return SweepSettings(
+        mode=args.mode,
+        levels=args.levels or tuple(float(x) for x in CLOSED_LEVELS),
+        duration_s=args.duration,
+        max_requests=args.requests,
+        warmup_s=args.warmup,
+        seed=args.seed,
+        stop_at_knee=args.stop_at_knee,
+        p99_rise=args.p99_rise,
+        gain=args.gain,
+        timeout_s=args.timeout,
+        p99_budget_ms=getattr(args, "p99_budget_ms", None),
+    )
+
+
+def _workload_spec(args: argparse.Namespace) -> WorkloadSpec:
+    from inferd.bench.commands import WorkloadSpec
+    from inferd.bench.workload import Lengths
+
+    return WorkloadSpec(
+        args.endpoint,
+        args.model,
+        args.inputs,
+        Lengths.parse(args.lengths),
+        args.batch,
+        args.max_new_tokens,
+        args.v2_length,
+        args.seed,
+    )
+
+
+def _tune(
+    args: argparse.Namespace, spec: WorkloadSpec, settings: SweepSettings, console: Console
+) -> int:
+    from inferd.bench.commands import run_tune
+    from inferd.bench.tune import DEFAULT_GRID
+    from inferd.bench.variants import parse_setting
+
+    if not args.model:
+        raise ValueError("tune needs --model")
+    grid: dict[str, list[Any]] = {}
+    for item in args.grid:
+        key, value = parse_setting(item)
+        grid[key] = value if isinstance(value, list) else [value]
+    return run_tune(
+        args.repo,
+        args.model,
+        grid or DEFAULT_GRID,
+        args.budget_ms,
+        spec,
+        settings,
+        args.write,
+        args.out,
+        console,
+    )

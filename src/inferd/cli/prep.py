@@ -9,12 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (the export extra is imported when a preparation command runs)
+    from inferd.prep.console import Reporter
 
 DEFAULT_ATOL = 1e-4
 
 
 def add_prep_commands(commands: Any) -> None:
+    _export_parser(commands)
+    _optimize_parser(commands)
+    _quantize_parser(commands)
+
+
+def _export_parser(commands: Any) -> None:
     export = commands.add_parser(
         "export", help="export a PyTorch model (HF folder or module:factory) to a repository"
     )
@@ -44,6 +53,8 @@ def add_prep_commands(commands: Any) -> None:
         "copies past + new each step, and runs on any provider",
     )
 
+
+def _optimize_parser(commands: Any) -> None:
     optimize = commands.add_parser(
         "optimize", help="offline graph optimization and transformer fusions, as a new version"
     )
@@ -57,6 +68,8 @@ def add_prep_commands(commands: Any) -> None:
     )
     _timing(optimize)
 
+
+def _quantize_parser(commands: Any) -> None:
     quantize = commands.add_parser(
         "quantize", help="int8 (CPU) or fp16 (GPU) variant as a new version, with a report"
     )
@@ -120,57 +133,65 @@ def run_prep_command(args: argparse.Namespace) -> int:
     from inferd.prep.command_errors import PREP_ERRORS
 
     reporter = Reporter()
+    run = {"export": _run_export, "optimize": _run_optimize}.get(args.command, _run_quantize)
     try:
-        if args.command == "export":
-            from inferd.prep.exporting import run_export
-            from inferd.prep.spec import ModuleSpec, load_spec_file, parse_input
-
-            spec = None
-            if args.spec is not None:
-                spec = load_spec_file(args.spec)
-            elif args.inputs:
-                spec = ModuleSpec(tuple(parse_input(t) for t in args.inputs), tuple(args.outputs))
-            return run_export(
-                args.source,
-                args.repo,
-                args.model,
-                spec,
-                opset=args.opset,
-                atol=args.atol,
-                version=args.version,
-                reporter=reporter,
-                kv_cache=args.kv_cache,
-            )
-        if args.command == "optimize":
-            from inferd.prep.optimize import run_optimize
-
-            return run_optimize(
-                args.repo,
-                args.model,
-                from_version=args.from_version,
-                version=args.version,
-                atol=args.atol,
-                reporter=reporter,
-                force=args.force,
-                timing_s=args.timing_s,
-            )
-        from inferd.prep.quantize import run_quantize
-        from inferd.prep.quantize_verdict import Thresholds
-
-        thresholds = Thresholds(args.min_cosine, args.min_agreement, args.max_abs_diff)
-        return run_quantize(
-            args.repo,
-            args.model,
-            to=args.to,
-            from_version=args.from_version,
-            version=args.version,
-            samples=args.samples,
-            count=args.count,
-            thresholds=thresholds,
-            force=args.force,
-            reporter=reporter,
-            timing_s=args.timing_s,
-        )
+        return run(args, reporter)
     except PREP_ERRORS as exc:
         reporter.fail(str(exc))
         return 2
+
+
+def _run_export(args: argparse.Namespace, reporter: Reporter) -> int:
+    from inferd.prep.exporting import run_export
+    from inferd.prep.spec import ModuleSpec, load_spec_file, parse_input
+
+    spec = None
+    if args.spec is not None:
+        spec = load_spec_file(args.spec)
+    elif args.inputs:
+        spec = ModuleSpec(tuple(parse_input(t) for t in args.inputs), tuple(args.outputs))
+    return run_export(
+        args.source,
+        args.repo,
+        args.model,
+        spec,
+        opset=args.opset,
+        atol=args.atol,
+        version=args.version,
+        reporter=reporter,
+        kv_cache=args.kv_cache,
+    )
+
+
+def _run_optimize(args: argparse.Namespace, reporter: Reporter) -> int:
+    from inferd.prep.optimize import run_optimize
+
+    return run_optimize(
+        args.repo,
+        args.model,
+        from_version=args.from_version,
+        version=args.version,
+        atol=args.atol,
+        reporter=reporter,
+        force=args.force,
+        timing_s=args.timing_s,
+    )
+
+
+def _run_quantize(args: argparse.Namespace, reporter: Reporter) -> int:
+    from inferd.prep.quantize import run_quantize
+    from inferd.prep.quantize_verdict import Thresholds
+
+    return run_quantize(
+        args.repo,
+        args.model,
+        to=args.to,
+        from_version=args.from_version,
+        version=args.version,
+        samples=args.samples,
+        count=args.count,
+        thresholds=Thresholds(args.min_cosine, args.min_agreement, args.max_abs_diff),
+        force=args.force,
+        reporter=reporter,
+        timing_s=args.timing_s,
+    )

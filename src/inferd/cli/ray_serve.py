@@ -102,20 +102,38 @@ def add_ray_command(commands: Any, add_settings_flags: Callable[[Any], None]) ->
     add_settings_flags(serve)
 
 
+def _until_stopped() -> None:
+    """Waits for SIGTERM or SIGINT."""
+    stop = {"signal": 0}
+
+    def stopping(signum: int, frame: object) -> None:
+        stop["signal"] = signum
+
+    signal.signal(signal.SIGTERM, stopping)
+    signal.signal(signal.SIGINT, stopping)
+    while not stop["signal"]:
+        signal.pause()
+
+
+def _autoscale(text: str | None) -> tuple[int, int] | None:
+    """`--autoscale MIN,MAX` read (ValueError when it is not two whole numbers)."""
+    if not text:
+        return None
+    low, _, high = text.partition(",")
+    return int(low), int(high)
+
+
 def run_ray_command(args: Any) -> int:
     if args.ray_command != "serve":
         print("inferd ray: give a command (serve)", file=sys.stderr)
         return 2
     flags = {name: getattr(args, name) for name in ServerSettings.model_fields}
     settings = load_server_settings(None, os.environ, flags)
-    autoscale = None
-    if args.autoscale:
-        low, _, high = args.autoscale.partition(",")
-        try:
-            autoscale = (int(low), int(high))
-        except ValueError:
-            print("inferd ray serve: --autoscale takes MIN,MAX (e.g. 1,4)", file=sys.stderr)
-            return 2
+    try:
+        autoscale = _autoscale(args.autoscale)
+    except ValueError:
+        print("inferd ray serve: --autoscale takes MIN,MAX (e.g. 1,4)", file=sys.stderr)
+        return 2
     if args.address is None:  # (before ray is imported: it reads some of them then)
         # the local cluster inherits them
         os.environ.update(local_cluster_env(os.environ, args.multiplex))
@@ -145,7 +163,6 @@ def run_ray_command(args: Any) -> int:
         print(f"inferd ray serve: {exc}", file=sys.stderr)
         return 2
     ray.init(address=args.address, logging_level=logging.WARNING, log_to_driver=False)
-    stop = {"signal": 0}
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
         deploy(deployment)
@@ -156,14 +173,7 @@ def run_ray_command(args: Any) -> int:
             f"{', routed by model' if args.multiplex else ''})",
             flush=True,
         )
-
-        def stopping(signum: int, frame: object) -> None:
-            stop["signal"] = signum
-
-        signal.signal(signal.SIGTERM, stopping)
-        signal.signal(signal.SIGINT, stopping)
-        while not stop["signal"]:
-            signal.pause()
+        _until_stopped()
         print("inferd on Ray Serve: draining the replicas", flush=True)
         serve.delete(APP_NAME)  # each replica's lifespan drains it
     finally:

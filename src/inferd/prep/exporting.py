@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from inferd.prep.source_record import Source, SourceError
 from inferd.prep.sources import TOKENIZER_FILES, load_source
 from inferd.prep.spec import ModuleSpec
 from inferd.prep.torch_export import export, to_eval, torch_runner
+from inferd.prep.worth import refuse_parity
 from inferd.prep.writer import (
     copy_beside,
     model_folder,
@@ -55,37 +58,11 @@ def run_export(
 ) -> int:
     folder = model_folder(repo, model)
     target_version = next_version(folder, version)
-    quiet_transformers()
-    with reporter.step(f"loading {ref}"):
-        source = load_source(ref, spec)
-        lingering = to_eval(source.module)
-    if kv_cache == "inplace" and source.inplace is None:
-        raise SourceError(f"--kv-cache inplace applies to GPT-2 and Llama decoders only, not {ref}")
-    for name in lingering:
-        reporter.note(f"{name} is still in training mode after eval(): expect a parity failure")
+    source, lingering = _loaded(ref, spec, kv_cache, reporter)
     stage = staging(folder, target_version)
     try:
         onnx_path = stage / MODEL_FILE
-        trace = source.make_feeds(
-            2, 3 if source.kind == "decoder" else 13, np.random.default_rng(1)
-        )
-        with reporter.step(f"exporting to ONNX (opset {opset})"):
-            export(source, onnx_path, opset, trace)
-        cases = source.plan.cases(source.plan.parity_cases)
-        with reporter.bar("parity: ONNX Runtime vs PyTorch", len(cases)) as advance:
-            report = check_parity(
-                torch_runner(source),
-                runner(session(onnx_path)),
-                cases,
-                source.output_names,
-                atol,
-                advance,
-            )
-        reporter.grid(
-            f"Parity (bound {atol:g})",
-            ["output", "max |diff|", "worst case", ""],
-            parity_rows(report),
-        )
+        report = _export_checked(source, onnx_path, opset, atol, reporter)
         result = {
             "source": ref,
             "model": model,
@@ -95,51 +72,15 @@ def run_export(
             "training_modules": lingering,
         }
         report_file = write_report(folder, f"export-{target_version}.json", result)
-        if not report.ok:
-            for line in report.failures():
-                reporter.fail(line)
-            reporter.fail(f"parity check failed; nothing written (report: {report_file})")
+        if refuse_parity(reporter, report, report_file):
             return 1
-        if kv_cache == "inplace":
-            inplace_diff = _to_inplace(source, onnx_path, reporter)
-            result["inplace_kv_max_abs_diff"] = inplace_diff
+        for check in _graph_checks(source, kv_cache, atol):
+            failure = check(onnx_path, result, reporter)
             write_report(folder, f"export-{target_version}.json", result)
-            if inplace_diff <= atol:
-                reporter.ok(
-                    f"in-place KV cache: logits match the export (max |diff| "
-                    f"{inplace_diff:.2e} ≤ {atol:g})"
-                )
-            else:
-                reporter.fail(
-                    f"the in-place KV cache graph differs from the export by "
-                    f"{inplace_diff:.2e} > {atol:g}; nothing written"
-                )
+            if failure is not None:
+                reporter.fail(f"{failure}; nothing written")
                 return 1
-        if source.kind == "decoder":
-            wrong = _add_ranked(source, onnx_path, reporter)
-            result["ranked_rows_wrong"] = wrong
-            write_report(folder, f"export-{target_version}.json", result)
-            if wrong:
-                reporter.fail(
-                    f"the ranked candidates differ from the logits in {wrong} rows; nothing written"
-                )
-                return 1
-            differ = _add_draw(onnx_path, reporter)
-            result["graph_draws_differing"] = differ
-            write_report(folder, f"export-{target_version}.json", result)
-            if differ:
-                reporter.fail(
-                    f"the graph's draw differs from inferd's sampling in {differ} of "
-                    f"{DRAW_CHECK_ROWS} rows; nothing written"
-                )
-                return 1
-        tokenizer = (
-            copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
-            if source.tokenizer_dir is not None
-            else []
-        )
-        size = onnx_path.stat().st_size
-        target = publish(stage, folder, target_version)
+        target, size, tokenizer = _published(source, stage, folder, target_version)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     wrote_config = write_config_if_missing(folder, source.config)
@@ -152,17 +93,116 @@ def run_export(
             ("parameters", f"{params:,}"),
             ("file size", megabytes(size)),
             ("opset", str(opset)),
-            (
-                "parity",
-                f"max |diff| {report.max_abs:.2e} ≤ {atol:g} over {len(report.cases)} "
-                f"cases ({', '.join(report.cases)})",
-            ),
+            ("parity", _parity_line(report, atol)),
             ("tokenizer", ", ".join(tokenizer) or "none"),
             ("config.yaml", "written" if wrote_config else "kept (already there)"),
             ("report", str(report_file)),
         ],
     )
     return 0
+
+
+def _loaded(
+    ref: str, spec: ModuleSpec | None, kv_cache: str, reporter: Reporter
+) -> tuple[Source, list[str]]:
+    """The source to export, in eval mode, and the names of its modules still training."""
+    quiet_transformers()
+    with reporter.step(f"loading {ref}"):
+        source = load_source(ref, spec)
+        lingering = to_eval(source.module)
+    if kv_cache == "inplace" and source.inplace is None:
+        raise SourceError(f"--kv-cache inplace applies to GPT-2 and Llama decoders only, not {ref}")
+    for name in lingering:
+        reporter.note(f"{name} is still in training mode after eval(): expect a parity failure")
+    return source, lingering
+
+
+def _published(
+    source: Source, stage: Path, folder: Path, version: int
+) -> tuple[Path, int, list[str]]:
+    """The staged version with its tokenizer files, published: where, its model's size, and
+    the tokenizer files copied."""
+    tokenizer = (
+        copy_beside([source.tokenizer_dir / f for f in TOKENIZER_FILES], stage)
+        if source.tokenizer_dir is not None
+        else []
+    )
+    size = (stage / MODEL_FILE).stat().st_size
+    return publish(stage, folder, version), size, tokenizer
+
+
+def _export_checked(
+    source: Source, onnx_path: Path, opset: int, atol: float, reporter: Reporter
+) -> ParityReport:
+    """Exports `source` to `onnx_path` and compares ONNX Runtime's outputs with PyTorch's."""
+    trace = source.make_feeds(2, 3 if source.kind == "decoder" else 13, np.random.default_rng(1))
+    with reporter.step(f"exporting to ONNX (opset {opset})"):
+        export(source, onnx_path, opset, trace)
+    cases = source.plan.cases(source.plan.parity_cases)
+    with reporter.bar("parity: ONNX Runtime vs PyTorch", len(cases)) as advance:
+        report = check_parity(
+            torch_runner(source),
+            runner(session(onnx_path)),
+            cases,
+            source.output_names,
+            atol,
+            advance,
+        )
+    reporter.grid(
+        f"Parity (bound {atol:g})", ["output", "max |diff|", "worst case", ""], parity_rows(report)
+    )
+    return report
+
+
+def _parity_line(report: ParityReport, atol: float) -> str:
+    return (
+        f"max |diff| {report.max_abs:.2e} ≤ {atol:g} over {len(report.cases)} cases "
+        f"({', '.join(report.cases)})"
+    )
+
+
+GraphCheck = Callable[[Path, dict[str, Any], Reporter], str | None]
+"""A change made to the exported graph and its check: records its figure in the report's
+`result`; returns why the export fails, or None."""
+
+
+def _graph_checks(source: Source, kv_cache: str, atol: float) -> list[GraphCheck]:
+    """What is added to the exported graph and checked, in order: the in-place KV cache (when
+    asked), a decoder's ranked candidates and its draw."""
+    checks: list[GraphCheck] = []
+    if kv_cache == "inplace":
+
+        def inplace(onnx_path: Path, result: dict[str, Any], reporter: Reporter) -> str | None:
+            diff = result["inplace_kv_max_abs_diff"] = _to_inplace(source, onnx_path, reporter)
+            if diff > atol:
+                return (
+                    f"the in-place KV cache graph differs from the export by {diff:.2e} > {atol:g}"
+                )
+            reporter.ok(
+                f"in-place KV cache: logits match the export (max |diff| {diff:.2e} ≤ {atol:g})"
+            )
+            return None
+
+        checks.append(inplace)
+    if source.kind == "decoder":
+
+        def ranked(onnx_path: Path, result: dict[str, Any], reporter: Reporter) -> str | None:
+            wrong = result["ranked_rows_wrong"] = _add_ranked(source, onnx_path, reporter)
+            return (
+                f"the ranked candidates differ from the logits in {wrong} rows" if wrong else None
+            )
+
+        def draw(onnx_path: Path, result: dict[str, Any], reporter: Reporter) -> str | None:
+            differ = result["graph_draws_differing"] = _add_draw(onnx_path, reporter)
+            if not differ:
+                return None
+            return (
+                f"the graph's draw differs from inferd's sampling in {differ} of "
+                f"{DRAW_CHECK_ROWS} rows"
+            )
+
+        checks += [ranked, draw]
+    return checks
 
 
 def _add_ranked(source: Source, onnx_path: Path, reporter: Reporter) -> int:

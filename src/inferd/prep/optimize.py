@@ -5,17 +5,24 @@ after, the speed-up measured here, and parity re-checked against the version it 
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
 
 from inferd.prep.console import Reporter, megabytes
-from inferd.prep.feeds import TIMING_CASES
+from inferd.prep.feeds import TIMING_CASES, FeedPlan
 from inferd.prep.ort import output_names, runner, session
-from inferd.prep.parity import check_parity
-from inferd.prep.versions import op_counts, publish_version, read_version, set_metadata
-from inferd.prep.worth import compare_speed, refusals, refuse
+from inferd.prep.parity import ParityReport, check_parity
+from inferd.prep.versions import (
+    VersionModel,
+    op_counts,
+    publish_version,
+    read_version,
+    set_metadata,
+)
+from inferd.prep.worth import SpeedComparison, compare_speed, refusals, refuse, refuse_parity
 from inferd.prep.writer import (
     model_folder,
     next_version,
@@ -65,52 +72,20 @@ def run_optimize(
     src_version, src_path = source_version(folder, from_version)
     target_version = next_version(folder, version)
     original = read_version(src_path)
-    arch = original.metadata.get("inferd.architecture", "")
     stage = staging(folder, target_version)
     try:
         out = stage / MODEL_FILE
-        if arch in FUSABLE:
-            step = f"transformer fusions ({arch}) and basic graph optimization"
-            with reporter.step(step):
-                _fuse(
-                    src_path,
-                    out,
-                    arch,
-                    int(original.metadata.get("inferd.num_heads", 0)),
-                    int(original.metadata.get("inferd.hidden_size", 0)),
-                )
-        else:
-            step = "ONNX Runtime offline graph optimization (extended)"
-            with reporter.step(step):
-                _ort_offline(src_path, out)
-        optimized = onnx.load(str(out))
-        set_metadata(optimized, {**original.metadata, "inferd.optimized_from": str(src_version)})
-        onnx.save(optimized, str(out))
-        before, after = original.node_counts, op_counts(optimized)
-
-        reference, candidate = session(src_path), session(out)
-        names = output_names(reference)
-        cases = original.plan.cases(original.plan.parity_cases)
-        with reporter.bar("parity: optimized vs original", len(cases)) as advance:
-            parity = check_parity(
-                runner(reference, names), runner(candidate, names), cases, names, atol, advance
-            )
-        timing = original.plan.cases(TIMING_CASES, seed=7)
-        with reporter.step("timing both on this machine"):
-            speed = compare_speed(
-                runner(reference, names), runner(candidate, names), timing, budget_s=timing_s
-            )
+        step = _optimize_file(src_path, out, original, src_version, reporter)
+        before, after = original.node_counts, op_counts(onnx.load(str(out)))
+        parity, speed = _compared(src_path, out, original.plan, atol, reporter, timing_s)
         size_ratio = out.stat().st_size / src_path.stat().st_size
         problems = refusals(size_ratio, speed)
-        changed = sorted(op for op in set(before) | set(after) if before[op] != after[op])
         result = {
             "model": model,
             "from_version": src_version,
             "version": target_version,
             "step": step,
-            "nodes_before": sum(before.values()),
-            "nodes_after": sum(after.values()),
-            "op_changes": {op: [before[op], after[op]] for op in changed},
+            **_node_changes(before, after, reporter),
             "latency_s": {"original": speed.source_s, "optimized": speed.candidate_s},
             "speedup": speed.speedup,
             "speed": speed.to_dict(),
@@ -120,17 +95,9 @@ def run_optimize(
             "forced": bool(problems) and force,
         }
         report_file = write_report(folder, f"optimize-{target_version}.json", result)
-        reporter.grid(
-            "Nodes by operator (changed only)",
-            ["operator", "before", "after"],
-            [[op, str(before[op]), str(after[op])] for op in changed],
-        )
-        if not parity.ok:
-            for line in parity.failures():
-                reporter.fail(line)
-            reporter.fail(f"parity check failed; nothing written (report: {report_file})")
-            return 1
-        if refuse(reporter, problems, force, report_file):
+        if refuse_parity(reporter, parity, report_file) or refuse(
+            reporter, problems, force, report_file
+        ):
             return 1
         target, size = publish_version(src_path, stage, folder, target_version)
     finally:
@@ -148,3 +115,66 @@ def run_optimize(
         ],
     )
     return 0
+
+
+def _node_changes(
+    before: Counter[str], after: Counter[str], reporter: Reporter
+) -> dict[str, object]:
+    """The nodes before and after, and by operator where they changed (shown too)."""
+    changed = sorted(op for op in set(before) | set(after) if before[op] != after[op])
+    reporter.grid(
+        "Nodes by operator (changed only)",
+        ["operator", "before", "after"],
+        [[op, str(before[op]), str(after[op])] for op in changed],
+    )
+    return {
+        "nodes_before": sum(before.values()),
+        "nodes_after": sum(after.values()),
+        "op_changes": {op: [before[op], after[op]] for op in changed},
+    }
+
+
+def _optimize_file(
+    src_path: Path, out: Path, original: VersionModel, src_version: int, reporter: Reporter
+) -> str:
+    """`src_path` optimized at `out` (transformer fusions where its architecture has them,
+    else ONNX Runtime's offline optimization), its metadata kept; returns the step taken."""
+    arch = original.metadata.get("inferd.architecture", "")
+    if arch in FUSABLE:
+        step = f"transformer fusions ({arch}) and basic graph optimization"
+        heads = int(original.metadata.get("inferd.num_heads", 0))
+        hidden = int(original.metadata.get("inferd.hidden_size", 0))
+        with reporter.step(step):
+            _fuse(src_path, out, arch, heads, hidden)
+    else:
+        step = "ONNX Runtime offline graph optimization (extended)"
+        with reporter.step(step):
+            _ort_offline(src_path, out)
+    optimized = onnx.load(str(out))
+    set_metadata(optimized, {**original.metadata, "inferd.optimized_from": str(src_version)})
+    onnx.save(optimized, str(out))
+    return step
+
+
+def _compared(
+    src_path: Path,
+    out: Path,
+    plan: FeedPlan,
+    atol: float,
+    reporter: Reporter,
+    timing_s: float | None,
+) -> tuple[ParityReport, SpeedComparison]:
+    """The optimized model's outputs against the original's, and the speed of both here."""
+    reference, candidate = session(src_path), session(out)
+    names = output_names(reference)
+    cases = plan.cases(plan.parity_cases)
+    with reporter.bar("parity: optimized vs original", len(cases)) as advance:
+        parity = check_parity(
+            runner(reference, names), runner(candidate, names), cases, names, atol, advance
+        )
+    timing = plan.cases(TIMING_CASES, seed=7)
+    with reporter.step("timing both on this machine"):
+        speed = compare_speed(
+            runner(reference, names), runner(candidate, names), timing, budget_s=timing_s
+        )
+    return parity, speed

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import onnx
 
+from inferd.config.model import ModelConfig
 from inferd.prep.accuracy import Accuracy, compare
 from inferd.prep.console import Reporter
+from inferd.prep.feeds import FeedPlan
 from inferd.prep.ort import input_dtypes, output_specs, runner, session
 from inferd.prep.quantize_verdict import Thresholds, describe_diff, show_written, verdict
 from inferd.prep.quiet import ORT_PREPROCESS_ADVICE, without_root_message
-from inferd.prep.samples import load_samples
+from inferd.prep.samples import SampleSet, load_samples
 from inferd.prep.source_record import SourceError
 from inferd.prep.versions import is_inplace_decoder, publish_version, read_version, set_metadata
 from inferd.prep.worth import SpeedComparison, compare_speed, refusals, refuse
@@ -76,74 +78,33 @@ def run_quantize(
     src_version, src_path = source_version(folder, from_version)
     target_version = next_version(folder, version)
     entry = scan_model(folder)
-    if entry.config is None:
+    if (config := entry.config) is None:
         reporter.fail(entry.error or f"{folder}: no usable config")
         return 2
-    config = entry.config
     if to == "fp16" and _inplace_decoder(src_path):
-        from inferd.prep.quantize_decoder import run_quantize_decoder
-
-        if samples is not None:
-            raise SourceError(
-                "--samples does not apply to an in-place decoder: it is measured on prompts "
-                "prefilled together and decode steps (inferd.prep.quantize_decoder)"
-            )
         source = (src_version, src_path)
-        return run_quantize_decoder(
-            folder, source, target_version, config, thresholds, force, reporter
+        return _quantize_decoder(
+            folder, source, target_version, config, thresholds, force, reporter, samples
         )
     original = read_version(src_path)
     stage = staging(folder, target_version)
     try:
         out = stage / MODEL_FILE
-        with reporter.step(f"quantizing version {src_version} to {to}"):
-            (_int8 if to == "int8" else _fp16)(src_path, out)
-        quantized = onnx.load(str(out))
-        set_metadata(
-            quantized,
-            {
-                **original.metadata,
-                "inferd.quantized": to,
-                "inferd.quantized_from": str(src_version),
-            },
+        _quantize_file(src_path, out, to, src_version, original.metadata, reporter)
+        sample_set, accuracy, speed = _measured(
+            config, (src_path, out), (samples, count, original.plan), reporter, timing_s
         )
-        onnx.save(quantized, str(out))
-
-        reference, candidate = session(src_path), session(out)
-        specs = output_specs(reference)
-        names = [s.name for s in specs]
-        sample_set = load_samples(
-            samples, count, config, src_path.parent, original.plan, input_dtypes(reference)
-        )
-        run_ref, run_new = runner(reference, names), runner(candidate, names)
-        want, got = [], []
-        with reporter.bar(
-            f"accuracy on {sample_set.count} samples", len(sample_set.batches)
-        ) as advance:
-            for feeds in sample_set.batches:
-                want.append(run_ref(feeds))
-                got.append(run_new(feeds))
-                advance()
-        accuracy = compare(config, specs, sample_set.batches, want, got)
-        timing = sample_set.batches[: min(4, len(sample_set.batches))]
-        with reporter.step("timing both on this machine"):
-            speed = compare_speed(run_ref, run_new, timing, budget_s=timing_s)
         size_ratio = out.stat().st_size / src_path.stat().st_size
         # fp16 timed on CPU kernels says nothing of its speed on a GPU: only int8's is judged
-        problems = verdict(accuracy, thresholds) + refusals(
-            size_ratio, speed if to == "int8" else None, "fp32"
-        )
+        judged = speed if to == "int8" else None
+        problems = verdict(accuracy, thresholds) + refusals(size_ratio, judged, "fp32")
         result = {
             "model": model,
             "from_version": src_version,
             "version": target_version,
             "to": to,
             "samples": sample_set.description,
-            "accuracy": accuracy.to_dict(),
-            "size_ratio": size_ratio,
-            "speed_ratio": speed.speedup,
-            "speed": speed.to_dict(),
-            "latency_s": {"fp32": speed.source_s, to: speed.candidate_s},
+            **_figures(accuracy, size_ratio, speed, to),
             "problems": problems,
             "forced": bool(problems) and force,
         }
@@ -154,14 +115,94 @@ def run_quantize(
         target, size = publish_version(src_path, stage, folder, target_version)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    show_written(
-        reporter,
-        f"{model} version {src_version} -> version {target_version} ({to})",
-        target,
-        size,
-        report_file,
-    )
+    what = f"{model} version {src_version} -> version {target_version} ({to})"
+    show_written(reporter, what, target, size, report_file)
     return 0
+
+
+def _figures(
+    accuracy: Accuracy, size_ratio: float, speed: SpeedComparison, to: str
+) -> dict[str, object]:
+    """What the report says of the quantized model against its source."""
+    return {
+        "accuracy": accuracy.to_dict(),
+        "size_ratio": size_ratio,
+        "speed_ratio": speed.speedup,
+        "speed": speed.to_dict(),
+        "latency_s": {"fp32": speed.source_s, to: speed.candidate_s},
+    }
+
+
+def _quantize_decoder(
+    folder: Path,
+    source: tuple[int, Path],
+    target_version: int,
+    config: ModelConfig,
+    thresholds: Thresholds,
+    force: bool,
+    reporter: Reporter,
+    samples: Path | None,
+) -> int:
+    """An in-place decoder's fp16 version (inferd.prep.quantize_decoder, imported when used)."""
+    from inferd.prep.quantize_decoder import run_quantize_decoder
+
+    if samples is not None:
+        raise SourceError(
+            "--samples does not apply to an in-place decoder: it is measured on prompts "
+            "prefilled together and decode steps (inferd.prep.quantize_decoder)"
+        )
+
+    return run_quantize_decoder(folder, source, target_version, config, thresholds, force, reporter)
+
+
+def _quantize_file(
+    src_path: Path,
+    out: Path,
+    to: str,
+    src_version: int,
+    metadata: dict[str, str],
+    reporter: Reporter,
+) -> None:
+    """`src_path` quantized to `to` at `out`, its metadata kept and the quantization's added."""
+    with reporter.step(f"quantizing version {src_version} to {to}"):
+        (_int8 if to == "int8" else _fp16)(src_path, out)
+    quantized = onnx.load(str(out))
+    marks = {"inferd.quantized": to, "inferd.quantized_from": str(src_version)}
+    set_metadata(quantized, {**metadata, **marks})
+    onnx.save(quantized, str(out))
+
+
+def _measured(
+    config: ModelConfig,
+    paths: tuple[Path, Path],
+    sampling: tuple[Path | None, int, FeedPlan],
+    reporter: Reporter,
+    timing_s: float | None,
+) -> tuple[SampleSet, Accuracy, SpeedComparison]:
+    """The samples (`sampling`: a samples file or none, how many, the inputs' plan), the
+    quantized model's accuracy on them against the source's (`paths`: the source, the
+    quantized) and the speed of both on this machine."""
+    reference, candidate = session(paths[0]), session(paths[1])
+    samples, count, plan = sampling
+    sample_set = load_samples(
+        samples, count, config, paths[0].parent, plan, input_dtypes(reference)
+    )
+    specs = output_specs(reference)
+    names = [s.name for s in specs]
+    run_ref, run_new = runner(reference, names), runner(candidate, names)
+    want, got = [], []
+    with reporter.bar(
+        f"accuracy on {sample_set.count} samples", len(sample_set.batches)
+    ) as advance:
+        for feeds in sample_set.batches:
+            want.append(run_ref(feeds))
+            got.append(run_new(feeds))
+            advance()
+    accuracy = compare(config, specs, sample_set.batches, want, got)
+    timing = sample_set.batches[: min(4, len(sample_set.batches))]
+    with reporter.step("timing both on this machine"):
+        speed = compare_speed(run_ref, run_new, timing, budget_s=timing_s)
+    return sample_set, accuracy, speed
 
 
 def _show(

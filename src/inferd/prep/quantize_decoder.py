@@ -127,14 +127,7 @@ def run_quantize_decoder(
             "forced": bool(problems) and force,
         }
         report_file = write_report(folder, f"quantize-{target_version}-fp16.json", result)
-        diff = describe_diff(LOGITS, accuracy.max_abs[LOGITS], _logits_only(accuracy), thresholds)
-        agreed = f"{accuracy.agreement or 0.0:.2%} of {len(accuracy.agreements)} steps"
-        rows = [
-            ("greedy agreement", f"{agreed}; at least {thresholds.min_agreement:.0%} wanted"),
-            (f"max |diff| {LOGITS}", diff),
-            ("size vs fp32", f"{size_ratio:.2f}x"),
-        ]
-        reporter.table("Accuracy of fp16 against fp32 (a decoder, its KV cache in fp16)", rows)
+        _show(reporter, accuracy, size_ratio, thresholds)
         if refuse(reporter, problems, force, report_file):
             return 1
         target, size = publish_version(src_path, stage, folder, target_version)
@@ -143,6 +136,19 @@ def run_quantize_decoder(
     what = f"{folder.name} version {src_version} -> version {target_version} (fp16)"
     show_written(reporter, what, target, size, report_file)
     return 0
+
+
+def _show(
+    reporter: Reporter, accuracy: Accuracy, size_ratio: float, thresholds: Thresholds
+) -> None:
+    diff = describe_diff(LOGITS, accuracy.max_abs[LOGITS], _logits_only(accuracy), thresholds)
+    agreed = f"{accuracy.agreement or 0.0:.2%} of {len(accuracy.agreements)} steps"
+    rows = [
+        ("greedy agreement", f"{agreed}; at least {thresholds.min_agreement:.0%} wanted"),
+        (f"max |diff| {LOGITS}", diff),
+        ("size vs fp32", f"{size_ratio:.2f}x"),
+    ]
+    reporter.table("Accuracy of fp16 against fp32 (a decoder, its KV cache in fp16)", rows)
 
 
 def verdict_both(accuracy: Accuracy, thresholds: Thresholds) -> list[str]:

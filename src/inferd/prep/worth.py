@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.prep.console import Reporter
-from inferd.prep.parity import Feeds, Runner
+from inferd.prep.parity import Feeds, ParityReport, Runner
 
 TIMING_S = 30.0
 """How long a speed comparison may take at most, by default (`--timing-s`)."""
@@ -146,6 +146,17 @@ def refusals(
     if size_ratio > 1.0 + SIZE_SLACK:
         problems.append(f"larger than {what}: {size_ratio:.2f}x its file size")
     return problems
+
+
+def refuse_parity(reporter: Reporter, parity: ParityReport, report: Path) -> bool:
+    """Says where the new version's outputs are off; True when they are (it is not written,
+    whatever `--force` says)."""
+    if parity.ok:
+        return False
+    for line in parity.failures():
+        reporter.fail(line)
+    reporter.fail(f"parity check failed; nothing written (report: {report})")
+    return True
 
 
 def refuse(reporter: Reporter, problems: Sequence[str], force: bool, report: Path) -> bool:
