@@ -56,8 +56,17 @@ def _fp16(source: Path, target: Path) -> None:
     onnx.save(model, str(target))
 
 
-def _inplace_decoder(path: Path) -> bool:
-    return is_inplace_decoder(onnx.load(str(path), load_external_data=False))
+def _inplace_decoder(path: Path, samples: Path | None) -> bool:
+    """Whether `path` is an in-place decoder (its fp16 version is measured on prompts and
+    decode steps of its own: `samples` are refused for one)."""
+    if not is_inplace_decoder(onnx.load(str(path), load_external_data=False)):
+        return False
+    if samples is not None:
+        raise SourceError(
+            "--samples does not apply to an in-place decoder: it is measured on prompts "
+            "prefilled together and decode steps (inferd.prep.quantize_decoder)"
+        )
+    return True
 
 
 def run_quantize(
@@ -81,10 +90,12 @@ def run_quantize(
     if (config := entry.config) is None:
         reporter.fail(entry.error or f"{folder}: no usable config")
         return 2
-    if to == "fp16" and _inplace_decoder(src_path):
+    if to == "fp16" and _inplace_decoder(src_path, samples):
+        from inferd.prep.quantize_decoder import run_quantize_decoder
+
         source = (src_version, src_path)
-        return _quantize_decoder(
-            folder, source, target_version, config, thresholds, force, reporter, samples
+        return run_quantize_decoder(
+            folder, source, target_version, config, thresholds, force, reporter
         )
     original = read_version(src_path)
     stage = staging(folder, target_version)
@@ -131,28 +142,6 @@ def _figures(
         "speed": speed.to_dict(),
         "latency_s": {"fp32": speed.source_s, to: speed.candidate_s},
     }
-
-
-def _quantize_decoder(
-    folder: Path,
-    source: tuple[int, Path],
-    target_version: int,
-    config: ModelConfig,
-    thresholds: Thresholds,
-    force: bool,
-    reporter: Reporter,
-    samples: Path | None,
-) -> int:
-    """An in-place decoder's fp16 version (inferd.prep.quantize_decoder, imported when used)."""
-    from inferd.prep.quantize_decoder import run_quantize_decoder
-
-    if samples is not None:
-        raise SourceError(
-            "--samples does not apply to an in-place decoder: it is measured on prompts "
-            "prefilled together and decode steps (inferd.prep.quantize_decoder)"
-        )
-
-    return run_quantize_decoder(folder, source, target_version, config, thresholds, force, reporter)
 
 
 def _quantize_file(
