@@ -58,7 +58,8 @@ class DynamicBatcher:
         self._costs = RunCosts()
         sizer = BatchSizer(settings.max_batch_tokens)
         self._health = RuntimeHealth(settings, self._observer)
-        self._admission = Admission(settings, self._backlog, self._costs, self._health)
+        self.admission = Admission(settings, self._backlog, self._costs, self._health)
+        """What it admits, and what it refuses for a full queue or one too slow to drain."""
         self._policy = DispatchPolicy(
             layout, settings, self._backlog, self._arrivals, self._health, sizer, self._costs
         )
@@ -131,11 +132,7 @@ class DynamicBatcher:
     @property
     def saturated(self) -> bool:
         """Whether one more item would be refused now for a full queue (`Admission`)."""
-        return self._admission.saturated
-
-    @property
-    def queued_rows(self) -> int:
-        return self._backlog.queued_rows
+        return self.admission.saturated
 
     @property
     def running_batches(self) -> int:
@@ -149,21 +146,9 @@ class DynamicBatcher:
         """The batch size limit now (`RuntimeHealth.current_limit`)."""
         return self._health.current_limit(now)
 
-    def queue_wait_s(self, ahead: int) -> float | None:
-        """How long an item arriving now would wait behind `ahead` rows (`Admission`)."""
-        return self._admission.queue_wait_s(ahead)
-
-    def queue_time_bound_s(self) -> float | None:
-        """The queue-time bound in force (`Admission.queue_time_bound_s`)."""
-        return self._admission.queue_time_bound_s()
-
     def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
         """The 4290 an item arriving now gets for the queue's work (`Admission`)."""
-        return self._admission.queue_time_refusal(arriving)
-
-    def expected_wait_s(self, rows: int) -> float | None:
-        """How long `rows` more rows would take to be answered (`Admission`)."""
-        return self._admission.expected_wait_s(rows)
+        return self.admission.queue_time_refusal(arriving)
 
     # -- submission ------------------------------------------------------------------------
 
@@ -202,7 +187,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         background = priority.in_background()
         # deadlines are on the loop's clock; durations on CLOCK (below)
-        self._admission.admit(parts, deadline, loop.time(), background)
+        self.admission.admit(parts, deadline, loop.time(), background)
         entries: list[Entry] = []
         total_rows = 0
         arrived = CLOCK()
@@ -260,7 +245,7 @@ class DynamicBatcher:
         backlog = self._backlog
         concurrency = self._settings.concurrency
         while True:
-            next_shed_s = self._admission.shed_overdue(CLOCK())
+            next_shed_s = self.admission.shed_overdue(CLOCK())
             backlog.purge_head()
             if not backlog.queue or backlog.running >= concurrency:
                 if not backlog.queue and backlog.running == 0:

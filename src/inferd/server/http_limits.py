@@ -27,12 +27,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 import orjson
 
 from inferd.compat.uvicorn_http import HttpToolsProtocol, RequestResponseCycle
 from inferd.errors import error_body
+from inferd.server.body_watch import BodyWatch
 from inferd.server.coalesce import CoalescedWrites
 from inferd.server.early_answer import Admitted, EarlyAnswer, Refused
 from inferd.server.pacing import PACER, Pacer
@@ -57,6 +59,15 @@ def _answer(status: int, reason: str, message: str, code: int = 4002) -> bytes:
     return head.encode("latin-1") + body
 
 
+@dataclass(frozen=True)
+class HttpLimits:
+    max_head_bytes: int
+    max_headers: int
+    head_timeout_s: float
+    early: EarlyAnswer | None = None
+    body_timeout_s: float = 30.0
+
+
 def bounded_protocol(
     max_head_bytes: int,
     max_headers: int,
@@ -66,270 +77,253 @@ def bounded_protocol(
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with these bounds on every request head and body, and
     `early` asked about every request before the app is."""
+    limits = HttpLimits(max_head_bytes, max_headers, head_timeout_s, early, body_timeout_s)
+    return type("BoundedHttpTools", (BoundedHttpTools,), {"limits": limits})
 
-    class BoundedHttpTools(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._head_bytes = 0
-            self._header_count = 0
-            self._in_head = True
-            self._served = False
-            self._heads_done = 0
-            """A request was answered on this connection (then an idle wait is keep-alive)."""
-            self._head_timer: asyncio.TimerHandle | None = None
-            self._received_at = 0.0
-            self._admitted: Admitted | None = None
-            self._body_timer: asyncio.TimerHandle | None = None
-            self._body_at = 0.0
-            """When the body's last bytes arrived (while a body is awaited)."""
-            self._pacer = Pacer(self._release)
-            self._held: tuple[Refused, bool, float, asyncio.TimerHandle] | None = None
-            """A paced refusal not yet written: itself, keep-alive, when it was held, its timer."""
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            # a response's head and body in one send (inferd.server.coalesce)
-            super().connection_made(CoalescedWrites(transport, self.loop))
-            self._start_head()
+class BoundedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with `limits` on every request head and body, and
+    `limits.early` asked about every request before the app is (`bounded_protocol` makes one
+    with its limits)."""
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._held is not None:
-                self._held[3].cancel()
-                self._held = None
-            self._stop_timer()
-            self._stop_body_timer()
-            self._release()
-            super().connection_lost(exc)
+    limits: ClassVar[HttpLimits]
 
-        def data_received(self, data: bytes) -> None:
-            began_in_head, heads_before = self._in_head, self._heads_done
-            super().data_received(data)  # a chunk is at most the transport's read size
-            if not self._in_head and self._awaits_body():
-                self._body_at = self.loop.time()
-                if self._body_timer is None:
-                    self._body_timer = self.loop.call_later(body_timeout_s, self._body_timed_out)
-            if (
-                not (began_in_head and self._in_head)
-                or self._heads_done != heads_before
-                or self.transport.is_closing()
-            ):
-                # a body's bytes, or a head completed in this chunk (a whole small request,
-                # its body, maybe the start of the next head: bounded by the chunk's size)
-                return
-            self._head_bytes += len(data)
-            if self._head_bytes > max_head_bytes:
-                self._refuse(
-                    431,
-                    "Request Header Fields Too Large",
-                    f"the request's head is over {max_head_bytes} bytes",
-                )
-            elif self._header_count > max_headers:
-                self._refuse(
-                    431,
-                    "Request Header Fields Too Large",
-                    f"the request has over {max_headers} headers",
-                )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._header_count = 0
+        self._in_head = True
+        self._served = False
+        self._heads_done = 0
+        """A request was answered on this connection (then an idle wait is keep-alive)."""
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._received_at = 0.0
+        self._admitted: Admitted | None = None
+        self._body = BodyWatch(self, self.limits.body_timeout_s)
+        self._pacer = Pacer(self._release)
+        self._held: tuple[Refused, bool, float, asyncio.TimerHandle] | None = None
+        """A paced refusal not yet written: itself, keep-alive, when it was held, its timer."""
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            # when the server began to read the request: what `Server-Timing` and the latency
-            # metrics count from, so time spent waiting for the event loop is counted too
-            self._received_at = time.perf_counter()
-            extensions: dict[str, Any] = {
-                RECEIVED: {"at": self._received_at},
-                PACER: self._pacer,
-            }
-            self.scope["extensions"] = extensions
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # a response's head and body in one send (inferd.server.coalesce)
+        super().connection_made(CoalescedWrites(transport, self.loop))
+        self._start_head()
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._header_count += 1
-            super().on_header(name, value)
-
-        def on_headers_complete(self) -> None:
-            if self._header_count > max_headers:  # before the app ever sees it
-                self._refuse(
-                    431,
-                    "Request Header Fields Too Large",
-                    f"the request has over {max_headers} headers",
-                )
-                return
-            self._in_head = False
-            self._heads_done += 1
-            self._stop_timer()
-            if self._held is not None:  # a pipelined request: the held answer goes first
-                self._write_held()
-            if early is not None and (self.cycle is None or self.cycle.response_complete):
-                # (a pipelined request waits its turn, and so goes to the app)
-                keep_alive = (
-                    self.parser.get_http_version() != "1.0"
-                    and self.parser.should_keep_alive()
-                    and not self.expect_100_continue  # its body may never come: close
-                )
-                try:
-                    answer = early(
-                        self.parser.get_method(),
-                        self.url,
-                        self.headers,
-                        keep_alive,
-                        self._received_at,
-                        self.client[0] if self.client else None,
-                    )
-                except Exception:  # a fault here must not cost the request: the app decides
-                    log.exception("the early refusal check failed; the app answers instead")
-                    answer = None
-                if answer is not None and hasattr(answer, "render"):
-                    self._refused(cast(Refused, answer), keep_alive)
-                    return
-                self._admitted = answer
-            super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            self._release()
-            super().on_response_complete()
-
-        def _release(self) -> None:
-            if self._admitted is not None:
-                self._admitted.release()
-                self._admitted = None
-
-        def _refused(self, refusal: Refused, keep_alive: bool) -> None:
-            """Answers a refusal now, or holds it until the client's last `Retry-After` is
-            over when it came back sooner (see the module's docstring)."""
-            now = time.perf_counter()
-            hold_s = self._pacer.hold_s(refusal.pace_s, now)
-            if hold_s <= 0 or not keep_alive:
-                self._answer_now(refusal.render(0.0), keep_alive)
-                return
-            self._finish_cycle(keep_alive)  # its body is skipped meanwhile
-            timer = self.loop.call_later(hold_s, self._write_held)
-            self._held = (refusal, keep_alive, now, timer)
-
-        def _write_held(self) -> None:
-            if self._held is None:
-                return
-            refusal, keep_alive, since, timer = self._held
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._held is not None:
+            self._held[3].cancel()
             self._held = None
-            timer.cancel()
-            if self.transport.is_closing():
+        self._stop_timer()
+        self._body.stop()
+        self._release()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        began_in_head, heads_before = self._in_head, self._heads_done
+        super().data_received(data)  # a chunk is at most the transport's read size
+        if not self._in_head and self.awaits_body():
+            self._body.arrived()
+        if (
+            not (began_in_head and self._in_head)
+            or self._heads_done != heads_before
+            or self.transport.is_closing()
+        ):
+            # a body's bytes, or a head completed in this chunk (a whole small request,
+            # its body, maybe the start of the next head: bounded by the chunk's size)
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > self.limits.max_head_bytes:
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"the request's head is over {self.limits.max_head_bytes} bytes",
+            )
+        elif self._header_count > self.limits.max_headers:
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"the request has over {self.limits.max_headers} headers",
+            )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # when the server began to read the request: what `Server-Timing` and the latency
+        # metrics count from, so time spent waiting for the event loop is counted too
+        self._received_at = time.perf_counter()
+        extensions: dict[str, Any] = {
+            RECEIVED: {"at": self._received_at},
+            PACER: self._pacer,
+        }
+        self.scope["extensions"] = extensions
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._header_count > self.limits.max_headers:  # before the app ever sees it
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"the request has over {self.limits.max_headers} headers",
+            )
+            return
+        self._in_head = False
+        self._heads_done += 1
+        self._stop_timer()
+        if self._held is not None:  # a pipelined request: the held answer goes first
+            self._write_held()
+        early = self.limits.early
+        if early is not None and (self.cycle is None or self.cycle.response_complete):
+            # (a pipelined request waits its turn, and so goes to the app)
+            keep_alive = (
+                self.parser.get_http_version() != "1.0"
+                and self.parser.should_keep_alive()
+                and not self.expect_100_continue  # its body may never come: close
+            )
+            try:
+                answer = early(
+                    self.parser.get_method(),
+                    self.url,
+                    self.headers,
+                    keep_alive,
+                    self._received_at,
+                    self.client[0] if self.client else None,
+                )
+            except Exception:  # a fault here must not cost the request: the app decides
+                log.exception("the early refusal check failed; the app answers instead")
+                answer = None
+            if answer is not None and hasattr(answer, "render"):
+                self._refused(cast(Refused, answer), keep_alive)
                 return
-            self._write_answer(refusal.render(time.perf_counter() - since), keep_alive)
+            self._admitted = answer
+        super().on_headers_complete()
 
-        def _finish_cycle(self, keep_alive: bool) -> None:
-            # a finished cycle stands for the request, so that uvicorn skips its body and
-            # serves the next request on the connection as after any answer
-            self.cycle = RequestResponseCycle(
-                scope=self.scope,
-                transport=self.transport,
-                flow=self.flow,
-                logger=self.logger,
-                access_logger=self.access_logger,
-                access_log=self.access_log,
-                default_headers=self.server_state.default_headers,
-                message_event=asyncio.Event(),
-                expect_100_continue=False,
-                keep_alive=keep_alive,
-                on_response=self.on_response_complete,
-            )
-            self.cycle.response_complete = True
+    def on_response_complete(self) -> None:
+        self._release()
+        super().on_response_complete()
 
-        def _answer_now(self, answer: bytes, keep_alive: bool) -> None:
-            self._finish_cycle(keep_alive)
-            self._write_answer(answer, keep_alive)
+    def _release(self) -> None:
+        if self._admitted is not None:
+            self._admitted.release()
+            self._admitted = None
 
-        def _write_answer(self, answer: bytes, keep_alive: bool) -> None:
-            status_line, rest = answer.split(b"\r\n", 1)
-            defaults = b"".join(
-                n + b": " + v + b"\r\n" for n, v in self.server_state.default_headers
-            )
-            close = b"" if keep_alive else b"connection: close\r\n"
-            self.transport.write(status_line + b"\r\n" + defaults + close + rest)
-            if keep_alive:
-                self.on_response_complete()
-            else:
-                self.transport.close()
+    def _refused(self, refusal: Refused, keep_alive: bool) -> None:
+        """Answers a refusal now, or holds it until the client's last `Retry-After` is
+        over when it came back sooner (see the module's docstring)."""
+        now = time.perf_counter()
+        hold_s = self._pacer.hold_s(refusal.pace_s, now)
+        if hold_s <= 0 or not keep_alive:
+            self._answer_now(refusal.render(0.0), keep_alive)
+            return
+        self._finish_cycle(keep_alive)  # its body is skipped meanwhile
+        timer = self.loop.call_later(hold_s, self._write_held)
+        self._held = (refusal, keep_alive, now, timer)
 
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._stop_body_timer()
-            self._served = True
-            self._start_head()  # the next request on this connection
+    def _write_held(self) -> None:
+        if self._held is None:
+            return
+        refusal, keep_alive, since, timer = self._held
+        self._held = None
+        timer.cancel()
+        if self.transport.is_closing():
+            return
+        self._write_answer(refusal.render(time.perf_counter() - since), keep_alive)
 
-        def _start_head(self) -> None:
-            self._head_bytes = 0
-            self._header_count = 0
-            self._in_head = True
-            self._stop_timer()
-            self._head_timer = self.loop.call_later(head_timeout_s, self._head_timed_out)
+    def _finish_cycle(self, keep_alive: bool) -> None:
+        # a finished cycle stands for the request, so that uvicorn skips its body and
+        # serves the next request on the connection as after any answer
+        self.cycle = RequestResponseCycle(
+            scope=self.scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=keep_alive,
+            on_response=self.on_response_complete,
+        )
+        self.cycle.response_complete = True
 
-        def _stop_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+    def _answer_now(self, answer: bytes, keep_alive: bool) -> None:
+        self._finish_cycle(keep_alive)
+        self._write_answer(answer, keep_alive)
 
-        def _head_timed_out(self) -> None:
+    def _write_answer(self, answer: bytes, keep_alive: bool) -> None:
+        status_line, rest = answer.split(b"\r\n", 1)
+        defaults = b"".join(n + b": " + v + b"\r\n" for n, v in self.server_state.default_headers)
+        close = b"" if keep_alive else b"connection: close\r\n"
+        self.transport.write(status_line + b"\r\n" + defaults + close + rest)
+        if keep_alive:
+            self.on_response_complete()
+        else:
+            self.transport.close()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._body.stop()
+        self._served = True
+        self._start_head()  # the next request on this connection
+
+    def _start_head(self) -> None:
+        self._head_bytes = 0
+        self._header_count = 0
+        self._in_head = True
+        self._stop_timer()
+        self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
+
+    def _stop_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
             self._head_timer = None
-            if not self._in_head or self.transport.is_closing():
-                return
-            if self._head_bytes > 0:  # a head trickling in
-                self._refuse(
-                    408,
-                    "Request Timeout",
-                    f"the request's head did not arrive within {head_timeout_s:g} s",
-                )
-            elif not self._served:  # a connection that never sent a byte
-                self.transport.close()
-            # else: idle between requests, which uvicorn's keep-alive timeout ends
 
-        def _awaits_body(self) -> bool:
-            return self.cycle is not None and self.cycle.more_body
-
-        def _stop_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
-
-        def _body_timed_out(self) -> None:
-            self._body_timer = None
-            if not self._awaits_body() or self.transport.is_closing():
-                return
-            quiet_s = self.loop.time() - self._body_at
-            if quiet_s < body_timeout_s:  # bytes came meanwhile: wait out the rest
-                self._body_timer = self.loop.call_later(
-                    body_timeout_s - quiet_s, self._body_timed_out
-                )
-                return
-            self._end_body(
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_bytes > 0:  # a head trickling in
+            self._refuse(
                 408,
                 "Request Timeout",
-                f"the request's body stopped arriving for {body_timeout_s:g} s",
-                4002,
+                f"the request's head did not arrive within {self.limits.head_timeout_s:g} s",
             )
+        elif not self._served:  # a connection that never sent a byte
+            self.transport.close()
+        # else: idle between requests, which uvicorn's keep-alive timeout ends
 
-        def _end_body(self, status: int, reason: str, message: str, code: int) -> None:
-            """Answers a request whose body has not all arrived (unless its answer has begun)
-            and closes the connection; the app's read of the body ends as a disconnect."""
-            assert self.cycle is not None
-            if self.cycle.response_started or self.cycle.response_complete:
-                self.transport.close()
-            else:
-                self._refuse(status, reason, message, code)
+    def awaits_body(self) -> bool:
+        return self.cycle is not None and self.cycle.more_body
 
-        def shutdown(self) -> None:
-            self._write_held()  # a held refusal is answered before the connection closes
-            if self._awaits_body() and not self.transport.is_closing():
-                self._stop_body_timer()
-                self._end_body(
-                    503,
-                    "Service Unavailable",
-                    "the server is shutting down; the request's body had not all arrived",
-                    5030,
-                )
-                return
-            super().shutdown()
+    def closing(self) -> bool:
+        return self.transport.is_closing()
 
-        def _refuse(self, status: int, reason: str, message: str, code: int = 4002) -> None:
-            self._stop_timer()
-            if not self.transport.is_closing():
-                self.transport.write(_answer(status, reason, message, code))
-                self.transport.close()
+    def end_body(self, status: int, reason: str, message: str, code: int) -> None:
+        """Answers a request whose body has not all arrived (unless its answer has begun)
+        and closes the connection; the app's read of the body ends as a disconnect."""
+        assert self.cycle is not None
+        if self.cycle.response_started or self.cycle.response_complete:
+            self.transport.close()
+        else:
+            self._refuse(status, reason, message, code)
 
-    return BoundedHttpTools
+    def shutdown(self) -> None:
+        self._write_held()  # a held refusal is answered before the connection closes
+        if self.awaits_body() and not self.transport.is_closing():
+            self._body.stop()
+            self.end_body(
+                503,
+                "Service Unavailable",
+                "the server is shutting down; the request's body had not all arrived",
+                5030,
+            )
+            return
+        super().shutdown()
+
+    def _refuse(self, status: int, reason: str, message: str, code: int = 4002) -> None:
+        self._stop_timer()
+        if not self.transport.is_closing():
+            self.transport.write(_answer(status, reason, message, code))
+            self.transport.close()

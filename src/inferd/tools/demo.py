@@ -161,21 +161,7 @@ def build_demo(out: Path, force: bool = False) -> Path:
     shutil.copy2(source / "tokenizer.json", version / "tokenizer.json")
     max_tokens = int(sbert.get("max_seq_length", 256))
     _write(staging / "minilm" / "config.yaml", _minilm_config(max_tokens))
-    for name, labels in (("sentiment", SENTIMENT_LABELS), ("topics", TOPIC_LABELS)):
-        _write(
-            staging / name / "config.yaml",
-            {
-                "task": "zero-shot-classification",
-                # the model of /predict when a request names none
-                **({"default": True} if name == "sentiment" else {}),
-                "zero_shot": {
-                    "base_model": "minilm",
-                    "labels": labels,
-                    "temperature": ZERO_SHOT_TEMPERATURE,
-                },
-                "response_cache": DEMO_CACHE,
-            },
-        )
+    _write_zero_shot(staging)
     head = build_head(
         version / "model.onnx", version / "tokenizer.json", SENTIMENT_LABELS, ZERO_SHOT_TEMPERATURE
     )
@@ -192,6 +178,25 @@ def build_demo(out: Path, force: bool = False) -> Path:
         shutil.rmtree(out)
     staging.rename(out)  # a half-built demo is never served
     return out
+
+
+def _write_zero_shot(staging: Path) -> None:
+    """The demo's zero-shot classifiers over the embedding model (sentiment the default)."""
+    for name, labels in (("sentiment", SENTIMENT_LABELS), ("topics", TOPIC_LABELS)):
+        _write(
+            staging / name / "config.yaml",
+            {
+                "task": "zero-shot-classification",
+                # the model of /predict when a request names none
+                **({"default": True} if name == "sentiment" else {}),
+                "zero_shot": {
+                    "base_model": "minilm",
+                    "labels": labels,
+                    "temperature": ZERO_SHOT_TEMPERATURE,
+                },
+                "response_cache": DEMO_CACHE,
+            },
+        )
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -124,6 +124,38 @@ def build_pair_scorer(weights: Weights, shape: EncoderShape, opset: int = 17) ->
     g = _Graph()
     w = _strip_prefix(weights)
     ids, types, mask = "input_ids", "token_type_ids", "attention_mask"
+    both_ids, both_mask = _split_pairs(g, ids, types, mask)
+    seq_len = g.op("Shape", [both_ids], start=1, end=2)
+    pos = g.op(
+        "Slice",
+        [
+            g.const("pos_emb", _positions(w)),
+            g.const("zero_1d_p", np.array([0], np.int64)),
+            seq_len,
+            g.const("axis0_1d", np.array([0], np.int64)),
+        ],
+    )
+    mask4 = g.op(
+        "Unsqueeze", [_additive(g, both_mask), g.const("axes_12", np.array([1, 2], np.int64))]
+    )
+    hidden = _layers(g, w, shape, _embed(g, w, shape, pos, both_ids), mask4)
+    vectors = _unit(g, _mean(g, hidden, both_mask))
+    halves = g.op(
+        "Reshape", [vectors, g.const("halves", np.array([2, -1, shape.hidden], np.int64))]
+    )
+    product = g.op("ReduceProd", [halves], axes=[0], keepdims=0)
+    g.named(
+        "ReduceSum", [product, g.const("axes_h", np.array([-1], np.int64))], "scores", keepdims=1
+    )
+    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 1])]
+    return _model(g, outputs, (ids, mask, types), opset)
+
+
+def _split_pairs(g: _Graph, ids: str, types: str, mask: str) -> tuple[str, str]:
+    """Each pair's query alone and text alone (given the pair's [CLS] in front), stacked
+    [2 * batch, sequence + 1]: their token ids and float attention masks."""
+    from onnx import TensorProto
+
     one_i = g.const("one_i", np.array(1, np.int64))
     zero_i = g.const("zero_i", np.array(0, np.int64))
     axis1 = g.const("axis1_i", np.array(1, np.int64))
@@ -160,30 +192,7 @@ def build_pair_scorer(weights: Weights, shape: EncoderShape, opset: int = 17) ->
         "Cast", [g.op("Concat", [query_mask, text_keep], axis=0)], to=TensorProto.FLOAT
     )
 
-    seq_len = g.op("Shape", [both_ids], start=1, end=2)
-    pos = g.op(
-        "Slice",
-        [
-            g.const("pos_emb", _positions(w)),
-            g.const("zero_1d_p", np.array([0], np.int64)),
-            seq_len,
-            g.const("axis0_1d", np.array([0], np.int64)),
-        ],
-    )
-    mask4 = g.op(
-        "Unsqueeze", [_additive(g, both_mask), g.const("axes_12", np.array([1, 2], np.int64))]
-    )
-    hidden = _layers(g, w, shape, _embed(g, w, shape, pos, both_ids), mask4)
-    vectors = _unit(g, _mean(g, hidden, both_mask))
-    halves = g.op(
-        "Reshape", [vectors, g.const("halves", np.array([2, -1, shape.hidden], np.int64))]
-    )
-    product = g.op("ReduceProd", [halves], axes=[0], keepdims=0)
-    g.named(
-        "ReduceSum", [product, g.const("axes_h", np.array([-1], np.int64))], "scores", keepdims=1
-    )
-    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 1])]
-    return _model(g, outputs, (ids, mask, types), opset)
+    return both_ids, both_mask
 
 
 def _positions(w: dict[str, npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:

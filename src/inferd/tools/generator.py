@@ -156,10 +156,8 @@ def build_generator(
     phase but the training (whose steps go to `progress`)."""
     with phase("loading PyTorch and transformers"):
         import torch
-        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers import GPT2LMHeadModel
 
-        from inferd.prep.console import Reporter
-        from inferd.prep.exporting import run_export
         from inferd.prep.quiet import quiet_transformers
 
     quiet_transformers()
@@ -172,19 +170,9 @@ def build_generator(
     if eos is None:
         raise RuntimeError(f"the tokenizer lost its {EOS} token")
     torch.manual_seed(seed)
-    model_config = GPT2Config(
-        n_layer=shape.layers,
-        n_head=shape.heads,
-        n_embd=shape.hidden,
-        n_positions=shape.context,
-        vocab_size=tokenizer.get_vocab_size(),
-        bos_token_id=eos,
-        eos_token_id=eos,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        # untrained and small: a wide init gives peaked logits, a clear argmax for tests
-        initializer_range=init_std or (0.02 if steps else 0.2),
+    # untrained and small: a wide init gives peaked logits, a clear argmax for tests
+    model_config = _gpt2_config(
+        shape, tokenizer.get_vocab_size(), eos, init_std or (0.02 if steps else 0.2)
     )
     model = GPT2LMHeadModel(model_config)
     loss = None
@@ -195,10 +183,49 @@ def build_generator(
                 ids.extend(encoding.ids)
                 ids.append(eos)
         loss = _train(model, ids, shape, steps, seed, progress)
-    with (
-        phase("exporting to ONNX, checking parity with PyTorch"),
-        tempfile.TemporaryDirectory(prefix="inferd-generator-") as tmp,
-    ):
+    with phase("exporting to ONNX, checking parity with PyTorch"):
+        _export(model, tokenizer, repo, name, kv_cache)
+    _configure(repo / name / "config.yaml", shape, config)
+    facts = {
+        "loss": loss,
+        "steps": steps,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "corpus_chars": sum(map(len, texts)),
+        "random_weights": steps == 0,
+    }
+    (repo / name / "TRAINING.json").write_text(json.dumps(facts, indent=2) + "\n")
+    return facts
+
+
+def remove(repo: Path, name: str) -> None:
+    shutil.rmtree(repo / name, ignore_errors=True)
+
+
+def _gpt2_config(shape: GeneratorShape, vocab: int, eos: int, init_std: float) -> Any:
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        n_layer=shape.layers,
+        n_head=shape.heads,
+        n_embd=shape.hidden,
+        n_positions=shape.context,
+        vocab_size=vocab,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=init_std,
+    )
+
+
+def _export(model: Any, tokenizer: Tokenizer, repo: Path, name: str, kv_cache: str) -> None:
+    """The model and its tokenizer (with the chat template) exported as a new version of
+    `repo/name`, its config written afresh."""
+    from inferd.prep.console import Reporter
+    from inferd.prep.exporting import run_export
+
+    with tempfile.TemporaryDirectory(prefix="inferd-generator-") as tmp:
         folder = Path(tmp)
         model.save_pretrained(folder)
         tokenizer.save(str(folder / "tokenizer.json"))
@@ -219,7 +246,10 @@ def build_generator(
         )
     if code != 0:
         raise RuntimeError(f"exporting the demo generator failed (exit {code})")
-    config_file = repo / name / "config.yaml"
+
+
+def _configure(config_file: Path, shape: GeneratorShape, config: dict[str, Any] | None) -> None:
+    """The exported config with the demo's generation limits, and `config` over it."""
     written = yaml.safe_load(config_file.read_text())
     written["generation"].update(
         {"max_new_tokens": 64, "max_running": 16, "max_kv_tokens": 16 * shape.context}
@@ -227,16 +257,3 @@ def build_generator(
     written["tokenizer"] = {"max_tokens": shape.context}
     written.update(config or {})
     config_file.write_text(yaml.safe_dump(written, sort_keys=False))
-    facts = {
-        "loss": loss,
-        "steps": steps,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus_chars": sum(map(len, texts)),
-        "random_weights": steps == 0,
-    }
-    (repo / name / "TRAINING.json").write_text(json.dumps(facts, indent=2) + "\n")
-    return facts
-
-
-def remove(repo: Path, name: str) -> None:
-    shutil.rmtree(repo / name, ignore_errors=True)

@@ -484,7 +484,7 @@ async def test_a_burst_of_a_few_slow_batches_is_queued_not_shed() -> None:
     runner = FakeRunner(delay_s=0.05)
     batcher = make(runner, max_batch_size=1, max_queue_time_s=0.1)
     await batcher.submit(x(1), 1)  # one run measured
-    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.05, rel=0.5)
+    assert batcher.admission.queue_time_bound_s() == pytest.approx(16 * 0.05, rel=0.5)
     results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(8)))
     assert len(results) == 8
     # a standing queue past 16 runs is shed all the same
@@ -513,10 +513,10 @@ async def test_the_bound_floor_is_a_request_alone_not_one_slowed_by_the_load() -
     runner = SharedCore(delay_s=0.01)
     batcher = make(runner, max_batch_size=1, concurrency=3, max_queue_time_s=0.05)
     await batcher.submit(x(1), 1)  # alone: 10 ms
-    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
+    assert batcher.admission.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
     for _ in range(5):  # three at a time: 30 ms each
         await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(3)))
-    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
+    assert batcher.admission.queue_time_bound_s() == pytest.approx(16 * 0.01, rel=0.5)
     await batcher.close()
 
 
@@ -525,10 +525,10 @@ async def test_before_a_run_is_measured_nothing_is_shed_by_waiting() -> None:
     # says that is more than a burst
     runner = FakeRunner(delay_s=0.08)
     batcher = make(runner, max_batch_size=1, max_queue_time_s=0.05)
-    assert batcher.queue_time_bound_s() is None
+    assert batcher.admission.queue_time_bound_s() is None
     results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(3)))
     assert len(results) == 3
-    assert batcher.queue_time_bound_s() == pytest.approx(16 * 0.08, rel=0.5)
+    assert batcher.admission.queue_time_bound_s() == pytest.approx(16 * 0.08, rel=0.5)
     await batcher.close()
 
 
