@@ -12,7 +12,6 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from inferd.errors import OutOfMemoryError
 from inferd.runtime import priority
@@ -20,6 +19,7 @@ from inferd.runtime.dispatch import InstanceLoad, LeastCompletion
 from inferd.runtime.fair_order import Turn
 from inferd.runtime.protocol import Array, Bound, Head, Repeat, Runtime
 from inferd.runtime.reduction import Reduction
+from inferd.runtime.run_threads import RunThreads
 from inferd.runtime.share import ModelShare
 
 
@@ -52,20 +52,10 @@ class InstancePool:
         self._narrow = len(self._instances) - (1 if solo else 0)
         self._serving = 0
         """Serving (not background) batches given to an instance and not finished."""
-        self._thread_name = thread_name
         self._cores = list(cores) if cores is not None else [1] * len(self._instances)
         if len(self._cores) != len(self._instances):
             raise ValueError("one core count per instance")
-        # a thread that computes runs below the event loop; one that waits on a device (a GPU
-        # instance's: it holds no cores) at the loop's level: its CPU is a few handoffs a
-        # batch, and niced it waited for the core behind the tokenizer's threads while its
-        # device stood idle (an emulated H200 served 0.72 of its rate niced, 0.83 not)
-        serving = priority.SERVING_NICENESS if any(self._cores) else 0
-        self._executor = self._threads(serving, thread_name)
-        self._background: ThreadPoolExecutor | None = None
-        self._yielding: ThreadPoolExecutor | None = None
-        """A flooding client's batches' threads (priority.YIELDING_NICENESS), for instances
-        that hold cores (on a device the flood takes no core from the others)."""
+        self._threads = RunThreads(len(self._instances), thread_name, any(self._cores))
         names = placed or [(f"instance-{i}", "auto") for i in range(len(self._instances))]
         if len(names) != len(self._instances):
             raise ValueError("one (name, kind) per instance")
@@ -88,37 +78,6 @@ class InstancePool:
         runtime thread and back is all the loop would gain, and it costs 0.1-0.4 ms here."""
         self._solo_inline_s = bound_s
         self._quiet = quiet
-
-    def _threads(self, niceness: int, name: str) -> ThreadPoolExecutor:
-        """One thread per instance, below the event loop: when the cores are all busy
-        (overload), the loop still gets the CPU to read sockets and answer, refusals included
-        (without it, 429s waited seconds unread at 8x the capacity:
-        benchmarks/overload_bench.py). ONNX Runtime's own intra-op threads (an instance with
-        intra_op_threads > 1) keep their priority; a single-threaded instance computes on
-        this thread."""
-        return ThreadPoolExecutor(
-            max_workers=len(self._instances),
-            thread_name_prefix=name,
-            initializer=functools.partial(priority.lower_thread, niceness),
-        )
-
-    def _executor_for_now(self) -> ThreadPoolExecutor:
-        """The background threads for background work (inferd.runtime.priority), or the
-        yielding threads for a flooding client's batch, made on first use; the serving threads
-        otherwise."""
-        if not priority.in_background():
-            if not priority.yielding() or not any(self._cores):
-                return self._executor
-            if self._yielding is None:
-                self._yielding = self._threads(
-                    priority.YIELDING_NICENESS, f"{self._thread_name}-yielding"
-                )
-            return self._yielding
-        if self._background is None:
-            self._background = self._threads(
-                priority.BACKGROUND_NICENESS, f"{self._thread_name}-background"
-            )
-        return self._background
 
     @property
     def concurrency(self) -> int:
@@ -176,7 +135,7 @@ class InstancePool:
                 ok = False
                 try:
                     run = asyncio.get_running_loop().run_in_executor(
-                        self._executor_for_now(),
+                        self._threads.for_now(),
                         functools.partial(
                             _run, self._instances[index], feeds, output_names, into, repeat, head
                         ),
@@ -288,10 +247,7 @@ class InstancePool:
         return result
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        for threads in (self._background, self._yielding):
-            if threads is not None:
-                threads.shutdown(wait=True, cancel_futures=True)
+        self._threads.shutdown()
         for instance in self._instances:
             instance.close()
 

@@ -151,7 +151,7 @@ class Jobs:
         engine = self._engine
         if not engine.loader.done or engine.admission.draining or not engine.accepting:
             return False
-        if any(depth for _, _, depth in engine.queue_depths()):
+        if engine.registry.any_queued():
             return False
         return self._share.ready()
 
