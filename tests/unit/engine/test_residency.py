@@ -14,8 +14,9 @@ import pytest
 
 from inferd.clients import Client, client_scope
 from inferd.config.model import InstanceGroup, ModelConfig
+from inferd.engine.resident.eviction import NOT_RESIDENT
 from inferd.engine.resident.load_limits import LoadLimits
-from inferd.engine.resident.residency import NOT_RESIDENT, Residency
+from inferd.engine.resident.residency import Residency
 from inferd.engine.versions.version import Version, VersionState
 from inferd.errors import (
     DeadlineExceededError,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from inferd.clients import current_client
 from inferd.engine.resident.budget import Budget, Need
+from inferd.engine.resident.eviction import Eviction
 from inferd.engine.resident.heap import SettleLater
 from inferd.engine.resident.load_limits import LoadLimits
 from inferd.engine.resident.residency_record import (
@@ -40,7 +41,6 @@ from inferd.engine.versions.version import Version, VersionState
 from inferd.errors import (
     DeadlineExceededError,
     ModelTooLargeError,
-    NotFoundError,
     UnavailableError,
 )
 from inferd.observability.trace import current_trace
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NOT_RESIDENT = "on demand: loads on its first request"
-"""The reason an `on_demand` version that is not in memory shows (index, readiness)."""
 ROOM_RECHECK_S = 0.25
 """A load waiting for a busy version to go idle looks again at least this often (a version
 going idle wakes it at once; this catches a rollout's end and its last waiter's deadline)."""
@@ -71,6 +69,7 @@ class Residency:
         self._budget = Budget(budget_mb, max_versions, device_budget_mb, holdings.disk_bytes)
         self._holdings = holdings
         self._records = Records()
+        self._eviction = Eviction(holdings, self._records)
         self._loading: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         """One on-demand load at a time: the budget's arithmetic and the footprint measured."""
@@ -86,23 +85,14 @@ class Residency:
         self._load_limits = load_limits
 
     def on_demand(self, version: Version) -> bool:
-        return version.config.residency == "on_demand" and not self._holdings.pinned_anyway(version)
+        return self._eviction.on_demand(version)
 
     def never_fits(self, version: Version) -> str | None:
         """Why an on-demand `version` not in memory can never load under the budgets (5071,
         and a reason of `/ready`), None when it may."""
         if version.ready or not self.on_demand(version):
             return None
-        return self._budget.never_fits(named(version), version, self._kept(version))
-
-    def _kept(self, coming: Version) -> int:
-        """The bytes held by the versions in memory never evicted (pinned ones)."""
-        stay = [
-            v
-            for v in self._holdings.versions()
-            if v.ready and v is not coming and not self._may_go(v)
-        ]
-        return sum(v.footprint_bytes or 0 for v in stay)
+        return self._budget.never_fits(named(version), version, self._eviction.kept_bytes(version))
 
     @asynccontextmanager
     async def hold(self, version: Version, deadline: float | None) -> AsyncIterator[Version]:
@@ -131,7 +121,7 @@ class Residency:
     def _release(self, record: Record) -> None:
         record.in_use = max(record.in_use - 1, 0)
         record.last_used = time.monotonic()
-        if record.in_use == 0 and self._wakes and self._may_go(record.version):
+        if record.in_use == 0 and self._wakes and self._eviction.may_go(record.version):
             for wake in self._wakes:
                 wake.set()
 
@@ -219,8 +209,8 @@ class Residency:
         async with self._lock:
             if version.ready:
                 return True
-            self._still_wanted(version)
-            need = self._budget.need(version, self._kept(version))
+            self._eviction.still_wanted(version, self._aborted)
+            need = self._budget.need(version, self._eviction.kept_bytes(version))
             if not await self._make_room(version, need):
                 return False
             self._room.pop((version.model, version.version), None)
@@ -248,25 +238,6 @@ class Residency:
             await self._make_room(version, self._budget.need(version), loaded=True)
             return True
 
-    def _still_wanted(self, version: Version) -> None:
-        """Refuses a load that waited while the server began shutting down, or while an
-        admin unloaded its model or loaded it anew (another `Version` now serves)."""
-        name = named(version)
-        if self._aborted:
-            raise UnavailableError(f"{name}: the server is shutting down", retry_after_s=1.0)
-        registered = [
-            v
-            for v in self._holdings.versions()
-            if (v.model, v.version) == (version.model, version.version)
-        ]
-        if not any(v is version for v in registered):
-            if registered:
-                raise UnavailableError(
-                    f"{name} was loaded by an admin while this load waited; retry",
-                    retry_after_s=1.0,
-                )
-            raise NotFoundError(f"{name} was unloaded while its load waited")
-
     async def _make_room(
         self,
         coming: Version,
@@ -283,7 +254,11 @@ class Residency:
         evicts is added to `evicted`."""
         key = (coming.model, coming.version)
         name = named(coming)
-        never = None if loaded else self._budget.never_fits(name, coming, self._kept(coming))
+        never = (
+            None
+            if loaded
+            else self._budget.never_fits(name, coming, self._eviction.kept_bytes(coming))
+        )
         if never is not None:
             raise ModelTooLargeError(never)
         while True:
@@ -291,13 +266,17 @@ class Residency:
             short = self._budget.shortfall(resident, need)
             if short is None:
                 return True
-            idle = [v for v in resident if self._evictable(v) and short.frees(v, self._budget.need)]
+            idle = [
+                v
+                for v in resident
+                if self._eviction.evictable(v) and short.frees(v, self._budget.need)
+            ]
             if not loaded:
-                stays = [v for v in resident if not self._may_go(v)]
+                stays = [v for v in resident if not self._eviction.may_go(v)]
                 if not self._waiters.get(key) or self._budget.shortfall(stays, need):
                     # nothing goes for a load no one awaits, nor for one that could never fit
                     raise UnavailableError(self._budget.no_room(name, short), retry_after_s=1.0)
-                busy = [v for v in resident if not self._evictable(v)]
+                busy = [v for v in resident if not self._eviction.evictable(v)]
                 if not idle or self._budget.shortfall(busy, need):
                     self._room[key] = self._budget.no_room(name, short)
                     return False  # the idle ones do not suffice: the busy ones must go idle
@@ -307,37 +286,14 @@ class Residency:
                     extra=short.figures(),
                 )
                 return True
-            victim = min(idle, key=lambda v: self._records.of(v).last_used)
-            await self._evict_one(victim, coming)
+            victim = self._eviction.least_recent(idle)
+            await self._eviction.evict(victim, coming)
+            self._settling.ask()
             if evicted is not None:
                 evicted.append(victim)
 
-    async def _evict_one(self, victim: Version, coming: Version) -> None:
-        """Takes `victim` out of traffic at once and out of memory."""
-        # out of traffic at once: a request arriving while it closes waits for its reload
-        victim.state, victim.reason = VersionState.UNLOADED, NOT_RESIDENT
-        self._records.of(victim).evictions += 1
-        log.info(
-            "model version evicted",
-            extra=footprint(victim, **{"for": f"{coming.model}/{coming.version}"}),
-        )
-        await self._holdings.evict(victim)
-        self._settling.ask()
-
     def close(self) -> None:
         self._settling.cancel()
-
-    def _may_go(self, version: Version) -> bool:
-        """Whether `version` is evicted once idle."""
-        return self.on_demand(version) and not self._holdings.in_rollout(version.model)
-
-    def _evictable(self, version: Version) -> bool:
-        record = self._records.find(version)
-        return (
-            self._may_go(version)
-            and (record is None or record.in_use == 0)
-            and version.queued_items == 0
-        )
 
     def facts(self) -> list[ResidencyFacts]:
         return [

@@ -8,7 +8,8 @@ import asyncio
 
 from inferd.config.server_settings import ServerSettings
 from inferd.engine.requests.admission import Admission
-from inferd.engine.resident.residency import NOT_RESIDENT, Residency
+from inferd.engine.resident.eviction import NOT_RESIDENT
+from inferd.engine.resident.residency import Residency
 from inferd.engine.rollout import Rollouts
 from inferd.engine.versions.loader import Loader
 from inferd.engine.versions.registry import Readiness, Registry
