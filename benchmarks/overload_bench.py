@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -232,8 +233,15 @@ class Connection(asyncio.Protocol):
 
 
 async def open_loop(
-    host: str, port: int, payloads: Payloads, rate: float, seconds: float, grace_s: float
+    host: str,
+    port: int,
+    payloads: Payloads,
+    rate: float,
+    seconds: float,
+    grace_s: float,
+    mark: Callable[[], None] = lambda: None,
 ) -> Tally:
+    """`mark`: called when the load begins and when it ends (before the grace)."""
     loop = asyncio.get_running_loop()
     tally = Tally()
     idle: deque[Connection] = deque()
@@ -255,6 +263,7 @@ async def open_loop(
         conn.send(payload, due)
 
     connecting: set[asyncio.Task[None]] = set()
+    mark()
     start = time.perf_counter()
     due = start
     i = 0
@@ -276,6 +285,8 @@ async def open_loop(
             connecting.add(task)
             task.add_done_callback(connecting.discard)
         due += rng.expovariate(rate)
+    await asyncio.sleep(max(0.0, start + seconds - time.perf_counter()))
+    mark()
     await tally.settle(grace_s)
     for conn in [*busy, *idle]:
         if conn.transport is not None:
@@ -290,7 +301,9 @@ async def closed_loop(
     connections: int,
     seconds: float,
     grace_s: float,
+    mark: Callable[[], None] = lambda: None,
 ) -> Tally:
+    """`mark`: called when the load begins and when it ends (before the grace)."""
     loop = asyncio.get_running_loop()
     tally = Tally()
     end = 0.0
@@ -308,10 +321,12 @@ async def closed_loop(
     for _ in range(connections):
         _, conn = await loop.create_connection(lambda: Connection(tally, on_idle), host, port)
         conns.append(conn)
+    mark()
     end = time.perf_counter() + seconds
     for conn in conns:
         send(conn)
     await asyncio.sleep(seconds)
+    mark()
     end = 0.0  # no more sends: the loop's timer may wake a little before `end`
     await tally.settle(grace_s)
     for conn in conns:
@@ -320,13 +335,65 @@ async def closed_loop(
     return tally
 
 
+@dataclass(frozen=True)
+class CoreUse:
+    """Where the server's cores went while a step's load was offered (its grace left out),
+    as shares of their time: its event loop's thread, its other threads (the runtime's),
+    and idle."""
+
+    loop: float
+    threads: float
+    idle: float
+
+
+class CoreWatch:
+    """Readings of the server's threads' CPU time and its cores' idle time (`/proc`, Linux)."""
+
+    def __init__(self, pid: int, cpus: set[int] | None) -> None:
+        self._pid = pid
+        self._cpus = sorted(cpus) if cpus else list(range(os.cpu_count() or 1))
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self.marks: list[tuple[float, float, float, float]] = []
+        """(wall s, the event loop's CPU s, the other threads' CPU s, the cores' idle s)."""
+
+    def mark(self) -> None:
+        loop_s = threads_s = 0.0
+        with contextlib.suppress(FileNotFoundError):
+            for tid in os.listdir(f"/proc/{self._pid}/task"):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    stat = Path(f"/proc/{self._pid}/task/{tid}/stat").read_text()
+                    fields = stat[stat.rindex(")") + 2 :].split()
+                    cpu_s = (int(fields[11]) + int(fields[12])) / self._tick
+                    if int(tid) == self._pid:  # (uvicorn runs the event loop on the main thread)
+                        loop_s += cpu_s
+                    else:
+                        threads_s += cpu_s
+        idle_s = 0.0
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in self._cpus:
+                idle_s += (int(values[3]) + int(values[4])) / self._tick
+        self.marks.append((time.perf_counter(), loop_s, threads_s, idle_s))
+
+    def use(self) -> CoreUse | None:
+        """Between the first two marks; None without them."""
+        if len(self.marks) < 2:
+            return None
+        (t0, loop0, threads0, idle0), (t1, loop1, threads1, idle1) = self.marks[:2]
+        cores_s = (t1 - t0) * len(self._cpus)
+        return CoreUse(
+            (loop1 - loop0) / cores_s, (threads1 - threads0) / cores_s, (idle1 - idle0) / cores_s
+        )
+
+
 @dataclass
 class Step:
-    """One load step: what was offered, and what came back."""
+    """One load step: what was offered, what came back, and where the server's cores went."""
 
     loop: str
     offered: str
     tally: Tally
+    cores: CoreUse | None = None
 
 
 @dataclass
@@ -366,15 +433,21 @@ def run_scenario(
         steps = []
         for connections in args.closed:
             print(f"closed loop, {connections} connections", flush=True)
+            watch = CoreWatch(server.process.pid, args.server_cpus)
             tally = run_loop(
-                closed_loop(host, int(port), payloads, connections, args.seconds, args.grace)
+                closed_loop(
+                    host, int(port), payloads, connections, args.seconds, args.grace, watch.mark
+                )
             )
-            steps.append(Step("closed", f"{connections} clients", tally))
+            steps.append(Step("closed", f"{connections} clients", tally, watch.use()))
         for factor in args.open:
             rate = capacity * factor
             print(f"open loop at {rate:.0f} req/s ({factor:g}x)", flush=True)
-            tally = run_loop(open_loop(host, int(port), payloads, rate, args.seconds, args.grace))
-            steps.append(Step("open", f"{factor:g}x ({rate:.0f}/s)", tally))
+            watch = CoreWatch(server.process.pid, args.server_cpus)
+            tally = run_loop(
+                open_loop(host, int(port), payloads, rate, args.seconds, args.grace, watch.mark)
+            )
+            steps.append(Step("open", f"{factor:g}x ({rate:.0f}/s)", tally, watch.use()))
     finally:
         pin(None)
         server.stop()
@@ -405,8 +478,15 @@ def curve_row(variant: str, step: Step, seconds: float, best: float) -> str:
         f"**{goodput / best:.2f}** | {len(refused) / seconds:.0f} | "
         f"{100 * paced / max(len(refused), 1):.0f}% | {other} | "
         f"{unanswered + tally.lost} | {p99_ms([o.server_s for o in ok if o.server_s])} | "
-        f"{p99_ms(outside)} | {p99_ms([o.client_s for o in ok])} | {p99_ms(decided)} |"
+        f"{p99_ms(outside)} | {p99_ms([o.client_s for o in ok])} | {p99_ms(decided)} | "
+        f"{_percents(step.cores)} |"
     )
+
+
+def _percents(use: CoreUse | None) -> str:
+    if use is None:
+        return "-"
+    return f"{100 * use.loop:.0f} / {100 * use.threads:.0f} / {100 * use.idle:.0f}"
 
 
 def plot(scenarios: dict[str, Scenario], seconds: float, out: Path) -> None:
@@ -602,14 +682,18 @@ def main() -> int:
         "back before its last `Retry-After` was over; 429 server p99: `Server-Timing`'s "
         "total less that hold (the time to decide and answer). Lost: sent "
         f"and not answered within {args.grace:g} s of the end, or its connection failed. "
+        "Server cores: shares of the time of the server's cores while the load was offered "
+        "(the grace after it left out), from `/proc`: CPU of the event loop's thread, CPU of "
+        "the server's other threads (the runtime's), idle. "
         "The client is raw asyncio HTTP/1.1 on uvloop.",
         "",
         f"Command: `{command}`",
         "",
         "| server | loop | offered | goodput /s | ratio | 429 /s | paced | other | lost "
         "| 200 server p99 ms | 200 outside the run p99 ms | 200 client p99 ms "
-        "| 429 server p99 ms |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| 429 server p99 ms | server cores % (event loop / other threads / idle) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for name, scenario in scenarios.items():
         lines += [curve_row(name, step, args.seconds, scenario.best) for step in scenario.steps]

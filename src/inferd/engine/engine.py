@@ -260,7 +260,7 @@ class Engine:
 
     def rollout_failures(self) -> list[tuple[str, bool]]:
         """Each model, and whether its rollout failed (its state file could not be read)."""
-        failed = self.rollouts.failures()
+        failed = self.rollouts.view.failures()
         return [(model, model in failed) for model in self.registry.models()]
 
     def instance_loads(self) -> list[tuple[str, str, InstanceLoad]]:

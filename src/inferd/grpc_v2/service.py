@@ -16,7 +16,6 @@ settings (`max_tokens`, `temperature`, `top_k`, `top_p`, `repetition_penalty`, `
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -25,17 +24,17 @@ import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from inferd.engine import FINAL, TEXT_OUTPUT, Engine, Generation
-from inferd.errors import DeadlineExceededError, InferdError, TooManyItemsError
+from inferd.engine import Engine
+from inferd.errors import InferdError, TooManyItemsError
 from inferd.front import v2_views as views
 from inferd.front.recording import RequestRecorder
 from inferd.front.route_key import take_route_key
-from inferd.front.v2_parameters import prompt_of, sampling_of, timeout_parameter_s
-from inferd.generation.sequence import Finished
+from inferd.front.v2_parameters import timeout_parameter_s
 from inferd.grpc_v2 import kserve_v2_pb2 as pb
 from inferd.grpc_v2 import kserve_v2_service_pb2_grpc as pb_grpc
 from inferd.grpc_v2.calls import Calls
 from inferd.grpc_v2.codec import decode_inputs, encode_outputs, parameter_values
+from inferd.grpc_v2.generate_rpc import generated
 from inferd.grpc_v2.reader import Reader
 from inferd.grpc_v2.stream import Put, stream_error, windowed
 from inferd.grpc_v2.wire import InferAnswer, InferCall
@@ -222,64 +221,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         config = self._engine.registry.config_of(model)
         return config is not None and "generate" in config.kind.verbs
 
-    async def _generate(
+    def _generate(
         self, call: InferCall, context: Any, streamed: bool
     ) -> AsyncIterator[pb.ModelInferResponse]:
-        """A generation's responses: with `streamed`, one per token, the last flagged final;
-        else one with the whole text."""
-        request = call.message
-        parameters = self._parameters(request)
-        feeds = await self._reader.off_loop(
-            call.size, lambda: decode_inputs(request, call.raw, call.packed)
-        )
-        prompt = prompt_of(feeds)
-        generation = await self._engine.start_generation(
-            request.model_name, prompt, sampling_of(parameters), request.model_version or None
-        )
+        parameters = self._parameters(call.message)
         timeout_s = _timeout_s(context, parameters)
-        current_trace().deadline_by_client = timeout_s is not None
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            generation.close()  # the stream ends; its sequence stops at the next step
-
-        timer = None
-        if timeout_s is not None:
-            timer = asyncio.get_running_loop().call_later(timeout_s, expire)
-        try:
-            if not streamed:
-                done = await generation.result()
-                if expired:
-                    raise DeadlineExceededError("the call's deadline passed during its generation")
-                yield _text_response(request, generation, done.text, done)
-                return
-            # each token's response goes out when the next one is known, so that the last
-            # carries the final flag; a client that asked for an empty final response
-            # (`triton_enable_empty_final_response`) gets every token, then that
-            empty_final = bool(parameters.get("triton_enable_empty_final_response"))
-            held: str | None = None
-            async for event in generation.stream(joined=False):
-                if expired:
-                    break
-                if isinstance(event, Finished):
-                    if held is not None and not empty_final:
-                        yield _text_response(request, generation, held, event)
-                    else:
-                        if held is not None:
-                            yield _text_response(request, generation, held, None)
-                        yield _text_response(request, generation, None, event)
-                    return
-                if held is not None:
-                    yield _text_response(request, generation, held, None)
-                held = event
-            if expired:
-                raise DeadlineExceededError("the call's deadline passed during its generation")
-        finally:
-            if timer is not None:
-                timer.cancel()
-            generation.close()
+        return generated(self._engine, self._reader, call, parameters, timeout_s, streamed)
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[InferCall | InferdError], context: Any
@@ -327,23 +274,3 @@ def _timeout_s(context: Any, parameters: dict[str, Any]) -> float | None:
     if seconds is None:
         return remaining if remaining is not None else None
     return seconds if remaining is None else min(seconds, remaining)
-
-
-def _text_response(
-    request: pb.ModelInferRequest,
-    generation: Generation,
-    text: str | None,
-    done: Finished | None,
-) -> pb.ModelInferResponse:
-    response = pb.ModelInferResponse(
-        model_name=generation.model, model_version=str(generation.version), id=request.id
-    )
-    if text is not None:
-        text_output = {TEXT_OUTPUT: np.array([text], dtype=object)}
-        encode_outputs(InferAnswer(response), text_output).complete()
-    response.parameters[FINAL].bool_param = done is not None
-    if done is not None:
-        response.parameters["finish_reason"].string_param = done.reason
-        response.parameters["prompt_tokens"].int64_param = done.prompt_tokens
-        response.parameters["completion_tokens"].int64_param = done.completion_tokens
-    return response

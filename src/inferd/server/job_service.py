@@ -151,7 +151,7 @@ class Jobs:
         engine = self._engine
         if not engine.loader.done or engine.admission.draining or not engine.accepting:
             return False
-        if engine.registry.any_queued():
+        if engine.registry.waiting_requests():  # (asked every few ms: no list made)
             return False
         return self._share.ready()
 

@@ -34,7 +34,7 @@ def snapshot(engine: Engine, live: LiveWindow, jobs: dict[str, Any]) -> dict[str
                 "versions": [
                     _version(v, depths.get((name, str(n)), 0)) for n, v in sorted(versions.items())
                 ],
-                "rollout": engine.rollouts.split(name),
+                "rollout": engine.rollouts.view.split(name),
                 "live": figures[name].as_dict() if name in figures else None,
             }
         )

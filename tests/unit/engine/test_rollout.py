@@ -30,7 +30,7 @@ async def test_keys_keep_their_version_and_a_raise_moves_only_its_share(tmp_path
     keys = [f"user-{i}" for i in range(1000)]
     before = {}
     for key in keys:
-        chosen = {rollouts.choose("affine", key) for _ in range(200)}
+        chosen = {rollouts.router.choose("affine", key) for _ in range(200)}
         assert len(chosen) == 1, (key, chosen)
         before[key] = chosen.pop()
     canary = sum(route == "canary" for _, route in before.values()) / len(keys)
@@ -42,13 +42,13 @@ async def test_keys_keep_their_version_and_a_raise_moves_only_its_share(tmp_path
     record = rollouts.policy.record("affine")
     assert record is not None
     record.step, record.weight = 1, 0.2  # 5% -> 20%
-    after = {key: rollouts.choose("affine", key) for key in keys}
+    after = {key: rollouts.router.choose("affine", key) for key in keys}
     moved = [k for k in keys if after[k][0] != before[k][0]]  # keys whose version changed
     assert all(before[k][0] == 1 and after[k] == (2, "canary") for k in moved)
     assert len(moved) / len(keys) == pytest.approx(0.15, abs=0.02)
     baseline = sum(route == "baseline" for _, route in after.values()) / len(keys)
     assert baseline == pytest.approx(0.2, abs=0.03)
-    assert rollouts.choose("other", "user-1") is None  # no rollout: the usual version
+    assert rollouts.router.choose("other", "user-1") is None  # no rollout: the usual version
     await engine.close()
 
 
@@ -58,9 +58,9 @@ async def test_a_window_without_enough_traffic_holds_and_says_so(tmp_path: Path)
     )
     for _ in range(40):
         await asyncio.sleep(0.05)
-        if engine.rollouts.status("affine")["status"] == "holding":
+        if engine.rollouts.view.status("affine")["status"] == "holding":
             break
-    state = engine.rollouts.status("affine")
+    state = engine.rollouts.view.status("affine")
     assert state["status"] == "holding" and state["weight"] == pytest.approx(0.1)
     assert "not enough traffic to judge: 0 candidate and 0 baseline requests" in state["reason"]
     assert [d["decision"] for d in state["decisions"]] == ["start", "hold"]
@@ -104,13 +104,13 @@ async def test_a_step_asked_to_judge_agreement_holds_without_comparisons(tmp_pat
     )
     rollouts = engine.rollouts
     for _ in range(20):  # candidate traffic enough to judge, but no shadow compared
-        rollouts.record("affine", 2, False, 0.001, 0.0, "canary")
-        rollouts.record("affine", 1, False, 0.001, 0.0, "stable")
+        rollouts.router.record("affine", 2, False, 0.001, 0.0, "canary")
+        rollouts.router.record("affine", 1, False, 0.001, 0.0, "stable")
     for _ in range(40):
         await asyncio.sleep(0.05)
-        if rollouts.status("affine")["status"] != "running":
+        if rollouts.view.status("affine")["status"] != "running":
             break
-    state = rollouts.status("affine")
+    state = rollouts.view.status("affine")
     assert state["status"] == "holding", state["decisions"]
     assert "not enough shadowed requests to judge agreement: 0 compared" in state["reason"]
     await engine.close()
@@ -123,9 +123,9 @@ async def test_a_served_model_without_a_rollout_says_none_and_an_unknown_one_is_
     engine = engine_for(tmp_path)
     await engine.load_all()
     try:
-        state = engine.rollouts.status("affine")
+        state = engine.rollouts.view.status("affine")
         assert (state["model"], state["status"], state["decisions"]) == ("affine", "none", [])
         with pytest.raises(NotFoundError, match="unknown model 'absent'"):
-            engine.rollouts.status("absent")
+            engine.rollouts.view.status("absent")
     finally:
         await engine.close()

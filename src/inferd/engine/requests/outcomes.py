@@ -55,7 +55,7 @@ class Outcomes:
                 # the version's own time: its queue wait is judged apart (it grows with the
                 # share of traffic a version takes, not with what the version does)
                 own = max(seconds - trace.queue_s, 0.0)
-                self._rollouts.record(
+                self._rollouts.router.record(
                     served.model, served.version, failed, own, trace.queue_s, trace.route
                 )
 
@@ -71,7 +71,7 @@ class Outcomes:
             return
         candidate = self._rollouts.shadow_target(served.model)
         if candidate is not None:
-            self._rollouts.mirror(served.model, run(candidate), agree)
+            self._rollouts.router.mirror(served.model, run(candidate), agree)
 
     def generation_ended(
         self,
@@ -92,7 +92,7 @@ class Outcomes:
         per_token = finished.total_s / max(finished.completion_tokens, 1)
         first = finished.first_token_s or 0.0
         rollouts = self._rollouts
-        rollouts.record(served.model, served.version, failed, per_token, first, route)
+        rollouts.router.record(served.model, served.version, failed, per_token, first, route)
         if route != "stable" or failed or not seq.params.greedy:
             return
         candidate = rollouts.shadow_target(served.model)
@@ -105,6 +105,6 @@ class Outcomes:
             await mirrored.result()
             return list(mirrored.generated)
 
-        rollouts.mirror(
+        rollouts.router.mirror(
             served.model, shadow(), lambda tokens: agreeing_tokens(stable_tokens, tokens)
         )

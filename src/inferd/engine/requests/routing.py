@@ -37,7 +37,7 @@ class Routing:
         ready one."""
         if version is None:
             trace = current_trace()
-            routed = self._rollouts.choose(model, trace.route_key)
+            routed = self._rollouts.router.choose(model, trace.route_key)
             if routed is not None:
                 number, trace.route = routed
                 if trace.route == "baseline":

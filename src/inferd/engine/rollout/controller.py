@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from inferd.config.model import RolloutConfig
@@ -64,28 +63,16 @@ class Rollouts:
         self._observer = observer
         self.policy = policy
         self.router = Router(registry, policy, observer)
+        """The data path's side: which version a request goes to, what each served."""
         self.watcher = RepositoryWatcher(registry, policy, self.start)
         self.view = RolloutView(registry, policy, self.router)
+        """What is shown of the rollouts (status, the status page's split, failures)."""
         self._decisions = Decisions(self.router, policy, observer)
         self._next_look: dict[str, float] = {}
         """Per model: when a held window is judged again (wall-clock seconds)."""
         self._changes = asyncio.Lock()
 
     # -- the data path (the router's) ----------------------------------------------------------
-
-    def choose(self, model: str, key: str | None) -> tuple[int, str] | None:
-        return self.router.choose(model, key)
-
-    def record(
-        self,
-        model: str,
-        version: int,
-        failed: bool,
-        latency_s: float,
-        queue_s: float,
-        route: str | None,
-    ) -> None:
-        self.router.record(model, version, failed, latency_s, queue_s, route)
 
     def baseline(self, model: str) -> Version | None:
         """The rollout's baseline (a second instance of its stable version), if it serves."""
@@ -94,22 +81,6 @@ class Rollouts:
 
     def shadow_target(self, model: str) -> Version | None:
         return self.router.shadow_target(model, self._config(model).shadow_percent)
-
-    def mirror(self, model: str, work: Awaitable[T], agree: Callable[[T], float]) -> None:
-        self.router.mirror(model, work, agree)
-
-    # -- what is shown -------------------------------------------------------------------------
-
-    def split(self, model: str) -> dict[str, Any] | None:
-        """What the status page shows of a model's rollout (None when it never had one)."""
-        return self.view.split(model)
-
-    def failures(self) -> dict[str, str]:
-        """Model -> why its rollout failed (its state file could not be taken up)."""
-        return self.view.failures()
-
-    def status(self, model: str) -> dict[str, Any]:
-        return self.view.status(model)
 
     # -- the admin's actions ---------------------------------------------------------------------
 
@@ -144,12 +115,12 @@ class Rollouts:
             self._decisions.decide(
                 record, "start", f"version {to} loaded, given the first step's share"
             )
-        return self.status(model)
+        return self.view.status(model)
 
     async def promote(self, model: str) -> dict[str, Any]:
         async with self._changes:
             await self._promote(self._active(model), "promoted by the admin")
-        return self.status(model)
+        return self.view.status(model)
 
     async def rollback(self, model: str, abort: bool = False) -> dict[str, Any]:
         async with self._changes:
@@ -158,7 +129,7 @@ class Rollouts:
                 await self._end(record, Status.ABORTED, "abort", "aborted by the admin")
             else:
                 await self._end(record, Status.ROLLED_BACK, "rollback", "rolled back by the admin")
-        return self.status(model)
+        return self.view.status(model)
 
     def _active(self, model: str) -> RolloutRecord:
         record = self.policy.record(model)
@@ -299,7 +270,7 @@ class Rollouts:
         one whose versions did not both load is aborted, and says why. A model whose record
         could not be read is reported failed (`status`, /ready) and serves by its version
         policy; the others resume."""
-        for model, reason in self.failures().items():
+        for model, reason in self.view.failures().items():
             notify(self._observer, RolloutDecided(model, "failed", 0.0))
             log.error("rollout failed", extra={"model": model, "reason": reason})
         for record in self.policy.records():

@@ -64,7 +64,7 @@ class Lifecycle:
         readiness = self._registry.readiness(
             strict, loaded, self._admission.draining, self._residency.never_fits
         )
-        failures = self._rollouts.failures()
+        failures = self._rollouts.view.failures()
         if not failures:
             return readiness
         models = dict(readiness.models)

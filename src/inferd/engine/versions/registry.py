@@ -223,11 +223,6 @@ class Registry:
     def queue_depths(self) -> list[tuple[str, str, int]]:
         return [(v.model, str(v.version), v.queued_items) for v in self.all_versions() if v.ready]
 
-    def any_queued(self) -> bool:
-        """Whether any version serving holds a queued item (cheaper than `queue_depths`: asked
-        every few milliseconds by the job worker)."""
-        return any(v.queued_items for v in self.all_versions() if v.ready)
-
     def waiting_requests(self) -> int:
         """Requests waiting to start, over every version serving."""
         return sum(v.queued_requests for v in self.all_versions() if v.ready)

@@ -55,7 +55,7 @@ class RolloutAction(BaseModel):
 
 @router.get("/models/{model}/rollout", summary="A model's rollout: step, share, decisions")
 async def rollout_status(request: Request, model: str) -> Response:
-    return json_response(engine_of(request).rollouts.status(model))
+    return json_response(engine_of(request).rollouts.view.status(model))
 
 
 @router.post(
