@@ -28,7 +28,7 @@ from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.clients import current_client
 from inferd.drain import ended_within
-from inferd.errors import DeadlineExceededError, QueueFullError, UnavailableError
+from inferd.errors import DeadlineExceededError, UnavailableError
 from inferd.observability.observer import Observer, Unhealthy, notify
 from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
@@ -130,11 +130,6 @@ class DynamicBatcher:
         return self._settings.max_queue_size
 
     @property
-    def saturated(self) -> bool:
-        """Whether one more item would be refused now for a full queue (`Admission`)."""
-        return self.admission.saturated
-
-    @property
     def running_batches(self) -> int:
         return self._backlog.running
 
@@ -145,10 +140,6 @@ class DynamicBatcher:
     def max_rows(self, now: float) -> int:
         """The batch size limit now (`RuntimeHealth.current_limit`)."""
         return self._health.current_limit(now)
-
-    def queue_time_refusal(self, arriving: int = 0) -> QueueFullError | None:
-        """The 4290 an item arriving now gets for the queue's work (`Admission`)."""
-        return self.admission.queue_time_refusal(arriving)
 
     # -- submission ------------------------------------------------------------------------
 

@@ -58,24 +58,7 @@ class GenerationMetrics:
             buckets=SIZE_BUCKETS,
             registry=registry,
         )
-        self.sequences = Gauge(
-            "inferd_generation_sequences",
-            "Sequences running (in the batch) or waiting",
-            ["model", "version", "state"],
-            registry=registry,
-        )
-        self.kv_tokens = Gauge(
-            "inferd_generation_kv_cache_tokens",
-            "Token slots the KV cache holds, padding included",
-            ["model", "version"],
-            registry=registry,
-        )
-        self.kv_limit = Gauge(
-            "inferd_generation_kv_cache_limit_tokens",
-            "The KV cache budget (max_kv_tokens)",
-            ["model", "version"],
-            registry=registry,
-        )
+        self.sequences, self.kv_tokens, self.kv_limit = _batch_gauges(registry)
 
     def on_generation_step(self, event: GenerationStep) -> None:
         label, version = self._model_label(event.model), event.version
@@ -106,3 +89,26 @@ class GenerationMetrics:
         self.finished.labels(label, event.reason).inc()
         self.generated.labels(label, "prompt").inc(event.prompt_tokens)
         self.generated.labels(label, "completion").inc(event.completion_tokens)
+
+
+def _batch_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
+    """The running batch's gauges: its sequences by state, its KV cache's tokens and limit."""
+    sequences = Gauge(
+        "inferd_generation_sequences",
+        "Sequences running (in the batch) or waiting",
+        ["model", "version", "state"],
+        registry=registry,
+    )
+    kv_tokens = Gauge(
+        "inferd_generation_kv_cache_tokens",
+        "Token slots the KV cache holds, padding included",
+        ["model", "version"],
+        registry=registry,
+    )
+    kv_limit = Gauge(
+        "inferd_generation_kv_cache_limit_tokens",
+        "The KV cache budget (max_kv_tokens)",
+        ["model", "version"],
+        registry=registry,
+    )
+    return sequences, kv_tokens, kv_limit

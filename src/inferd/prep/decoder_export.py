@@ -18,6 +18,7 @@ vocab]`); inferd drives both.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,15 +153,7 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     present_names = cache_names(layers, PRESENT)
     inputs = ["input_ids", "attention_mask", "position_ids", *past_names]
     outputs = ["logits", *present_names]
-    dynamic: dict[str, dict[int, str]] = {
-        "input_ids": {0: BATCH_AXIS, 1: "sequence"},
-        "attention_mask": {0: BATCH_AXIS, 1: "total_sequence"},
-        "position_ids": {0: BATCH_AXIS, 1: "sequence"},
-        # the last position's alone is one position, not the step's
-        "logits": {0: BATCH_AXIS} if last_only else {0: BATCH_AXIS, 1: "sequence"},
-    }
-    dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
-    dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
+    dynamic = _dynamic_axes(past_names, present_names, last_only)
 
     plan = FeedPlan(
         kind="decoder",
@@ -171,34 +164,8 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
         head_dim=head_dim,
         max_length=context,
     )
-    eos = raw.get("eos_token_id")
-    generation: dict[str, Any] = {"context_length": context}
-    if isinstance(eos, int) and 0 <= eos < vocab:
-        generation["eos_token_id"] = eos
-    generation_file = folder / "generation_config.json"
-    if generation_file.is_file():
-        gen = json.loads(generation_file.read_text())
-        if isinstance(gen.get("eos_token_id"), int) and 0 <= gen["eos_token_id"] < vocab:
-            generation["eos_token_id"] = gen["eos_token_id"]
-
+    generation = _generation_settings(folder, raw, context, vocab)
     architecture = str(raw["model_type"])
-
-    def inplace() -> Any:
-        weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-        if architecture == "gpt2":
-            from inferd.prep.inplace_decoder import build_inplace_decoder
-
-            return build_inplace_decoder(weights, raw)
-        from inferd.prep.inplace_llama import build_inplace_llama
-
-        rotary = model.model.rotary_emb
-        return build_inplace_llama(
-            weights,
-            raw,
-            rotary.inv_freq.detach().numpy(),
-            float(rotary.attention_scaling),
-            str(getattr(rotary, "rope_type", "default")),
-        )
 
     return Source(
         module=wrap_decoder(model, layers),
@@ -220,7 +187,63 @@ def decoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "inferd.num_heads": str(shape.heads),
             "inferd.hidden_size": str(hidden),
         },
-        inplace=inplace if architecture in INPLACE_ARCHITECTURES else None,
+        inplace=(
+            functools.partial(_inplace, model, raw)
+            if architecture in INPLACE_ARCHITECTURES
+            else None
+        ),
         # (the exporter leaves the one position symbolic; the runtime reads it from here)
         fixed_dims={"logits": {1: 1}} if last_only else {},
+    )
+
+
+def _dynamic_axes(
+    past_names: list[str], present_names: list[str], last_only: bool
+) -> dict[str, dict[int, str]]:
+    """The export's dynamic axes: the batch everywhere, the step's and the cache's lengths."""
+    dynamic: dict[str, dict[int, str]] = {
+        "input_ids": {0: BATCH_AXIS, 1: "sequence"},
+        "attention_mask": {0: BATCH_AXIS, 1: "total_sequence"},
+        "position_ids": {0: BATCH_AXIS, 1: "sequence"},
+        # the last position's alone is one position, not the step's
+        "logits": {0: BATCH_AXIS} if last_only else {0: BATCH_AXIS, 1: "sequence"},
+    }
+    dynamic.update({n: {0: BATCH_AXIS, 2: "past_sequence"} for n in past_names})
+    dynamic.update({n: {0: BATCH_AXIS, 2: "total_sequence"} for n in present_names})
+    return dynamic
+
+
+def _generation_settings(
+    folder: Path, raw: dict[str, Any], context: int, vocab: int
+) -> dict[str, Any]:
+    """The served config's `generation`: the context length, and the end-of-text token of the
+    model's config, or of its generation_config.json when that names one in the vocabulary."""
+    eos = raw.get("eos_token_id")
+    generation: dict[str, Any] = {"context_length": context}
+    if isinstance(eos, int) and 0 <= eos < vocab:
+        generation["eos_token_id"] = eos
+    generation_file = folder / "generation_config.json"
+    if generation_file.is_file():
+        gen = json.loads(generation_file.read_text())
+        if isinstance(gen.get("eos_token_id"), int) and 0 <= gen["eos_token_id"] < vocab:
+            generation["eos_token_id"] = gen["eos_token_id"]
+    return generation
+
+
+def _inplace(model: Any, raw: dict[str, Any]) -> Any:
+    """The decoder's in-place KV cache graph (GPT-2's or Llama's), from its weights."""
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    if str(raw["model_type"]) == "gpt2":
+        from inferd.prep.inplace_decoder import build_inplace_decoder
+
+        return build_inplace_decoder(weights, raw)
+    from inferd.prep.inplace_llama import build_inplace_llama
+
+    rotary = model.model.rotary_emb
+    return build_inplace_llama(
+        weights,
+        raw,
+        rotary.inv_freq.detach().numpy(),
+        float(rotary.attention_scaling),
+        str(getattr(rotary, "rope_type", "default")),
     )

@@ -33,6 +33,39 @@ from inferd.generation.decoder import (
 from inferd.prep.ranked_logits import ranked_width
 
 
+class _Nodes:
+    """The draw's nodes and constants, named apart from the graph's own (`inferd_draw_...`)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.nodes: list[Any] = []
+
+    def const(self, part: str, kind: int, shape: list[int], values: list[Any]) -> str:
+        from onnx import helper
+
+        self.graph.initializer.append(
+            helper.make_tensor(f"inferd_draw_{part}", kind, shape, values)
+        )
+        return f"inferd_draw_{part}"
+
+    def node(self, op: str, inputs: list[str], out: str, **attrs: Any) -> str:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, inputs, [f"inferd_draw_{out}"], **attrs))
+        return f"inferd_draw_{out}"
+
+    def column(self, value: str, axis: str, part: str) -> str:
+        """[batch] -> [batch, 1]."""
+        return self.node("Unsqueeze", [value, axis], part)
+
+    def count(self, flags: str, axis: str, part: str) -> str:
+        """The trues in each row, [batch, 1]."""
+        from onnx import TensorProto
+
+        as_int = self.node("Cast", [flags], f"{part}_int", to=TensorProto.INT64)
+        return self.node("ReduceSum", [as_int, axis], part, keepdims=1)
+
+
 def add_graph_draw(model: Any) -> bool:
     """Adds the draw to an onnx.ModelProto that has the ranked outputs, in place; False (nothing
     added) when they are missing, their width is not fixed, or the draw is already there."""
@@ -44,64 +77,49 @@ def add_graph_draw(model: Any) -> bool:
         return False
     batch_dim = next(o for o in graph.output if o.name == TOP_LOGITS).type.tensor_type.shape.dim[0]
     batch = batch_dim.dim_param or batch_dim.dim_value or "batch"
-
-    def name(part: str) -> str:
-        return f"inferd_draw_{part}"
-
-    def const(part: str, kind: int, shape: list[int], values: list[Any]) -> str:
-        graph.initializer.append(helper.make_tensor(name(part), kind, shape, values))
-        return name(part)
-
+    g = _Nodes(graph)
+    node, const = g.node, g.const
     one_axis = const("axis1", TensorProto.INT64, [1], [1])
     scalar_axis = const("axis_scalar", TensorProto.INT64, [], [1])
-    starts, ends = (
-        const("zero", TensorProto.INT64, [1], [0]),
-        const("one", TensorProto.INT64, [1], [1]),
-    )
-    zero_d, one_d = (
-        const("zero_d", TensorProto.DOUBLE, [], [0.0]),
-        const("one_d", TensorProto.DOUBLE, [], [1.0]),
-    )
+    starts = const("zero", TensorProto.INT64, [1], [0])
+    ends = const("one", TensorProto.INT64, [1], [1])
+    zero_d = const("zero_d", TensorProto.DOUBLE, [], [0.0])
+    one_d = const("one_d", TensorProto.DOUBLE, [], [1.0])
     one_i = const("one_i", TensorProto.INT64, [], [1])
     positions = const("positions", TensorProto.INT64, [1, width], list(range(width)))
 
-    nodes = []
-
-    def node(op: str, inputs: list[str], out: str, **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, inputs, [name(out)], **attrs))
-        return name(out)
-
-    def column(value: str, part: str) -> str:  # [batch] -> [batch, 1]
-        return node("Unsqueeze", [value, one_axis], part)
-
-    def count(flags: str, part: str) -> str:  # trues in each row, [batch, 1]
-        as_int = node("Cast", [flags], f"{part}_int", to=TensorProto.INT64)
-        return node("ReduceSum", [as_int, one_axis], part, keepdims=1)
-
     scores = node("Cast", [TOP_LOGITS], "scores", to=TensorProto.DOUBLE)
     best = node("Slice", [scores, starts, ends, one_axis], "best")
-    temperature = column(DRAW_TEMPERATURE, "temperature")
+    temperature = g.column(DRAW_TEMPERATURE, one_axis, "temperature")
     greedy = node("Equal", [temperature, zero_d], "greedy")
     divisor = node("Where", [greedy, one_d, temperature], "divisor")
     shifted = node("Sub", [scores, best], "shifted")
     weights = node("Exp", [node("Div", [shifted, divisor], "scaled")], "exp")
-    top_k = column(DRAW_TOP_K, "top_k")
+    top_k = g.column(DRAW_TOP_K, one_axis, "top_k")
     inside = node("Less", [positions, top_k], "inside")
     weights = node("Where", [inside, weights, zero_d], "weights")
     running = node("CumSum", [weights, scalar_axis], "running")
     total = node("GatherElements", [running, node("Sub", [top_k, one_i], "last")], "total", axis=1)
-    mass = node("Mul", [column(DRAW_TOP_P, "top_p"), total], "mass")
-    below = count(node("Less", [running, mass], "below_flags"), "below")
+    mass = node("Mul", [g.column(DRAW_TOP_P, one_axis, "top_p"), total], "mass")
+    below = g.count(node("Less", [running, mass], "below_flags"), one_axis, "below")
     keep = node("Min", [node("Add", [below, one_i], "below_one"), top_k], "keep")
     keep_last = node("Sub", [keep, one_i], "keep_last")
     limit = node("GatherElements", [running, keep_last], "limit", axis=1)
-    target = node("Mul", [column(DRAW_UNIFORM, "uniform"), limit], "target")
-    passed = count(node("LessOrEqual", [running, target], "passed_flags"), "passed")
+    target = node("Mul", [g.column(DRAW_UNIFORM, one_axis, "uniform"), limit], "target")
+    passed = g.count(node("LessOrEqual", [running, target], "passed_flags"), one_axis, "passed")
     pick = node("Min", [passed, keep_last], "pick")
     drawn = node("GatherElements", [TOP_IDS, pick], "drawn", axis=1)
     first = node("Slice", [TOP_IDS, starts, ends, one_axis], "first")
-    nodes.append(helper.make_node("Where", [greedy, first, drawn], [NEXT_IDS]))
-    graph.node.extend(nodes)
+    g.nodes.append(helper.make_node("Where", [greedy, first, drawn], [NEXT_IDS]))
+    graph.node.extend(g.nodes)
+    _declare_io(graph, batch)
+    return True
+
+
+def _declare_io(graph: Any, batch: str | int) -> None:
+    """The draw's inputs (a row's temperature, top-k, top-p and uniform number) and its
+    output (the drawn token ids, [batch, 1])."""
+    from onnx import TensorProto, helper
 
     graph.input.extend(
         [
@@ -112,7 +130,6 @@ def add_graph_draw(model: Any) -> bool:
         ]
     )
     graph.output.append(helper.make_tensor_value_info(NEXT_IDS, TensorProto.INT64, [batch, 1]))
-    return True
 
 
 def add_to_file(path: Path) -> bool:

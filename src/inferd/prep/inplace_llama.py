@@ -19,7 +19,7 @@ residual. Then the final norm and the output projection, on each row's last real
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,6 +53,88 @@ def rotary_tables(
     )
 
 
+def _check_rotary(head_dim: int, inv_freq: np.ndarray) -> None:
+    if head_dim % 16:
+        raise InplaceDecoderError(
+            f"head_dim {head_dim}: ONNX Runtime's rotary attention takes multiples of 16"
+        )
+    if inv_freq.shape != (head_dim // 2,):
+        raise InplaceDecoderError(
+            f"rotary frequencies of shape {inv_freq.shape}: a partial rotary embedding is not "
+            "supported in place"
+        )
+
+
+def _linear(
+    g: GraphParts, weights: dict[str, np.ndarray], x: str, prefixes: list[str], out: str
+) -> str:
+    """One product for the projections `prefixes` side by side (torch's [out, in])."""
+    matrix = np.concatenate([weights[f"{p}.weight"] for p in prefixes], axis=0).T
+    y = g.node("MatMul", [x, g.weight(f"{out}_w", matrix)], f"{out}_mm")
+    if all(f"{p}.bias" in weights for p in prefixes):
+        bias = np.concatenate([weights[f"{p}.bias"] for p in prefixes])
+        y = g.node("Add", [y, g.weight(f"{out}_b", bias)], out)
+    return y
+
+
+def _rms_norm(g: GraphParts, x: str, name: str, out: str, consts: tuple[str, str]) -> str:
+    """RMS norm in plain operators, the form ONNX Runtime fuses into its own kernel (with the
+    residual's Add before it); `consts`: the exponent 2 and the epsilon, as initializers."""
+    two, epsilon = consts
+    square = g.node("Pow", [x, two], f"{out}_sq")
+    mean = g.node("ReduceMean", [square], f"{out}_mean", axes=[-1], keepdims=1)
+    root = g.node("Sqrt", [g.node("Add", [mean, epsilon], f"{out}_eps")], f"{out}_rms")
+    return g.node("Mul", [g.node("Div", [x, root], f"{out}_div"), g.weight(name)], out)
+
+
+class _Attention(NamedTuple):
+    heads: int
+    kv_heads: int
+    rotary: tuple[str, str]
+    """The cos and sin tables' initializers."""
+    past: list[str]
+    present: list[str]
+
+
+def _decoder_layer(
+    g: GraphParts,
+    weights: dict[str, np.ndarray],
+    x: str,
+    i: int,
+    attention: _Attention,
+    consts: tuple[str, str],
+    gate_up: str,
+) -> str:
+    """Layer `i`: attention (ONNX Runtime's GroupQueryAttention, the cache in place) and the
+    SwiGLU MLP, each after its RMS norm and with its residual; returns its output."""
+    p = f"model.layers.{i}"
+    attn = f"{p}.self_attn"
+    h = _rms_norm(g, x, f"{p}.input_layernorm.weight", f"l{i}_norm1", consts)
+    qkv = _linear(
+        g, weights, h, [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"], f"l{i}_qkv"
+    )
+    g.outputs(
+        "GroupQueryAttention",
+        [qkv, "", "", *attention.past[2 * i : 2 * i + 2], SEQLENS, TOTAL, *attention.rotary],
+        [f"l{i}_attn", *attention.present[2 * i : 2 * i + 2]],
+        "com.microsoft",
+        num_heads=attention.heads,
+        kv_num_heads=attention.kv_heads,
+        do_rotary=1,
+        rotary_interleaved=0,
+    )
+    a = _linear(g, weights, f"l{i}_attn", [f"{attn}.o_proj"], f"l{i}_o")
+    x = g.node("Add", [x, a], f"l{i}_res1")
+    h = _rms_norm(g, x, f"{p}.post_attention_layernorm.weight", f"l{i}_norm2", consts)
+    both = _linear(g, weights, h, [f"{p}.mlp.gate_proj", f"{p}.mlp.up_proj"], f"l{i}_gate_up")
+    gate, up = g.outputs("Split", [both, gate_up], [f"l{i}_gate", f"l{i}_up"], axis=-1)
+    act = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"l{i}_sig")], f"l{i}_silu")
+    f = g.node("Mul", [act, up], f"l{i}_swiglu")
+    f = _linear(g, weights, f, [f"{p}.mlp.down_proj"], f"l{i}_down")
+    x = g.node("Add", [x, f], f"l{i}_res2")
+    return x
+
+
 def build_inplace_llama(
     weights: dict[str, np.ndarray],
     raw: dict[str, Any],
@@ -73,36 +155,11 @@ def build_inplace_llama(
     head_dim = int(raw.get("head_dim") or hidden // heads)
     context = int(raw.get("max_position_embeddings", 2048))
     eps = float(raw.get("rms_norm_eps", 1e-6))
-    if head_dim % 16:
-        raise InplaceDecoderError(
-            f"head_dim {head_dim}: ONNX Runtime's rotary attention takes multiples of 16"
-        )
-    if inv_freq.shape != (head_dim // 2,):
-        raise InplaceDecoderError(
-            f"rotary frequencies of shape {inv_freq.shape}: a partial rotary embedding is not "
-            "supported in place"
-        )
+    _check_rotary(head_dim, inv_freq)
     g = GraphParts(weights)
-
-    def linear(x: str, prefixes: list[str], out: str) -> str:
-        """One product for the projections `prefixes` side by side (torch's [out, in])."""
-        matrix = np.concatenate([weights[f"{p}.weight"] for p in prefixes], axis=0).T
-        y = g.node("MatMul", [x, g.weight(f"{out}_w", matrix)], f"{out}_mm")
-        if all(f"{p}.bias" in weights for p in prefixes):
-            bias = np.concatenate([weights[f"{p}.bias"] for p in prefixes])
-            y = g.node("Add", [y, g.weight(f"{out}_b", bias)], out)
-        return y
 
     two = g.weight("rms_two", np.array(2.0, np.float32))
     epsilon = g.weight("rms_eps", np.array(eps, np.float32))
-
-    def norm(x: str, name: str, out: str) -> str:
-        """RMS norm in plain operators, the form ONNX Runtime fuses into its own kernel
-        (with the residual's Add before it)."""
-        square = g.node("Pow", [x, two], f"{out}_sq")
-        mean = g.node("ReduceMean", [square], f"{out}_mean", axes=[-1], keepdims=1)
-        root = g.node("Sqrt", [g.node("Add", [mean, epsilon], f"{out}_eps")], f"{out}_rms")
-        return g.node("Mul", [g.node("Div", [x, root], f"{out}_div"), g.weight(name)], out)
 
     cos, sin = rotary_tables(inv_freq, context, attention_scaling)
     cos_name, sin_name = g.weight("rotary_cos", cos), g.weight("rotary_sin", sin)
@@ -110,33 +167,12 @@ def build_inplace_llama(
     intermediate = int(weights["model.layers.0.mlp.up_proj.weight"].shape[0])
     gate_up = g.ints("gate_up_split", [intermediate, intermediate])
     past, present = cache_names(layers, PAST), cache_names(layers, PRESENT)
+    attention = _Attention(heads, kv_heads, (cos_name, sin_name), past, present)
     for i in range(layers):
-        p = f"model.layers.{i}"
-        attn = f"{p}.self_attn"
-        h = norm(x, f"{p}.input_layernorm.weight", f"l{i}_norm1")
-        qkv = linear(h, [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"], f"l{i}_qkv")
-        g.outputs(
-            "GroupQueryAttention",
-            [qkv, "", "", past[2 * i], past[2 * i + 1], SEQLENS, TOTAL, cos_name, sin_name],
-            [f"l{i}_attn", present[2 * i], present[2 * i + 1]],
-            "com.microsoft",
-            num_heads=heads,
-            kv_num_heads=kv_heads,
-            do_rotary=1,
-            rotary_interleaved=0,
-        )
-        a = linear(f"l{i}_attn", [f"{attn}.o_proj"], f"l{i}_o")
-        x = g.node("Add", [x, a], f"l{i}_res1")
-        h = norm(x, f"{p}.post_attention_layernorm.weight", f"l{i}_norm2")
-        both = linear(h, [f"{p}.mlp.gate_proj", f"{p}.mlp.up_proj"], f"l{i}_gate_up")
-        gate, up = g.outputs("Split", [both, gate_up], [f"l{i}_gate", f"l{i}_up"], axis=-1)
-        act = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"l{i}_sig")], f"l{i}_silu")
-        f = g.node("Mul", [act, up], f"l{i}_swiglu")
-        f = linear(f, [f"{p}.mlp.down_proj"], f"l{i}_down")
-        x = g.node("Add", [x, f], f"l{i}_res2")
+        x = _decoder_layer(g, weights, x, i, attention, (two, epsilon), gate_up)
     if last_only:
         x = g.last_tokens(x, hidden)
-    x = norm(x, "model.norm.weight", "final_norm")
+    x = _rms_norm(g, x, "model.norm.weight", "final_norm", (two, epsilon))
     head = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
     g.node("MatMul", [x, g.weight("lm_head_t", np.ascontiguousarray(head.T))], LOGITS)
     return g.model("inferd-llama-inplace", (layers, kv_heads, head_dim), vocab, last_only, opset)

@@ -58,6 +58,23 @@ def load_source(ref: str, spec: ModuleSpec | None = None) -> Source:
 # -- module:factory -----------------------------------------------------------------------------
 
 
+def _made_module(ref: str, module_name: str, factory_name: str) -> Any:
+    """The `torch.nn.Module` that `module_name:factory_name` makes (imported as `python -m`
+    and uvicorn import: this folder's modules too)."""
+    import torch
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as exc:
+        raise SourceError(f"{ref}: cannot import: {exc}") from exc
+    module = factory()
+    if not isinstance(module, torch.nn.Module):
+        raise SourceError(f"{ref}: the factory returned {type(module).__name__}, not a nn.Module")
+    return module
+
+
 def _module_source(ref: str, spec: ModuleSpec | None) -> Source:
     import torch
 
@@ -67,15 +84,7 @@ def _module_source(ref: str, spec: ModuleSpec | None) -> Source:
             f"{ref}: a module needs an input spec: --input NAME:DIMS:DTYPE (repeatable) or "
             "--spec FILE.yaml"
         )
-    if os.getcwd() not in sys.path:  # as `python -m` and uvicorn do: modules of this folder
-        sys.path.insert(0, os.getcwd())
-    try:
-        factory = getattr(importlib.import_module(module_name), factory_name)
-    except (ImportError, AttributeError) as exc:
-        raise SourceError(f"{ref}: cannot import: {exc}") from exc
-    module = factory()
-    if not isinstance(module, torch.nn.Module):
-        raise SourceError(f"{ref}: the factory returned {type(module).__name__}, not a nn.Module")
+    module = _made_module(ref, module_name, factory_name)
     params = [
         p
         for p in inspect.signature(module.forward).parameters.values()
@@ -187,6 +196,15 @@ class _Encoder:
         return EncoderExport()
 
 
+ENCODER_BATCHING = {
+    "max_queue_delay_ms": 2,
+    "max_batch_tokens": 4096,
+    "length_grouping": True,
+    "max_padding_waste": 0.1,
+}
+"""An exported encoder's dynamic batching, in the config written beside it."""
+
+
 def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     from transformers import AutoModel, AutoModelForSequenceClassification
 
@@ -205,15 +223,7 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     if "token_type_ids" in accepted and int(raw.get("type_vocab_size", 0)) > 1:
         input_names.append("token_type_ids")
     sbert = _sbert_pooling(folder)
-    config: dict[str, Any] = {
-        "max_batch_size": 32,
-        "dynamic_batching": {
-            "max_queue_delay_ms": 2,
-            "max_batch_tokens": 4096,
-            "length_grouping": True,
-            "max_padding_waste": 0.1,
-        },
-    }
+    config: dict[str, Any] = {"max_batch_size": 32, "dynamic_batching": dict(ENCODER_BATCHING)}
     max_positions = int(raw.get("max_position_embeddings", 512))
     max_tokens = min(max_positions, 512)
     sbert_file = folder / "sentence_bert_config.json"
@@ -222,28 +232,8 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
     tokenizer: dict[str, Any] = {"max_tokens": max_tokens, "truncate": True}
     if "token_type_ids" in input_names:
         tokenizer["token_type_ids"] = "token_type_ids"
-    id2label = raw.get("id2label") or {}
-    if classifier and len(id2label) == 1:  # one logit a text: a cross-encoder's score
-        outputs = ["logits"]
-        config.update(task="rerank", rerank={"output": "logits", "activation": "sigmoid"})
-        description = f"{architectures[0]} cross-encoder, reranks (query, text) pairs"
-    elif classifier:
-        outputs = ["logits"]
-        labels = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
-        multi = raw.get("problem_type") == "multi_label_classification"
-        config.update(
-            task="text-classification",
-            classification={"labels": labels, "activation": "sigmoid" if multi else "softmax"},
-        )
-        description = f"{architectures[0]} text classifier, {len(labels)} labels"
-    else:
-        outputs = ["last_hidden_state"]
-        pooling, normalize = sbert or ("mean", False)
-        config.update(
-            task="embedding",
-            embedding={"pooling": pooling, "normalize": normalize, "output": "last_hidden_state"},
-        )
-        description = f"{raw.get('model_type')} encoder, embeddings ({pooling} pooling)"
+    outputs, task, description = _encoder_task(raw, classifier, sbert)
+    config.update(task)
     config["tokenizer"] = tokenizer
     dynamic = {n: {0: BATCH_AXIS, 1: "sequence"} for n in input_names}
     dynamic["last_hidden_state"] = {0: BATCH_AXIS, 1: "sequence"}
@@ -268,6 +258,38 @@ def _encoder_source(folder: Path, raw: dict[str, Any]) -> Source:
             "inferd.num_heads": str(raw.get("num_attention_heads", 0)),
             "inferd.hidden_size": str(raw.get("hidden_size", 0)),
         },
+    )
+
+
+def _encoder_task(
+    raw: dict[str, Any], classifier: bool, sbert: tuple[str, bool] | None
+) -> tuple[list[str], dict[str, Any], str]:
+    """What an encoder serves, from its config: its outputs, its config's task section, and
+    its description. One logit a text: a cross-encoder's score (reranks pairs); more: a text
+    classifier's labels; none (no classification head): embeddings, pooled as
+    sentence-transformers' config says (else mean pooling)."""
+    architectures = raw.get("architectures") or []
+    id2label = raw.get("id2label") or {}
+    if classifier and len(id2label) == 1:
+        task = {"task": "rerank", "rerank": {"output": "logits", "activation": "sigmoid"}}
+        return ["logits"], task, f"{architectures[0]} cross-encoder, reranks (query, text) pairs"
+    if classifier:
+        labels = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
+        multi = raw.get("problem_type") == "multi_label_classification"
+        task = {
+            "task": "text-classification",
+            "classification": {"labels": labels, "activation": "sigmoid" if multi else "softmax"},
+        }
+        return ["logits"], task, f"{architectures[0]} text classifier, {len(labels)} labels"
+    pooling, normalize = sbert or ("mean", False)
+    task = {
+        "task": "embedding",
+        "embedding": {"pooling": pooling, "normalize": normalize, "output": "last_hidden_state"},
+    }
+    return (
+        ["last_hidden_state"],
+        task,
+        f"{raw.get('model_type')} encoder, embeddings ({pooling} pooling)",
     )
 
 

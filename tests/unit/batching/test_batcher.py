@@ -448,7 +448,7 @@ async def test_a_burst_of_fewer_than_eight_is_served_however_long_it_waits() -> 
 async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_after() -> None:
     runner = FakeRunner(delay_s=0.005)  # 16 runs under the bound: the bound is in force
     batcher = make(runner, max_batch_size=2, max_queue_time_s=0.1)
-    assert batcher.queue_time_refusal() is None  # nothing measured yet: no estimate
+    assert batcher.admission.queue_time_refusal() is None  # nothing measured yet: no estimate
     # a burst: batches form while more wait, which measures what a queued row costs
     first = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(8)]
     await asyncio.gather(*first)
@@ -457,7 +457,7 @@ async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_
     loop = asyncio.get_running_loop()
     held = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(40)]
     await until(lambda: batcher.running_batches == 1)
-    refused = batcher.queue_time_refusal()
+    refused = batcher.admission.queue_time_refusal()
     assert refused is not None and refused.retry_after_s is not None
     assert refused.retry_after_s > 0  # the queue's work over the bound
     # the bound: 100 ms, or 16 measured lone runs when a busy machine made them slower
@@ -472,9 +472,9 @@ async def test_queued_work_over_the_bound_refuses_an_arrival_at_once_with_retry_
     shed = [r for r in results if isinstance(r, QueueFullError)]
     assert len(served) + len(shed) == 40 and served  # every one answered, the first ones run
     await until(lambda: batcher.queued_items == 0 and batcher.running_batches == 0)
-    assert batcher.queue_time_refusal() is None  # an empty queue admits again
+    assert batcher.admission.queue_time_refusal() is None  # an empty queue admits again
     # requests read but not queued yet count ahead of the next one too
-    assert batcher.queue_time_refusal(arriving=100) is not None
+    assert batcher.admission.queue_time_refusal(arriving=100) is not None
     await batcher.close()
 
 
@@ -488,7 +488,7 @@ async def test_a_burst_of_a_few_slow_batches_is_queued_not_shed() -> None:
     results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(8)))
     assert len(results) == 8
     # a standing queue past 16 runs is shed all the same
-    assert batcher.queue_time_refusal(arriving=40) is not None
+    assert batcher.admission.queue_time_refusal(arriving=40) is not None
     await batcher.close()
 
 
@@ -537,5 +537,5 @@ async def test_without_a_queue_time_bound_nothing_is_shed_by_waiting() -> None:
     batcher = make(runner, max_batch_size=1, max_queue_time_s=None)
     results = await asyncio.gather(*(batcher.submit(x(1), 1) for _ in range(10)))
     assert len(results) == 10
-    assert batcher.queue_time_refusal(arriving=1000) is None
+    assert batcher.admission.queue_time_refusal(arriving=1000) is None
     await batcher.close()

@@ -116,7 +116,7 @@ async def test_under_the_bound_a_flood_is_refused_and_a_polite_client_admitted()
     assert "ahead of this request" in str(refused[0])
     assert batcher.queued_items >= 8  # (a standing queue, not a burst)
     with client_scope(POLITE):  # within its share: admitted
-        assert batcher.queue_time_refusal() is None
+        assert batcher.admission.queue_time_refusal() is None
         polite = asyncio.create_task(batcher.submit(x(7.0), 1))
     runner.gate.set()
     assert (await polite)["y"].tolist() == [[14.0, 14.0]]

@@ -114,14 +114,14 @@ class BatchedServable(Servable):
 
     @property
     def saturated(self) -> bool:
-        return self._batcher.saturated
+        return self._batcher.admission.saturated
 
     @property
     def capacity(self) -> int | None:
         return self._batcher.capacity
 
     def queue_time_refusal(self, arriving: int) -> InferdError | None:
-        return self._batcher.queue_time_refusal(arriving)
+        return self._batcher.admission.queue_time_refusal(arriving)
 
     async def drain(self, timeout_s: float) -> bool:
         return await self._batcher.drain(timeout_s)
