@@ -8,14 +8,15 @@ second) the server's capacity. Then, for each step:
   keep-alive connection or a new one, latency counted from when it was due (so a slow server
   cannot hide behind a slow client).
 
-For each step: goodput and its ratio to the best at the knee, refusals, the p99 of successes
-as the server saw them (its `Server-Timing`: from parsing the request's first byte to the
-start of the answer, and that less the batch's `run`) and as the client did, the p99 of
-refusals, and the requests lost (no answer within `--grace` seconds of the end, or their
-connection failed). `--server-cpus 0 --client-cpus 1` pins the server and the load generator
-to cores of their own; `--unbounded` measures the same server without a queue-time bound in
-the same run. `--unique` makes every request's text unique (a counter appended), so no answer
-comes from the response cache. The client is a raw asyncio HTTP/1.1 client (uvloop).
+For each step: goodput (successes answered while the load was offered) and its ratio to the
+best at the knee, refusals, the p99 of successes as the server saw them (its `Server-Timing`:
+from parsing the request's first byte to the start of the answer, and that less the batch's
+`run`) and as the client did, the p99 of refusals, and the requests lost (no answer within
+`--grace` seconds of the end, or their connection failed). `--server-cpus 0 --client-cpus 1`
+pins the server and the load generator to cores of their own; `--unbounded` measures the
+same server without a queue-time bound in the same run. `--unique` makes every request's text
+unique (a counter appended), so no answer comes from the response cache. The client is a raw
+asyncio HTTP/1.1 client (uvloop).
 
     python benchmarks/overload_bench.py --server-cpus 0 --client-cpus 1 --unique --unbounded
     python benchmarks/overload_bench.py --baseline 83e86e5   # an older commit first, alike
@@ -73,6 +74,8 @@ class Outcome:
     """Of `server_s`, the time its batches ran (`Server-Timing`'s `run`)."""
     hold_s: float = 0.0
     """Of `server_s`, the time a paced refusal was held back (`Server-Timing`'s `hold`)."""
+    done_at: float = 0.0
+    """When the answer came (`time.perf_counter`)."""
 
 
 def server_timings(head: bytes) -> dict[bytes, float]:
@@ -126,6 +129,8 @@ class Tally:
     outstanding: int = 0
     quiet: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while no request is outstanding."""
+    offered: tuple[float, float] = (0.0, 0.0)
+    """When the load began and ended (`time.perf_counter`; the grace after it left out)."""
 
     def begin(self) -> None:
         self.sent += 1
@@ -218,6 +223,7 @@ class Connection(asyncio.Protocol):
                         timings.get(b"total"),
                         timings.get(b"run"),
                         timings.get(b"hold", 0.0),
+                        time.perf_counter(),
                     )
                 )
                 self.due = None
@@ -287,6 +293,7 @@ async def open_loop(
         due += rng.expovariate(rate)
     await asyncio.sleep(max(0.0, start + seconds - time.perf_counter()))
     mark()
+    tally.offered = (start, time.perf_counter())
     await tally.settle(grace_s)
     for conn in [*busy, *idle]:
         if conn.transport is not None:
@@ -322,11 +329,13 @@ async def closed_loop(
         _, conn = await loop.create_connection(lambda: Connection(tally, on_idle), host, port)
         conns.append(conn)
     mark()
-    end = time.perf_counter() + seconds
+    began = time.perf_counter()
+    end = began + seconds
     for conn in conns:
         send(conn)
     await asyncio.sleep(seconds)
     mark()
+    tally.offered = (began, time.perf_counter())
     end = 0.0  # no more sends: the loop's timer may wake a little before `end`
     await tally.settle(grace_s)
     for conn in conns:
@@ -427,7 +436,7 @@ def run_scenario(
         knee = []
         for connections in args.knee:
             probe = run_loop(closed_loop(host, int(port), payloads, connections, args.knee_s, 30))
-            knee.append((connections, successes(probe) / args.knee_s))
+            knee.append((connections, goodput(probe)))
             print(f"closed loop {connections}: {knee[-1][1]:.0f} successes/s", flush=True)
         capacity = max(goodput for _, goodput in knee)
         steps = []
@@ -454,8 +463,12 @@ def run_scenario(
     return Scenario(knee, steps)
 
 
-def successes(tally: Tally) -> int:
-    return sum(o.status == 200 for o in tally.outcomes)
+def goodput(tally: Tally) -> float:
+    """Successes a second while the load was offered: those answered in the grace after it
+    are left out (a deep queue drained then would count its backlog as throughput)."""
+    began, ended = tally.offered
+    ok = sum(o.status == 200 and began <= o.done_at <= ended for o in tally.outcomes)
+    return ok / max(ended - began, 1e-9)
 
 
 def p99_ms(values: list[float]) -> str:
@@ -472,10 +485,10 @@ def curve_row(variant: str, step: Step, seconds: float, best: float) -> str:
     outside = [o.server_s - o.run_s for o in ok if o.server_s is not None and o.run_s]
     decided = [o.server_s - o.hold_s for o in refused if o.server_s is not None]
     paced = sum(o.hold_s > 0 for o in refused)
-    goodput = len(ok) / seconds
+    rate = goodput(tally)
     return (
-        f"| {variant} | {step.loop} | {step.offered} | {goodput:.0f} | "
-        f"**{goodput / best:.2f}** | {len(refused) / seconds:.0f} | "
+        f"| {variant} | {step.loop} | {step.offered} | {rate:.0f} | "
+        f"**{rate / best:.2f}** | {len(refused) / seconds:.0f} | "
         f"{100 * paced / max(len(refused), 1):.0f}% | {other} | "
         f"{unanswered + tally.lost} | {p99_ms([o.server_s for o in ok if o.server_s])} | "
         f"{p99_ms(outside)} | {p99_ms([o.client_s for o in ok])} | {p99_ms(decided)} | "
@@ -489,7 +502,7 @@ def _percents(use: CoreUse | None) -> str:
     return f"{100 * use.loop:.0f} / {100 * use.threads:.0f} / {100 * use.idle:.0f}"
 
 
-def plot(scenarios: dict[str, Scenario], seconds: float, out: Path) -> None:
+def plot(scenarios: dict[str, Scenario], out: Path) -> None:
     """Goodput and p99 against the offered load, one line per variant and loop."""
     import matplotlib
 
@@ -503,7 +516,7 @@ def plot(scenarios: dict[str, Scenario], seconds: float, out: Path) -> None:
             if not steps:
                 continue
             labels = [s.offered.split(" (")[0] for s in steps]
-            goodput = [successes(s.tally) / seconds for s in steps]
+            rates = [goodput(s.tally) for s in steps]
             p99 = [
                 float(
                     np.percentile(
@@ -513,7 +526,7 @@ def plot(scenarios: dict[str, Scenario], seconds: float, out: Path) -> None:
                 * 1000
                 for s in steps
             ]
-            left.plot(labels, goodput, marker="o", label=f"{name}, {loop} loop")
+            left.plot(labels, rates, marker="o", label=f"{name}, {loop} loop")
             right.plot(labels, p99, marker="o", label=f"{name}, {loop} loop")
         left.axhline(scenario.best, linestyle=":", color="grey")
     left.set_title("goodput (successes/s); dotted: best at the knee")
@@ -661,7 +674,7 @@ def main() -> int:
     )
     plot_file = RESULTS.parent / "results" / "overload.png"
     if not args.quick:
-        plot(scenarios, args.seconds, plot_file)
+        plot(scenarios, plot_file)
     lines = [
         "## Overload: goodput past the knee, closed and open loop",
         "",
@@ -675,7 +688,9 @@ def main() -> int:
         f"{', '.join(map(str, args.knee))} clients ({knees}); its best is each variant's "
         f"capacity. Closed loop: each client sends again as soon as it is answered, whatever "
         f"the answer (it ignores `Retry-After`). Open loop: Poisson arrivals at a factor of "
-        f"the capacity. {args.seconds:g} s a step. Goodput: successes a second; **ratio**: "
+        f"the capacity. {args.seconds:g} s a step. Goodput: successes a second while the load "
+        "was offered (those answered in the grace after it left out: a deep queue drains "
+        "then); **ratio**: "
         "goodput over the best at the knee. Server p99: `Server-Timing`'s total; outside the "
         "run: total less `run` (the wait for the batch, parsing, answering); client: from "
         "when the request was due. Paced: the 429s held back because their connection came "

@@ -69,6 +69,10 @@ BATCHES = (1, 4, 16)
 MIN_RUNS = 5
 STEP_ROUNDS = 3
 ROUND_TRIPS = 3
+SENDS_PER_CLIENT = 8
+"""A step's request cap is at least this many requests a client: refusals count as sends, and
+with fewer (the quick run's 100 at 64 clients) a step where a server refuses some ends within
+a round trip or two, its steady part holding next to no answers."""
 LONE_ROUNDS = 5
 LONE_CALLS = 100
 LONE_LEAN_S = 1.5
@@ -314,7 +318,12 @@ def interleaved(
                 (step,) = run_sweep(
                     target.url,
                     workload,
-                    dataclasses.replace(once, levels=(level,), duration_s=seconds),
+                    dataclasses.replace(
+                        once,
+                        levels=(level,),
+                        duration_s=seconds,
+                        max_requests=max(once.max_requests, int(SENDS_PER_CLIENT * level)),
+                    ),
                     target.model,
                     console,
                     f"{name} round {r + 1} ",

@@ -31,10 +31,10 @@ from overload_bench import (
     Tally,
     closed_loop,
     cpus,
+    goodput,
     open_loop,
     pin,
     run_loop,
-    successes,
 )
 from texts import make_texts
 
@@ -102,7 +102,7 @@ def measure(
     steady = Payloads(address, bodies, args.path, True, bearer(STEADY_KEY))
     try:
         probe = run_loop(closed_loop(host, int(port), steady, 32, 8, args.grace))
-        rate = successes(probe) / 8 * args.share
+        rate = goodput(probe) * args.share
         print(f"{name}: the steady key at {rate:.1f}/s", flush=True)
         alone = run_loop(open_loop(host, int(port), steady, rate, args.seconds, args.grace))
         flooded, beside = together(host, int(port), flood, steady, args, rate)
