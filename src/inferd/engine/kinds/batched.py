@@ -14,6 +14,7 @@ from inferd.engine.kinds.servable import Servable
 from inferd.engine.versions.loading import LoadedModel
 from inferd.errors import InferdError
 from inferd.observability.observer import Observer
+from inferd.runtime.placement import CPU_PROVIDER
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Head, TensorSpec
 
@@ -46,7 +47,8 @@ def start_batcher(
             "items of different lengths will not share a batch",
             extra={"model": model, "version": version},
         )
-    settings = batcher_settings(config, loaded.pool.concurrency, model, str(version))
+    on_cpu = all(r.providers[:1] == (CPU_PROVIDER,) for r in loaded.pool.instances)
+    settings = batcher_settings(config, loaded.pool.concurrency, model, str(version), on_cpu)
     run_batch = loaded.pool.run
     if output is not None or head is not None:
         wanted = None if output is None else [output]
@@ -57,10 +59,15 @@ def start_batcher(
 
 
 def batcher_settings(
-    config: ModelConfig, concurrency: int, model: str = "", version: str = ""
+    config: ModelConfig,
+    concurrency: int,
+    model: str = "",
+    version: str = "",
+    on_cpu: bool = False,
 ) -> BatcherSettings:
     """The batcher's settings from the model's configuration (the one place their defaults
-    live)."""
+    live). `on_cpu`: every instance runs on the CPU (batches then take their runtime's share
+    of the queue, when there are several)."""
     batching = config.dynamic_batching
     return BatcherSettings(
         max_batch_size=config.max_batch_size,
@@ -72,6 +79,7 @@ def batcher_settings(
         learn_batch_tokens=batching.learn_batch_tokens,
         length_grouping=batching.length_grouping,
         concurrency=concurrency,
+        share_queue=on_cpu and concurrency > 1,
         oom_cooldown_s=batching.oom_cooldown_s,
         max_consecutive_failures=batching.max_consecutive_failures,
         max_queue_time_s=(
