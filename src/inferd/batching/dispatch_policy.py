@@ -14,8 +14,8 @@ or, while several clients are queued, the first live item in their fair order
 (cut to a slice while one client holds most of the queue, and then that client's batches
 leave one runtime free for the others' and run below them, yielding the cores),
 under the batch size limit (inferd.batching.runtime_health), the learned token cap
-(inferd.batching.sizing) and, for instances on the CPU, the runtime's share of the queued
-rows (`BatcherSettings.share_queue`); background items never share a batch with clients'
+(inferd.batching.sizing) and, for instances on the CPU, a runtime's share of the queued
+rows (`BatcherSettings.queue_lanes`); background items never share a batch with clients'
 items.
 """
 
@@ -112,8 +112,8 @@ class DispatchPolicy:
                 candidates = [e for e in candidates if e.client not in heavy]
         if flood and settings.concurrency > 1 and backlog.running >= settings.concurrency - 1:
             return [], False, False  # one runtime stays free for a light client's next batch
-        if settings.share_queue and max_rows > 0 and foreground:
-            max_rows = min(max_rows, -(-backlog.queued_rows // settings.concurrency))
+        if settings.queue_lanes > 1 and max_rows > 0 and foreground:
+            max_rows = min(max_rows, -(-backlog.queued_rows // settings.queue_lanes))
         measured = (
             settings.learn_batch_tokens
             and max_rows > 0

@@ -33,17 +33,14 @@ ADMIT_SHARE = 0.8
 share of `max_queue_time_s`: the estimate (the measured drain of a row) swings with the
 batches' lengths and the machine's other work, and an item admitted that then waits past the
 bound is refused only when it has spent it, the slow refusal the bound is there to avoid."""
-QUEUE_TIME_FLOOR_RUNS = 32
+QUEUE_TIME_FLOOR_RUNS = 16
 """The queue-time bound in force is never below this many runs of a request on its own (a
 batch of one item, measured; the mean batch until one is): a queue of a few requests is a burst
 the runtime clears in turn, not overload, and a model whose request alone takes a large share of
 the configured bound (a slow model, large requests) would otherwise be shed at every burst.
-Refusal on arrival then starts at `ADMIT_SHARE` of it, about 25 runs ahead: sixteen clients of
-a slow model (a BERT-base-sized encoder on 2 cores, 0.13 s a request alone) keep up to 15
-requests queued while the runtimes take their shares of the queue (`share_queue`), and a floor
-of 16 runs refused 6-8% of them, where no bound refused none. Not the mean batch: under
-overload a fast model's batches are full and long, and a floor on them would lift the bound as
-load grows, the opposite of shedding."""
+Refusal on arrival then starts at half of it (`ADMIT_SHARE`), eight runs ahead. Not the mean
+batch: under overload a fast model's batches are full and long, and a floor on them would lift
+the bound as load grows, the opposite of shedding."""
 QUEUE_TIME_MIN_ITEMS = 8
 """Shedding by queue time needs at least this many requests queued ahead: fewer is a burst
 the runtime clears in turn, however large its requests (eight requests of a few thousand rows

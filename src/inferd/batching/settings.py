@@ -35,11 +35,13 @@ class BatcherSettings:
     learn_batch_tokens: bool = True
     """Cap batches at the size that costs least per token, learned from run times
     (inferd.batching.sizing); False: only max_batch_size and max_batch_tokens cap them."""
-    share_queue: bool = False
-    """A client batch takes at most its runtime's share of the queued rows (queued rows over
-    `concurrency`, rounded up), leaving the rest to the runtimes that free up next. For
-    instances on the CPU, where a batch's cost a row barely falls with its size: one instance
-    given the whole queue runs it on its own threads while the others find nothing to run."""
+    queue_lanes: int = 1
+    """Runtimes that can run at once on cores of their own (instances on the CPU: their count,
+    at most the cores); over 1, a client batch takes at most its share of the queued rows
+    (queued rows over the lanes, rounded up) and leaves the rest to the runtimes that free up
+    next: on a CPU a batch's cost a row barely falls with its size, and one single-threaded
+    instance given the whole queue ran it in turn while the other cores found nothing to
+    run."""
     model: str = ""
     version: str = ""
     """Whose batcher this is: in log lines and observer events."""

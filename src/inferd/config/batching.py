@@ -35,7 +35,7 @@ class DynamicBatchingConfig(Section):
         "floods is refused while one within its share is admitted. A client that comes back "
         "before its `Retry-After` has its next refusal held back until then, and longer each "
         "time it does so again in a row (4 s at most). "
-        "The bound in force is never below 32 measured runs of a request alone, and nothing "
+        "The bound in force is never below 16 measured runs of a request alone, and nothing "
         "is shed while fewer than 8 requests are queued, so that a slow model, or a burst of "
         "large requests, is queued rather than shed. 500 by default, as a latency-sensitive "
         "service would choose: its callers' budget for a whole answer is about a second, "

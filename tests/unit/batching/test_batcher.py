@@ -22,6 +22,7 @@ from inferd.errors import (
 )
 from inferd.observability.observer import BatchRan, Event, Observer
 from inferd.observability.stats import BatchFacts
+from inferd.runtime.placement import available_cores
 from inferd.runtime.protocol import TensorSpec
 from tests.fakes import FakeRunner, batcher_settings
 
@@ -545,14 +546,14 @@ async def test_without_a_queue_time_bound_nothing_is_shed_by_waiting() -> None:
 
 
 async def test_on_the_cpu_a_batch_takes_its_runtimes_share_of_the_queue() -> None:
-    # three runtimes busy, nine requests queued: when they free up, the first takes a third
-    # (not all nine on its one runtime while the other two find nothing), the next a third of
-    # what is left, and so on
-    for share, expected in ((False, [8, 1]), (True, [3, 2, 2, 1, 1])):
+    # three runtimes busy, each on cores of its own, nine requests queued: when they free up,
+    # the first takes a third (not all nine on its one runtime while the other two find
+    # nothing), the next a third of what is left, and so on
+    for lanes, expected in ((1, [8, 1]), (3, [3, 2, 2, 1, 1])):
         gate = asyncio.Event()
         runner = FakeRunner(gate=gate)
         batcher = make(
-            runner, max_batch_size=8, concurrency=3, max_queue_delay_s=0.0, share_queue=share
+            runner, max_batch_size=8, concurrency=3, max_queue_delay_s=0.0, queue_lanes=lanes
         )
         running = []
         for i in range(3):  # one at a time: each a batch of its own
@@ -566,8 +567,8 @@ async def test_on_the_cpu_a_batch_takes_its_runtimes_share_of_the_queue() -> Non
         await batcher.close()
 
 
-def test_only_several_instances_on_the_cpu_share_the_queue() -> None:
+def test_only_several_instances_on_cores_of_their_own_share_the_queue() -> None:
     config = ModelConfig(max_batch_size=8)
-    assert engine_batcher_settings(config, 3, on_cpu=True).share_queue
-    assert not engine_batcher_settings(config, 1, on_cpu=True).share_queue
-    assert not engine_batcher_settings(config, 3, on_cpu=False).share_queue
+    assert engine_batcher_settings(config, 3, on_cpu=True).queue_lanes == min(3, available_cores())
+    assert engine_batcher_settings(config, 1, on_cpu=True).queue_lanes == 1
+    assert engine_batcher_settings(config, 3, on_cpu=False).queue_lanes == 1

@@ -14,7 +14,7 @@ from inferd.engine.kinds.servable import Servable
 from inferd.engine.versions.loading import LoadedModel
 from inferd.errors import InferdError
 from inferd.observability.observer import Observer
-from inferd.runtime.placement import CPU_PROVIDER
+from inferd.runtime.placement import CPU_PROVIDER, available_cores
 from inferd.runtime.pool import close_off_loop
 from inferd.runtime.protocol import Head, TensorSpec
 
@@ -66,8 +66,8 @@ def batcher_settings(
     on_cpu: bool = False,
 ) -> BatcherSettings:
     """The batcher's settings from the model's configuration (the one place their defaults
-    live). `on_cpu`: every instance runs on the CPU (batches then take their runtime's share
-    of the queue, when there are several)."""
+    live). `on_cpu`: every instance runs on the CPU (batches then take their share of the
+    queue, when several can run at once on cores of their own)."""
     batching = config.dynamic_batching
     return BatcherSettings(
         max_batch_size=config.max_batch_size,
@@ -79,7 +79,7 @@ def batcher_settings(
         learn_batch_tokens=batching.learn_batch_tokens,
         length_grouping=batching.length_grouping,
         concurrency=concurrency,
-        share_queue=on_cpu and concurrency > 1,
+        queue_lanes=min(concurrency, available_cores()) if on_cpu else 1,
         oom_cooldown_s=batching.oom_cooldown_s,
         max_consecutive_failures=batching.max_consecutive_failures,
         max_queue_time_s=(
