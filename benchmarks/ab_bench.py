@@ -5,8 +5,8 @@ Each variant is a git ref of this repository (checked out into a temporary workt
 variant's server runs on the same demo repository copy, and the rounds alternate between them
 so the machine's drift (10-25% from minute to minute here) falls on all alike. Per variant:
 the median over rounds of requests/s, server CPU per request (all of it, and its event loop's
-thread alone: what bounds a server whose runtime is fast, such as a GPU's), and padding
-efficiency.
+thread alone: what bounds a server whose runtime is fast, such as a GPU's), padding
+efficiency, and wrk's p99 latency (of every answer: a refusal held back by pacing counts).
 
     python benchmarks/ab_bench.py --variant old=HEAD~1 --variant new=HEAD --concurrency 64
     python benchmarks/ab_bench.py --variant w10=HEAD \
@@ -101,10 +101,10 @@ def measure(
     concurrency: int,
     seconds: float,
     model: str,
-) -> dict[str, list[tuple[float, float, float, float]]]:
+) -> dict[str, list[tuple[float, float, float, float, float]]]:
     """Per variant, per round: requests/s, server CPU ms per request (all threads, and the
-    event loop's), padding efficiency."""
-    results: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n in servers}
+    event loop's), padding efficiency, p99 ms (wrk's)."""
+    results: dict[str, list[tuple[float, float, float, float, float]]] = {n: [] for n in servers}
     for server in servers.values():
         run_wrk(server, "/embed", bodies, 16, 2)  # warm-up
     for round_ in range(rounds):
@@ -118,12 +118,13 @@ def measure(
             padding = (after["real"] - before["real"]) / padded if padded else 1.0
             loop_ms = loop_s * 1000 / max(step.requests, 1)
             results[name].append(
-                (step.requests_per_s, step.server_cpu_ms_per_request, loop_ms, padding)
+                (step.requests_per_s, step.server_cpu_ms_per_request, loop_ms, padding, step.p99_ms)
             )
             print(
                 f"round {round_ + 1} {name}: {step.requests_per_s:.1f} req/s, "
                 f"{step.server_cpu_ms_per_request:.2f} ms CPU/req (event loop {loop_ms:.2f}), "
-                f"padding {padding:.1%}" + (f", {step.errors} not 2xx" if step.errors else ""),
+                f"padding {padding:.1%}, p99 {step.p99_ms:.0f} ms"
+                + (f", {step.errors} not 2xx" if step.errors else ""),
                 flush=True,
             )
     return results
@@ -222,13 +223,16 @@ def main() -> int:
     if args.lone:
         print(lone_table(lone))
         return 0
-    print("| variant | req/s | server CPU ms/req | event loop CPU ms/req | padding efficiency |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| variant | req/s | server CPU ms/req | event loop CPU ms/req | padding efficiency "
+        "| p99 ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, rows in results.items():
         print(
             f"| {name} | {median_of([r[0] for r in rows]):.1f} | "
             f"{median_of([r[1] for r in rows]):.3f} | {median_of([r[2] for r in rows]):.3f} | "
-            f"{median_of([r[3] for r in rows]):.1%} |"
+            f"{median_of([r[3] for r in rows]):.1%} | {median_of([r[4] for r in rows]):.0f} |"
         )
     return 0
 
