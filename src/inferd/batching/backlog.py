@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from inferd.batching.fairness import FairShare, Rank
 from inferd.batching.formation import Signature
 from inferd.clients import ANONYMOUS, Client
-from inferd.errors import InferdError
+from inferd.errors import DeadlineExceededError, InferdError
 from inferd.observability.trace import PARTS_KEPT, BatchPart, RequestTrace
 from inferd.runtime.protocol import Array, Feeds
 
@@ -68,6 +68,14 @@ class Entry:
             self.timer.cancel()
         if not self.future.done():
             self.future.set_exception(error)
+
+    def expire(self, wake: Callable[[], None]) -> None:
+        """Its deadline passed: answered so (and `wake` called), unless answered already."""
+        if not self.future.done():
+            self.future.set_exception(
+                DeadlineExceededError("the request's deadline passed before its result was ready")
+            )
+            wake()
 
 
 class Backlog:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from inferd.batching.backlog import Backlog, Entry, Timing
 from inferd.batching.dispatch_policy import DispatchPolicy
 from inferd.batching.execution import BatchExecution, RunBatch
-from inferd.batching.formation import signature
+from inferd.batching.formation import signature, split_rows
 from inferd.batching.layout import BatchLayout
 from inferd.batching.measures import CLOCK, ArrivalRate, RunCosts
 from inferd.batching.padding import concat_chunks
@@ -28,7 +28,7 @@ from inferd.batching.settings import BatcherSettings
 from inferd.batching.sizing import BatchSizer
 from inferd.clients import current_client
 from inferd.drain import ended_within
-from inferd.errors import DeadlineExceededError, UnavailableError
+from inferd.errors import UnavailableError
 from inferd.observability.observer import Observer, Unhealthy, notify
 from inferd.runtime import priority
 from inferd.runtime.protocol import Array, Feeds
@@ -156,7 +156,7 @@ class DynamicBatcher:
         max_batch_size is split into chunks that are queued together and reassembled in order.
         Cancelling the caller removes its queued chunks before they cost compute.
         """
-        chunks = self._split(feeds, rows)
+        chunks = split_rows(feeds, rows, self._health.limit if self._layout.batched else 0)
         return concat_chunks(await self._enqueue_and_wait(chunks, deadline, timing))
 
     async def submit_items(
@@ -179,26 +179,17 @@ class DynamicBatcher:
         background = priority.in_background()
         # deadlines are on the loop's clock; durations on CLOCK (below)
         self.admission.admit(parts, deadline, loop.time(), background)
-        entries: list[Entry] = []
-        total_rows = 0
         arrived = CLOCK()
-        for part_feeds, part_rows in parts:
-            entry = Entry(
-                feeds=part_feeds,
-                rows=part_rows,
-                sig=signature(part_feeds, self._layout),
-                enqueued_at=arrived,
-                future=loop.create_future(),
-                timing=timing,
-                background=background,
-                head=not entries,
-            )
+        entries = [
+            Entry(feeds, rows, signature(feeds, self._layout), arrived, loop.create_future())
+            for feeds, rows in parts
+        ]
+        for i, entry in enumerate(entries):
+            entry.timing, entry.background, entry.head = timing, background, i == 0
             if deadline is not None:
-                entry.timer = loop.call_at(deadline, self._expire, entry)
-            entries.append(entry)
-            total_rows += part_rows
+                entry.timer = loop.call_at(deadline, entry.expire, self._wakeup.set)
         self._backlog.add(entries, current_client())
-        self._arrivals.observe(arrived, total_rows)
+        self._arrivals.observe(arrived, sum(rows for _, rows in parts))
         self._idle.clear()
         self._wakeup.set()
         if len(entries) == 1:
@@ -209,25 +200,6 @@ class DynamicBatcher:
             for e in entries:
                 e.future.cancel()
             raise
-
-    def _split(self, feeds: Feeds, rows: int) -> list[tuple[Feeds, int]]:
-        limit = self._health.limit
-        if not self._layout.batched or limit <= 0 or rows <= limit:
-            return [(feeds, rows)]
-        return [
-            (
-                {name: a[start : start + limit] for name, a in feeds.items()},
-                min(limit, rows - start),
-            )
-            for start in range(0, rows, limit)
-        ]
-
-    def _expire(self, entry: Entry) -> None:
-        if not entry.future.done():
-            entry.future.set_exception(
-                DeadlineExceededError("the request's deadline passed before its result was ready")
-            )
-            self._wakeup.set()
 
     # -- dispatch --------------------------------------------------------------------------
 

@@ -57,6 +57,16 @@ class Candidate(Protocol):
     def sig(self) -> Signature: ...
 
 
+def split_rows(feeds: Feeds, rows: int, limit: int) -> list[tuple[Feeds, int]]:
+    """A request of `rows` rows in parts of at most `limit` rows (whole when `limit` <= 0)."""
+    if limit <= 0 or rows <= limit:
+        return [(feeds, rows)]
+    return [
+        ({name: a[start : start + limit] for name, a in feeds.items()}, min(limit, rows - start))
+        for start in range(0, rows, limit)
+    ]
+
+
 def max_extent(extents: Sequence[Extent]) -> Extent:
     return tuple(
         tuple(max(sizes) for sizes in zip(*axes, strict=True))
