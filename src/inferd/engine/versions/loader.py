@@ -19,6 +19,7 @@ from inferd.config.server_settings import ServerSettings
 from inferd.engine.requests.admission import Admission
 from inferd.engine.requests.memory_admission import release_freed
 from inferd.engine.resident.heap import settle
+from inferd.engine.versions.fallback import fall_back
 from inferd.engine.versions.registry import Registry
 from inferd.engine.versions.version import Version, VersionState
 from inferd.engine.versions.version_loader import RuntimeLoader, VersionLoader
@@ -82,7 +83,7 @@ class Loader:
         try:
             await asyncio.gather(*jobs)
             for name in registry.models():
-                await self._fall_back(name)
+                await fall_back(registry, self._versions.load, name)
             for version in list(registry.all_versions()):  # derived models, once bases are up
                 if not version.config.needs_versions:
                     await self._versions.load_zero_shot(version)
@@ -91,36 +92,6 @@ class Loader:
             settle()
         ready = sum(v.ready for v in registry.all_versions())
         log.info("model loading finished", extra={"ready_versions": ready})
-
-    async def _fall_back(self, name: str) -> bool:
-        """With a `latest` policy and no selected version serving, the newest older version
-        that loads serves instead: a broken new version never takes the model down."""
-        entry = self._registry.entries[name]
-        config = entry.config
-        versions = self._registry.versions_map(name)
-        if config is None or not config.needs_versions or any(v.ready for v in versions.values()):
-            return True
-        if any(v.standby for v in versions.values()):
-            return True  # (loaded by its first request; a failure then is that request's)
-        policy = config.version_policy
-        if policy.all or policy.specific is not None:
-            return False
-        for candidate in sorted(entry.available, key=lambda v: -v.version):
-            if candidate.version in versions:
-                continue
-            version = Version(name, candidate.version, config)
-            versions[candidate.version] = version
-            await self._versions.load(entry, version)
-            if version.ready:
-                log.warning(
-                    "serving an older version: the selected ones failed to load",
-                    extra={"model": name, "version": candidate.version},
-                )
-                for failed in versions.values():
-                    if failed.state is VersionState.FAILED:
-                        failed.superseded = True  # reported, but the model serves
-                return True
-        return False
 
     # -- repository changes (admin) -------------------------------------------------------
 
