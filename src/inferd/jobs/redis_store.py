@@ -17,37 +17,33 @@ A Redis that comes back without its data is found by the epoch (every second, an
 or by NOGROUP: the stream and group are made again, a new epoch written, a warning logged once
 with the jobs the store held when last read, and the old epoch remembered, so that `get`
 answers its jobs as lost (`redis_epoch`). A Redis that cannot be reached is `UnavailableError`
-(503, 5030) for the caller and one warning for the log (`reach`).
+(503, 5030) for the caller and one warning for the log (`redis_reach`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inferd.errors import UnavailableError
 from inferd.jobs import redis_scripts
 from inferd.jobs.epoch import Epoch
-from inferd.jobs.reach import UNREACHABLE, Reach
+from inferd.jobs.reach import Reach
 from inferd.jobs.record import Job, JobState
 from inferd.jobs.redis_epoch import RedisEpoch
+from inferd.jobs.redis_reach import reaching
 from inferd.jobs.store import ANONYMOUS, Delivery, QueueBound, ResultBound
 
 GROUP = "inferd"
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 10.0
 """Above the longest blocking read (`take`'s wait)."""
-RETRY_AFTER_S = 2.0
-"""Retry-After of a 503 while Redis cannot be reached."""
 
 
 class RedisJobStore:
@@ -90,22 +86,6 @@ class RedisJobStore:
     def _key(self, job_id: str) -> str:
         return f"{self._tag}:job:{job_id}"
 
-    @contextlib.asynccontextmanager
-    async def _reaching(self) -> AsyncIterator[None]:
-        """Redis's connection errors as 5030, logged once while they last (`reach`)."""
-        try:
-            yield
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            self.reach.failed(f"{type(exc).__name__}: {exc}")
-            raise UnavailableError(UNREACHABLE, retry_after_s=RETRY_AFTER_S) from exc
-        except ResponseError as exc:
-            if not str(exc).startswith("OOM"):
-                raise
-            raise UnavailableError(
-                "the job store is full (Redis is at its maxmemory)", retry_after_s=RETRY_AFTER_S
-            ) from exc
-        self.reach.answered()
-
     async def open(self) -> None:
         """Reaches Redis (failing start-up when it cannot), makes the stream and group if
         needed, and reads (or writes) the epoch."""
@@ -116,7 +96,7 @@ class RedisJobStore:
 
     async def submit(self, job: Job) -> Job:
         for _ in range(2):  # a second time when the epoch changed under it
-            async with self._reaching():
+            async with reaching(self.reach):
                 epoch = self._epoch.current or await self._epoch.make()
                 queued = await self._submit_in(job, epoch)
                 if queued is not None:
@@ -176,7 +156,7 @@ class RedisJobStore:
         raise refusal or RuntimeError(f"refused in Redis ({status})")
 
     async def get(self, job_id: str) -> Job | None:
-        async with self._reaching():
+        async with reaching(self.reach):
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self._key(job_id))
                 pipe.get(self._epoch.key)
@@ -187,7 +167,7 @@ class RedisJobStore:
         return self._epoch.lost(job_id, self._ttl_s)
 
     async def take(self, worker: str, wait_s: float) -> Delivery | None:
-        async with self._reaching():
+        async with reaching(self.reach):
             try:
                 entry = await self._take_entry(worker, wait_s)
             except ResponseError as exc:
@@ -249,7 +229,7 @@ class RedisJobStore:
         return None
 
     async def keep(self, delivery: Delivery) -> None:
-        async with self._reaching():
+        async with reaching(self.reach):
             await self._client.xclaim(
                 self._stream,
                 GROUP,
@@ -261,7 +241,7 @@ class RedisJobStore:
 
     async def finish(self, delivery: Delivery, job: Job) -> None:
         job = self._results.kept(job)
-        async with self._reaching():
+        async with reaching(self.reach):
             if not await self._finish_as(delivery, job, force=False):
                 await self._finish_as(delivery, self._results.no_room(job), force=True)
 
@@ -290,7 +270,7 @@ class RedisJobStore:
 
     async def requeue(self, delivery: Delivery) -> None:
         job = delivery.job
-        async with self._reaching(), self._client.pipeline(transaction=True) as pipe:
+        async with reaching(self.reach), self._client.pipeline(transaction=True) as pipe:
             pipe.hset(self._key(job.id), "state", JobState.QUEUED.value)
             pipe.xack(self._stream, GROUP, delivery.ticket)
             pipe.xdel(self._stream, delivery.ticket)
@@ -300,7 +280,7 @@ class RedisJobStore:
     async def depth(self) -> int:
         """Jobs waiting or running; also reads the epoch (a store that lost its data is made
         again here, within a second of the loss, even with no job coming)."""
-        async with self._reaching():
+        async with reaching(self.reach):
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.xlen(self._stream)
                 pipe.zcard(self._results_key)
