@@ -264,41 +264,11 @@ class Sequence:
             )
             self.events.put_nowait(error)
 
-    async def stream(self, joined: bool = True) -> AsyncIterator[str | Finished]:
+    def stream(self, joined: bool = True) -> AsyncIterator[str | Finished]:
         """Text groups (every delta ready when the client reads, joined; `joined=False`: each
         token's delta on its own), then the Finished. Raises the error when the sequence
         failed."""
-        while True:
-            event: Event | None = await self.events.get()
-            parts: list[str] = []
-            while isinstance(event, (str, _Pending)):
-                parts.extend(self._texts(event, joined))
-                if self.events.empty():
-                    event = None
-                    break
-                event = self.events.get_nowait()
-            if joined and parts:
-                yield "".join(parts)
-            elif not joined:
-                for part in parts:
-                    yield part
-            if event is None:
-                continue
-            if isinstance(event, BaseException):
-                raise event
-            yield event
-            return
-
-    def _texts(self, event: str | _Pending, joined: bool) -> list[str]:
-        """An event's text: itself, or the tokens appended since the last read, decoded now
-        (together, or each token's on its own)."""
-        if isinstance(event, str):
-            return [event]
-        self._pending = False
-        if joined:
-            delta = self._text.advance()
-            return [delta] if delta else []
-        return self._text.advance_each()
+        return _read(self, joined)
 
     async def result(self) -> Finished:
         self._whole = True  # one wake-up at the end, not one per token
@@ -306,6 +276,42 @@ class Sequence:
             if isinstance(event, Finished):
                 return event
         raise RuntimeError("a sequence ended without finishing")  # unreachable by construction
+
+
+async def _read(seq: Sequence, joined: bool) -> AsyncIterator[str | Finished]:
+    """`Sequence.stream`: its events as its client reads them."""
+    while True:
+        event: Event | None = await seq.events.get()
+        parts: list[str] = []
+        while isinstance(event, (str, _Pending)):
+            parts.extend(_texts(seq, event, joined))
+            if seq.events.empty():
+                event = None
+                break
+            event = seq.events.get_nowait()
+        if joined and parts:
+            yield "".join(parts)
+        elif not joined:
+            for part in parts:
+                yield part
+        if event is None:
+            continue
+        if isinstance(event, BaseException):
+            raise event
+        yield event
+        return
+
+
+def _texts(seq: Sequence, event: str | _Pending, joined: bool) -> list[str]:
+    """An event's text: itself, or the tokens appended since the last read, decoded now
+    (together, or each token's on its own)."""
+    if isinstance(event, str):
+        return [event]
+    seq._pending = False
+    if joined:
+        delta = seq._text.advance()
+        return [delta] if delta else []
+    return seq._text.advance_each()
 
 
 def twins(
