@@ -112,7 +112,8 @@ class DispatchPolicy:
                 candidates = [e for e in candidates if e.client not in heavy]
         if flood and settings.concurrency > 1 and backlog.running >= settings.concurrency - 1:
             return [], False, False  # one runtime stays free for a light client's next batch
-        if settings.queue_lanes > 1 and max_rows > 0 and foreground:
+        if settings.queue_lanes > 1 and max_rows > 0 and foreground and backlog.running:
+            # (a batch alone takes the queue: the runtime's solo session has every core)
             max_rows = min(max_rows, -(-backlog.queued_rows // settings.queue_lanes))
         measured = (
             settings.learn_batch_tokens

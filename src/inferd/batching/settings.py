@@ -37,11 +37,11 @@ class BatcherSettings:
     (inferd.batching.sizing); False: only max_batch_size and max_batch_tokens cap them."""
     queue_lanes: int = 1
     """Runtimes that can run at once on cores of their own (instances on the CPU: their count,
-    at most the cores); over 1, a client batch takes at most its share of the queued rows
-    (queued rows over the lanes, rounded up) and leaves the rest to the runtimes that free up
-    next: on a CPU a batch's cost a row barely falls with its size, and one single-threaded
-    instance given the whole queue ran it in turn while the other cores found nothing to
-    run."""
+    at most the cores); over 1, a client batch formed while another runs takes at most its
+    share of the queued rows (queued rows over the lanes, rounded up) and leaves the rest to
+    the runtimes that free up next: on a CPU a batch's cost a row barely falls with its
+    size, and one single-threaded instance given the whole queue ran it in turn while the
+    other cores found nothing to run."""
     model: str = ""
     version: str = ""
     """Whose batcher this is: in log lines and observer events."""

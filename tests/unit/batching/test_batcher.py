@@ -545,13 +545,34 @@ async def test_without_a_queue_time_bound_nothing_is_shed_by_waiting() -> None:
     await batcher.close()
 
 
-async def test_on_the_cpu_a_batch_takes_its_runtimes_share_of_the_queue() -> None:
-    # three runtimes busy, each on cores of its own, nine requests queued: when they free up,
-    # the first takes a third (not all nine on its one runtime while the other two find
-    # nothing), the next a third of what is left, and so on
-    for lanes, expected in ((1, [8, 1]), (3, [3, 2, 2, 1, 1])):
+class OneAtATime(FakeRunner):
+    """Each batch waits until the test lets it end (`release`), so runtimes free up in turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: list[asyncio.Event] = []
+        self.open = False
+
+    async def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.batches.append(feeds)
         gate = asyncio.Event()
-        runner = FakeRunner(gate=gate)
+        self.gates.append(gate)
+        if not self.open:
+            await gate.wait()
+        return {"y": feeds["x"] * 2}
+
+    def release(self, everything: bool = False) -> None:
+        self.open = self.open or everything
+        for gate in self.gates if everything else self.gates[:1]:
+            gate.set()
+        self.gates = [] if everything else self.gates[1:]
+
+
+async def test_on_the_cpu_a_batch_takes_its_runtimes_share_of_the_queue() -> None:
+    # three runtimes busy, each on cores of its own, nine requests queued: the first to free
+    # up takes a third (not all nine on its one runtime while the other two find nothing)
+    for lanes, taken in ((1, 8), (3, 3)):
+        runner = OneAtATime()
         batcher = make(
             runner, max_batch_size=8, concurrency=3, max_queue_delay_s=0.0, queue_lanes=lanes
         )
@@ -561,10 +582,20 @@ async def test_on_the_cpu_a_batch_takes_its_runtimes_share_of_the_queue() -> Non
             await until(lambda n=i + 1, r=runner: len(r.batches) == n)  # type: ignore[misc]
         queued = [asyncio.create_task(batcher.submit(x(1), 1)) for _ in range(9)]
         await until(lambda b=batcher: b.queued_items == 9)  # type: ignore[misc]
-        gate.set()
+        runner.release()  # the first batch ends; two still run
+        await until(lambda r=runner: len(r.batches) == 4)  # type: ignore[misc]
+        assert runner.batch_sizes[3] == taken
+        runner.release(everything=True)
         await asyncio.gather(*running, *queued)
-        assert runner.batch_sizes == [1, 1, 1, *expected]
+        assert sum(runner.batch_sizes) == 12
         await batcher.close()
+    # alone (nothing else running), a batch takes the queue: the solo session has every core
+    runner = OneAtATime()
+    runner.open = True
+    batcher = make(runner, max_batch_size=8, concurrency=3, queue_lanes=3)
+    await batcher.submit_items([x(1) for _ in range(4)])  # four items, one request
+    assert runner.batch_sizes == [4]
+    await batcher.close()
 
 
 def test_only_several_instances_on_cores_of_their_own_share_the_queue() -> None:
