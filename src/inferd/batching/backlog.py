@@ -106,6 +106,11 @@ class Backlog:
             self.queued_rows += entry.rows
             self.queued_requests += entry.head
 
+    def fail_all(self, error: InferdError) -> None:
+        """Answers every queued item `error`, emptying the queue."""
+        while self.queue:
+            self.pop_left().fail(error)
+
     def pop_left(self) -> Entry:
         entry = self.queue.popleft()
         self.queued_rows -= entry.rows

@@ -96,7 +96,7 @@ class DynamicBatcher:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        self._fail_queued("the model is shutting down")
+        self._backlog.fail_all(UnavailableError("the model is shutting down"))
         for task in list(self._batch_tasks):
             task.cancel()
         await asyncio.gather(*self._batch_tasks, return_exceptions=True)
@@ -104,13 +104,8 @@ class DynamicBatcher:
     def _turn_unhealthy(self, reason: str) -> None:
         """Refuses new requests and answers the queued ones 5030; the observer is told."""
         self._accepting = False
-        self._fail_queued(f"the model is unhealthy: {reason}")
+        self._backlog.fail_all(UnavailableError(f"the model is unhealthy: {reason}"))
         notify(self._observer, Unhealthy(self._settings.model, self._settings.version, reason))
-
-    def _fail_queued(self, message: str) -> None:
-        backlog = self._backlog
-        while backlog.queue:
-            backlog.pop_left().fail(UnavailableError(message))
 
     # -- state for probes, metrics and admission --------------------------------------------
 
@@ -181,12 +176,20 @@ class DynamicBatcher:
         self.admission.admit(parts, deadline, loop.time(), background)
         arrived = CLOCK()
         entries = [
-            Entry(feeds, rows, signature(feeds, self._layout), arrived, loop.create_future())
-            for feeds, rows in parts
+            Entry(
+                feeds,
+                rows,
+                signature(feeds, self._layout),
+                arrived,
+                loop.create_future(),
+                timing=timing,
+                background=background,
+                head=i == 0,
+            )
+            for i, (feeds, rows) in enumerate(parts)
         ]
-        for i, entry in enumerate(entries):
-            entry.timing, entry.background, entry.head = timing, background, i == 0
-            if deadline is not None:
+        if deadline is not None:
+            for entry in entries:
                 entry.timer = loop.call_at(deadline, entry.expire, self._wakeup.set)
         self._backlog.add(entries, current_client())
         self._arrivals.observe(arrived, sum(rows for _, rows in parts))
